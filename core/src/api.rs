@@ -1,0 +1,168 @@
+//! Client-facing requests and answers, independent of HTTP. The tokio runtime maps HTTP onto
+//! `ClientOp` and `ClientReply` onto status codes and JSON; the simulator's workload uses them
+//! directly. Validation lives in the core so both runtimes reject bad input identically.
+
+use bytes::Bytes;
+
+use crate::ids::TopicId;
+
+/// A request from a client.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientOp {
+    /// Create a topic. `partitions` defaults to 3.
+    CreateTopic { name: String, partitions: Option<u32>, retention_ms: Option<u64> },
+    /// Delete a topic (records still in the WAL for it are discarded later).
+    DeleteTopic { name: String },
+    /// List every topic.
+    ListTopics,
+    /// One topic with its partition statistics.
+    GetTopic { name: String },
+    /// Produce messages. `batch` selects the batch form (errors name the message index).
+    Produce { topic: String, messages: Vec<ProduceMessage>, batch: bool },
+    /// Read committed records of one partition from `offset`, at most `max` of them.
+    Consume { topic: String, partition: u32, offset: u64, max: u32 },
+    /// A snapshot of the node's counters.
+    Stats,
+}
+
+/// One message of a produce.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProduceMessage {
+    /// Partition-affinity key; `fnv1a_32(key) % partitions` unless `partition` is given.
+    pub key: Option<Bytes>,
+    /// Explicit partition; wins over the key.
+    pub partition: Option<u32>,
+    /// The payload, 1 B to 1 MiB.
+    pub payload: Bytes,
+}
+
+/// The answer to a `ClientOp`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ClientReply {
+    /// 201: the topic was created.
+    TopicCreated(TopicInfo),
+    /// 204: the topic was deleted.
+    TopicDeleted,
+    /// 200: every topic.
+    Topics(Vec<TopicInfo>),
+    /// 200: one topic with its partitions.
+    Topic(TopicInfo, Vec<PartitionStats>),
+    /// 202: every message is durable in the ingress WAL.
+    Produced { accepted: usize },
+    /// 200 (or 204 when empty): committed records, in offset order.
+    Records(Vec<ConsumedRecord>),
+    /// 200: counters.
+    Stats(Box<Stats>),
+    /// The request failed and changed nothing (except `WalFailed`, which is ambiguous).
+    Error(ClientError),
+}
+
+/// A topic as clients see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    pub id: TopicId,
+    pub partitions: u32,
+    pub retention_ms: Option<u64>,
+    pub created_ms: u64,
+}
+
+/// Statistics of one partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PartitionStats {
+    pub index: u32,
+    pub owner_node: u32,
+    pub high_watermark: u64,
+    pub size_bytes: u64,
+}
+
+/// One committed record as a consumer reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumedRecord {
+    pub topic: String,
+    pub partition: u32,
+    pub offset: u64,
+    pub key: Option<Bytes>,
+    pub payload: Bytes,
+    /// Milliseconds since the Unix epoch at which the record was accepted.
+    pub timestamp_ms: u64,
+}
+
+/// Why a request failed. `http_status` maps each to the status of SPEC.md §2.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClientError {
+    #[error("{0}")]
+    BadRequest(String),
+    #[error("{0}")]
+    NotFound(String),
+    #[error("{0}")]
+    Conflict(String),
+    #[error("{0}")]
+    TooLarge(String),
+    #[error("ingress WAL failed ({0}); this node acknowledges no produce until it restarts")]
+    WalFailed(String),
+    #[error("shutting down")]
+    ShuttingDown,
+    #[error("{0}")]
+    Unavailable(String),
+    #[error("internal error: {0}")]
+    Internal(String),
+}
+
+impl ClientError {
+    /// HTTP status code for this error.
+    pub fn http_status(&self) -> u16 {
+        match self {
+            ClientError::BadRequest(_) => 400,
+            ClientError::NotFound(_) => 404,
+            ClientError::Conflict(_) => 409,
+            ClientError::TooLarge(_) => 413,
+            ClientError::WalFailed(_) | ClientError::Internal(_) => 500,
+            ClientError::ShuttingDown | ClientError::Unavailable(_) => 503,
+        }
+    }
+}
+
+/// Counters and gauges of one node (exported at `/metrics`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Produce requests answered 202.
+    pub produce_requests_accepted: u64,
+    /// Records acknowledged (a batch counts each of its messages).
+    pub records_accepted: u64,
+    /// Produce requests rejected (any status other than 202).
+    pub produce_requests_rejected: u64,
+    /// Group commits of the ingress WAL (one write + one fsync each).
+    pub wal_group_commits: u64,
+    /// fsyncs issued on the ingress WAL (segments and checkpoint).
+    pub wal_fsyncs: u64,
+    /// Records written by WAL group commits (divide by `wal_group_commits` for the mean batch).
+    pub wal_records_synced: u64,
+    /// Bytes written to the ingress WAL.
+    pub wal_bytes_written: u64,
+    /// 1 once the WAL latched after a failure.
+    pub wal_failed: u64,
+    /// WAL segments currently on disk.
+    pub wal_segments: u64,
+    /// Bytes of WAL segments currently on disk.
+    pub wal_bytes_on_disk: u64,
+    /// Records accepted but not yet committed or discarded (durable sequence - checkpoint).
+    pub dispatch_backlog: u64,
+    /// Durable WAL checkpoint.
+    pub wal_checkpoint: u64,
+    /// Commits to partition logs that succeeded / failed.
+    pub commits_ok: u64,
+    pub commits_failed: u64,
+    /// Records made visible by commits.
+    pub records_committed: u64,
+    /// fsyncs issued on partition logs.
+    pub partition_fsyncs: u64,
+    /// Records rerouted to a sibling partition.
+    pub records_rerouted: u64,
+    /// Records discarded because their topic was deleted.
+    pub records_discarded: u64,
+    /// Per partition: (topic name, partition, high watermark, size in bytes).
+    pub partitions: Vec<(String, u32, u64, u64)>,
+    /// 1 once recovery finished and the node serves requests.
+    pub ready: u64,
+}

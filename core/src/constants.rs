@@ -1,0 +1,52 @@
+//! Every tuning constant of SPEC.md §6, named and in one place, so they are grep-able and a
+//! reviewer can see the whole performance envelope at once.
+
+/// Bounds a missed wakeup of the group-commit loop. The sans-IO WAL starts a sync as soon as one is
+/// possible, so this is only the cadence at which a node re-examines idle state.
+pub const WAL_SYNC_BACKSTOP_MS: u64 = 10;
+/// A WAL segment is sealed once it grows past this size.
+pub const WAL_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// A fully dispatched active segment past this size is rotated so it can be deleted.
+pub const WAL_ROTATE_DISPATCHED_BYTES: u64 = 1024 * 1024;
+/// How long the dispatcher sleeps when it has nothing to do.
+pub const DISPATCH_IDLE_POLL_MS: u64 = 10;
+/// Lower bound of the dispatch window (records held at once).
+pub const WINDOW_BASE_RECORDS: usize = 4_096;
+/// Upper bound of the dispatch window.
+pub const WINDOW_MAX_RECORDS: usize = 65_536;
+/// Records per destination the window is sized for: one commit (one fsync) per batch.
+pub const BATCH_TARGET_RECORDS: usize = 64;
+/// The longest a small batch may linger waiting for company.
+pub const LINGER_CAP_MS: u64 = 50;
+/// Byte budget of one commit batch (at least one record is always sent).
+pub const COMMIT_BATCH_BYTES: usize = 8 * 1024 * 1024;
+/// Reading never goes further than this many windows past the checkpoint.
+pub const LOOKAHEAD_WINDOWS: usize = 16;
+/// A destination whose commits failed this many passes in a row is rerouted.
+pub const REROUTE_AFTER_FAILED_PASSES: u32 = 3;
+/// A commit that has not answered after this long is treated as failed.
+pub const COMMIT_TIMEOUT_MS: u64 = 30_000;
+/// A failing destination is retried after this long.
+pub const FAILURE_BACKOFF_MS: u64 = 1_000;
+/// At most this many commits are in flight at once.
+pub const COMMIT_FANOUT: usize = 16;
+/// A dirty checkpoint is made durable within this long.
+pub const CHECKPOINT_SYNC_DELAY_MS: u64 = 250;
+/// Largest payload of one message.
+pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
+/// Most messages in one batch produce.
+pub const MAX_BATCH_MESSAGES: usize = 1_000;
+/// Largest body of one batch produce.
+pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
+/// Default partition count of a new topic.
+pub const DEFAULT_PARTITIONS: u32 = 3;
+/// Most partitions a topic may have.
+pub const MAX_PARTITIONS: u32 = 4_096;
+/// Longest topic name.
+pub const MAX_TOPIC_NAME_BYTES: usize = 200;
+/// Most records one consume returns.
+pub const MAX_CONSUME_RECORDS: u32 = 1_000;
+/// Most payload bytes one consume reads (at least one record is always returned).
+pub const MAX_CONSUME_BYTES: u64 = 8 * 1024 * 1024;
+/// Size of one read the dispatcher issues against a WAL segment.
+pub const WAL_READ_CHUNK_BYTES: u64 = 1024 * 1024;

@@ -1,0 +1,150 @@
+//! The sans-IO boundary: what a runtime feeds into a `Node` (`Input`) and what the node asks the
+//! runtime to do (`Effect`). Both runtimes (tokio and the simulator) implement exactly this
+//! contract, so the simulator tests the code that runs in production.
+//!
+//! Disk contract: operations on the *same file* complete in the order they were emitted (a runtime
+//! may run operations on different files concurrently). Every operation completes exactly once
+//! with `Input::Disk { token, result }`, unless the process dies first.
+
+use bytes::Bytes;
+
+use crate::api::{ClientOp, ClientReply};
+use crate::ids::{IoToken, PartitionKey, RequestId, TopicId};
+
+/// A file the node owns, named logically. `relative_path` maps it below the data directory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FileId {
+    /// An ingress WAL segment, named by the sequence number of its first record.
+    WalSegment {
+        /// Sequence number of the segment's first record.
+        first_seq: u64,
+    },
+    /// The WAL checkpoint: first sequence number not yet dispatched (two slots, rewritten in place).
+    WalCheckpoint,
+    /// The topic catalogue: an append-only log of topic creations and deletions.
+    Catalog,
+    /// The log of one partition of one topic incarnation.
+    PartitionLog(PartitionKey),
+}
+
+impl FileId {
+    /// Path of the file relative to the data directory, using `/` separators.
+    pub fn relative_path(&self) -> String {
+        match self {
+            FileId::WalSegment { first_seq } => format!("wal/{first_seq:020}.wal"),
+            FileId::WalCheckpoint => "wal/checkpoint".to_string(),
+            FileId::Catalog => "meta/catalog.log".to_string(),
+            FileId::PartitionLog(key) => {
+                format!("partitions/{:020}/{:05}.log", key.topic.0, key.partition)
+            }
+        }
+    }
+
+    /// Inverse of `relative_path`; `None` for files the node does not own.
+    pub fn parse(path: &str) -> Option<FileId> {
+        let parts: Vec<&str> = path.split('/').collect();
+        match parts.as_slice() {
+            ["wal", "checkpoint"] => Some(FileId::WalCheckpoint),
+            ["wal", name] => {
+                let first_seq = name.strip_suffix(".wal")?.parse().ok()?;
+                Some(FileId::WalSegment { first_seq })
+            }
+            ["meta", "catalog.log"] => Some(FileId::Catalog),
+            ["partitions", topic, name] => {
+                let topic = TopicId(topic.parse().ok()?);
+                let partition = name.strip_suffix(".log")?.parse().ok()?;
+                Some(FileId::PartitionLog(PartitionKey { topic, partition }))
+            }
+            _ => None,
+        }
+    }
+}
+
+/// One disk operation for the runtime to perform.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskOp {
+    /// Create an empty file and make its directory entry durable (fsync the directory).
+    Create { file: FileId },
+    /// Write `data` at `offset` (positional; extends the file as needed). Not durable until `Sync`.
+    Write { file: FileId, offset: u64, data: Bytes },
+    /// Make everything written to the file durable (`fdatasync`).
+    Sync { file: FileId },
+    /// Read exactly `len` bytes at `offset`.
+    Read { file: FileId, offset: u64, len: u64 },
+    /// Set the file's length to `len` (not durable until `Sync`).
+    Truncate { file: FileId, len: u64 },
+    /// Remove the file (and make the removal durable).
+    Delete { file: FileId },
+}
+
+impl DiskOp {
+    /// The file this operation touches.
+    pub fn file(&self) -> FileId {
+        match self {
+            DiskOp::Create { file }
+            | DiskOp::Write { file, .. }
+            | DiskOp::Sync { file }
+            | DiskOp::Read { file, .. }
+            | DiskOp::Truncate { file, .. }
+            | DiskOp::Delete { file } => *file,
+        }
+    }
+}
+
+/// Successful completion of a `DiskOp`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DiskDone {
+    /// Create, Write, Sync, Truncate or Delete finished.
+    Done,
+    /// A Read returned these bytes (exactly the requested length).
+    Data(Bytes),
+}
+
+/// Failed completion of a `DiskOp`. The core never sees `std::io::Error`.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum DiskError {
+    /// The device is full (ENOSPC / EDQUOT).
+    #[error("no space left on device")]
+    NoSpace,
+    /// Any other failure, described for the logs.
+    #[error("i/o error: {0}")]
+    Io(String),
+}
+
+/// Everything a runtime feeds into a node.
+#[derive(Clone, Debug)]
+pub enum Input {
+    /// A client request (HTTP in production, the workload in the simulator).
+    Client { request: RequestId, op: ClientOp },
+    /// Completion of the disk operation the node emitted with `token`.
+    Disk { token: IoToken, result: Result<DiskDone, DiskError> },
+    /// Stop accepting produces, finish in-flight group commits, flush the checkpoint. The runtime
+    /// keeps driving the node until `Node::is_shut_down` is true.
+    BeginShutdown,
+}
+
+/// Everything a node asks its runtime to do.
+#[derive(Clone, Debug)]
+pub enum Effect {
+    /// Perform a disk operation and answer with `Input::Disk { token, .. }`.
+    Disk { token: IoToken, op: DiskOp },
+    /// Answer a client request.
+    Reply { request: RequestId, reply: ClientReply },
+}
+
+/// What the node reports happened, for checkers and logs (drained with `Node::poll_event`).
+/// The simulator's invariant checkers consume these; the tokio runtime ignores most of them.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum NodeEvent {
+    /// Records became visible on a partition: offsets `first_offset..first_offset + origins.len()`.
+    /// `origins` are the WAL sequence numbers the records came from, in offset order.
+    Committed { key: PartitionKey, first_offset: u64, origins: Vec<u64> },
+    /// The WAL checkpoint became durable at `checkpoint` (first sequence not yet done).
+    CheckpointDurable { checkpoint: u64 },
+    /// A WAL record was discarded because its topic incarnation is gone (leader-confirmed).
+    Discarded { seq: u64, topic: TopicId },
+    /// The WAL latched after a write or fsync failure: no further produce is acknowledged.
+    WalLatched,
+    /// A partition log's commit failed (fsync, write or read-back) and was rolled back.
+    CommitFailed { key: PartitionKey, reason: String },
+}

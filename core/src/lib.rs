@@ -1,0 +1,28 @@
+//! narad-core: all of Narad's broker logic as a deterministic, sans-IO state machine.
+//!
+//! A runtime creates a [`Node`] from the bytes of its files ([`Node::recover`]), feeds it
+//! [`Input`]s stamped with the time they happened, executes the [`Effect`]s it returns (disk
+//! operations and client replies) and arms a timer for [`Node::poll_timeout`]. The core performs no
+//! I/O, reads no clock, draws randomness only from the seed it was given and never iterates a
+//! hash map, so the same inputs always give the same outputs: that is what lets the simulator
+//! reproduce any run bit for bit.
+#![forbid(unsafe_code)]
+#![warn(clippy::too_many_lines)]
+
+pub mod accept;
+pub mod api;
+pub mod catalog;
+pub mod codec;
+pub mod constants;
+pub mod dispatch;
+pub mod fnv;
+pub mod ids;
+pub mod io;
+pub mod node;
+pub mod partition;
+pub mod wal;
+
+pub use api::{ClientError, ClientOp, ClientReply, ConsumedRecord, ProduceMessage, Stats};
+pub use ids::{Instant, IoToken, Lsn, NodeId, PartitionKey, RequestId, TopicId};
+pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent};
+pub use node::{Config, Node, RecoveryError};

@@ -1,0 +1,1 @@
+//! Simulated runtime (in progress).
