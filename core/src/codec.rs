@@ -230,7 +230,8 @@ mod tests {
                 n
             };
             prop_assert_eq!(whole, expected);
-            prop_assert!(!matches!(scan.end, ScanEnd::Corrupt { .. }));
+            let corrupt = matches!(scan.end, ScanEnd::Corrupt { .. });
+            prop_assert!(!corrupt);
         }
 
         #[test]

@@ -1,1 +1,326 @@
-//! placeholder
+//! One partition log and `commit_durable`, the only place a record becomes visible:
+//! append the batch, fsync, read every frame back and verify it, and only then advance the high
+//! watermark. A failed commit leaves nothing visible and nothing half-written behind the high
+//! watermark (the file is truncated back and synced), so a retry lands exactly one copy. We never
+//! retry an fsync over the same dirty pages: a failure poisons the log until the truncation that
+//! discards those pages is durable.
+
+pub mod frame;
+
+use std::collections::VecDeque;
+
+use bytes::Bytes;
+
+use crate::codec::{ScanEnd, frame_at, scan};
+use crate::ids::PartitionKey;
+use crate::io::{DiskDone, DiskError, DiskOp, FileId};
+use crate::node::RecoveryError;
+pub use frame::PartitionRecord;
+
+/// Identifies a commit so its outcome can be matched to the dispatcher's request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CommitId(pub u64);
+
+/// What a partition disk operation was for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PartIo {
+    /// Create, write, sync or read-back of the commit in progress.
+    Commit,
+    /// Truncation back to the high watermark (and its sync).
+    Repair,
+}
+
+/// The result of a commit.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitOutcome {
+    pub id: CommitId,
+    /// First offset of the committed records, or why the commit failed (nothing became visible).
+    pub result: Result<u64, String>,
+}
+
+enum Stage {
+    /// Create (if new), write and sync are running.
+    Persisting,
+    /// The read-back of the written bytes is running.
+    Verifying,
+}
+
+struct Commit {
+    id: CommitId,
+    data: Bytes,
+    count: u64,
+    stage: Stage,
+    ios_left: u32,
+    error: Option<String>,
+}
+
+enum LogState {
+    Idle,
+    Committing(Commit),
+    /// Truncating back to the committed size; `pending` is a commit waiting for it.
+    Repairing { ios_left: u32, failed: bool },
+    /// A repair failed; the next commit attempt repairs first.
+    Poisoned,
+}
+
+/// One partition log.
+pub struct PartitionLog {
+    key: PartitionKey,
+    /// Byte position of every committed offset; `len()` is the high watermark.
+    positions: Vec<u64>,
+    size: u64,
+    file_exists: bool,
+    state: LogState,
+    outbox: VecDeque<(PartIo, DiskOp)>,
+    /// fsyncs issued, for metrics.
+    pub fsyncs: u64,
+}
+
+/// A committed range to read: byte range and how many records it holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadPlan {
+    pub first_offset: u64,
+    pub pos: u64,
+    pub len: u64,
+    pub count: u64,
+}
+
+impl PartitionLog {
+    /// A new, empty partition log (its file is created with the first commit).
+    pub fn new(key: PartitionKey) -> PartitionLog {
+        PartitionLog {
+            key,
+            positions: Vec::new(),
+            size: 0,
+            file_exists: false,
+            state: LogState::Idle,
+            outbox: VecDeque::new(),
+            fsyncs: 0,
+        }
+    }
+
+    /// Rebuilds a partition log from its file's bytes. A torn tail (a commit that never became
+    /// visible) is truncated; corruption before valid frames is an error.
+    pub fn recover(key: PartitionKey, bytes: &[u8]) -> Result<PartitionLog, RecoveryError> {
+        let file = FileId::PartitionLog(key).relative_path();
+        let scanned = scan(bytes);
+        if let ScanEnd::Corrupt { bad_pos, next_valid_pos } = scanned.end {
+            let (bad_pos, next_valid_pos) = (bad_pos as u64, next_valid_pos as u64);
+            return Err(RecoveryError::CorruptLog { file, bad_pos, next_valid_pos });
+        }
+        let mut log = PartitionLog::new(key);
+        log.file_exists = true;
+        for (expected, found) in scanned.frames.iter().enumerate() {
+            match PartitionRecord::decode(found.body(bytes)) {
+                Some(record) if record.offset == expected as u64 => {
+                    log.positions.push(found.pos as u64);
+                }
+                _ => {
+                    let what = format!("frame at byte {} is not offset {expected}", found.pos);
+                    return Err(RecoveryError::Inconsistent { file, what });
+                }
+            }
+        }
+        log.size = scanned.valid_len() as u64;
+        if log.size < bytes.len() as u64 {
+            log.start_repair();
+        }
+        Ok(log)
+    }
+
+    /// The high watermark: offsets below it are visible.
+    pub fn high_watermark(&self) -> u64 {
+        self.positions.len() as u64
+    }
+
+    /// Committed bytes.
+    pub fn size_bytes(&self) -> u64 {
+        self.size
+    }
+
+    /// True while no commit or repair runs (a new commit may start).
+    pub fn is_idle(&self) -> bool {
+        matches!(self.state, LogState::Idle)
+    }
+
+    /// Starts `commit_durable` for `records` (offsets are assigned here). Fails at once if a
+    /// commit or repair is running, or the log is poisoned (a repair then starts).
+    pub fn begin_commit(&mut self, id: CommitId, records: Vec<PartitionRecord>) -> Result<(), String> {
+        match self.state {
+            LogState::Idle => {}
+            LogState::Poisoned => {
+                self.start_repair();
+                return Err(format!("{}: poisoned by an earlier failure, repairing", self.key));
+            }
+            _ => return Err(format!("{}: busy", self.key)),
+        }
+        assert!(!records.is_empty(), "invariant: commits carry at least one record");
+        let mut data = Vec::new();
+        let count = records.len() as u64;
+        for (index, mut record) in records.into_iter().enumerate() {
+            record.offset = self.high_watermark() + index as u64;
+            record.encode_into(&mut data);
+        }
+        let file = FileId::PartitionLog(self.key);
+        let mut ios = 2;
+        if !self.file_exists {
+            self.outbox.push_back((PartIo::Commit, DiskOp::Create { file }));
+            self.file_exists = true;
+            ios += 1;
+        }
+        let data = Bytes::from(data);
+        let write = DiskOp::Write { file, offset: self.size, data: data.clone() };
+        self.outbox.push_back((PartIo::Commit, write));
+        self.outbox.push_back((PartIo::Commit, DiskOp::Sync { file }));
+        self.fsyncs += 1;
+        let stage = Stage::Persisting;
+        self.state = LogState::Committing(Commit { id, data, count, stage, ios_left: ios, error: None });
+        Ok(())
+    }
+
+    /// Handles a completion; returns the commit's outcome when it is decided.
+    pub fn on_io(&mut self, io: PartIo, result: Result<DiskDone, DiskError>) -> Option<CommitOutcome> {
+        match io {
+            PartIo::Repair => {
+                self.on_repair_io(result);
+                None
+            }
+            PartIo::Commit => self.on_commit_io(result),
+        }
+    }
+
+    fn on_commit_io(&mut self, result: Result<DiskDone, DiskError>) -> Option<CommitOutcome> {
+        let LogState::Committing(commit) = &mut self.state else {
+            panic!("invariant: commit io only while committing");
+        };
+        commit.ios_left -= 1;
+        let data = match result {
+            Err(error) => {
+                commit.error.get_or_insert(error.to_string());
+                None
+            }
+            Ok(DiskDone::Data(bytes)) => Some(bytes),
+            Ok(DiskDone::Done) => None,
+        };
+        if commit.ios_left > 0 {
+            return None;
+        }
+        if let Some(error) = commit.error.take() {
+            return Some(self.fail_commit(error));
+        }
+        match commit.stage {
+            Stage::Persisting => {
+                let file = FileId::PartitionLog(self.key);
+                let len = commit.data.len() as u64;
+                self.outbox.push_back((PartIo::Commit, DiskOp::Read { file, offset: self.size, len }));
+                commit.stage = Stage::Verifying;
+                commit.ios_left = 1;
+                None
+            }
+            Stage::Verifying => {
+                let read = data.unwrap_or_default();
+                Some(self.verify_and_publish(&read))
+            }
+        }
+    }
+
+    /// Read-back check: every frame must be intact, carry the expected offsets, and equal what
+    /// we wrote. Only then do the records become visible.
+    fn verify_and_publish(&mut self, read: &[u8]) -> CommitOutcome {
+        let LogState::Committing(commit) = &self.state else { unreachable!("checked by caller") };
+        let (id, count) = (commit.id, commit.count);
+        if read != &commit.data[..] {
+            return self.fail_commit("read-back differs from the bytes written".to_string());
+        }
+        let mut pos = 0;
+        let mut positions = Vec::with_capacity(count as usize);
+        while let Some(found) = frame_at(read, pos) {
+            positions.push(self.size + pos as u64);
+            pos = found.end();
+        }
+        if positions.len() as u64 != count || pos != read.len() {
+            return self.fail_commit("read-back CRC check failed".to_string());
+        }
+        let first_offset = self.high_watermark();
+        self.positions.extend(positions);
+        self.size += read.len() as u64;
+        self.state = LogState::Idle;
+        CommitOutcome { id, result: Ok(first_offset) }
+    }
+
+    fn fail_commit(&mut self, error: String) -> CommitOutcome {
+        let LogState::Committing(commit) = &self.state else { unreachable!("checked by caller") };
+        let id = commit.id;
+        self.start_repair();
+        CommitOutcome { id, result: Err(format!("{}: {error}", self.key)) }
+    }
+
+    /// Truncates the file back to the committed size and syncs it, discarding whatever a failed
+    /// commit (or a crash) left past the high watermark.
+    fn start_repair(&mut self) {
+        let file = FileId::PartitionLog(self.key);
+        self.outbox.push_back((PartIo::Repair, DiskOp::Truncate { file, len: self.size }));
+        self.outbox.push_back((PartIo::Repair, DiskOp::Sync { file }));
+        self.fsyncs += 1;
+        self.state = LogState::Repairing { ios_left: 2, failed: false };
+    }
+
+    fn on_repair_io(&mut self, result: Result<DiskDone, DiskError>) {
+        let LogState::Repairing { ios_left, failed } = &mut self.state else {
+            panic!("invariant: repair io only while repairing");
+        };
+        *ios_left -= 1;
+        *failed |= result.is_err();
+        if *ios_left == 0 {
+            self.state = if *failed { LogState::Poisoned } else { LogState::Idle };
+        }
+    }
+
+    /// The committed byte range holding up to `max` records from `offset`, at most `max_bytes`
+    /// long (at least one record). `None` when `offset` is at or past the high watermark.
+    pub fn read_plan(&self, offset: u64, max: u64, max_bytes: u64) -> Option<ReadPlan> {
+        let hwm = self.high_watermark();
+        if offset >= hwm {
+            return None;
+        }
+        let start = usize::try_from(offset).ok()?;
+        let pos = self.positions[start];
+        let mut count = 0u64;
+        let mut end = pos;
+        while count < max && offset + count < hwm {
+            let next = offset + count + 1;
+            let next_end = if next < hwm { self.positions[next as usize] } else { self.size };
+            if count > 0 && next_end - pos > max_bytes {
+                break;
+            }
+            end = next_end;
+            count += 1;
+        }
+        Some(ReadPlan { first_offset: offset, pos, len: end - pos, count })
+    }
+
+    /// Decodes the bytes of a `read_plan` read; errors name what was damaged.
+    pub fn decode_read(&self, plan: ReadPlan, bytes: &[u8]) -> Result<Vec<PartitionRecord>, String> {
+        let mut records = Vec::with_capacity(plan.count as usize);
+        let mut pos = 0;
+        for expected in plan.first_offset..plan.first_offset + plan.count {
+            let record = frame_at(bytes, pos)
+                .and_then(|found| {
+                    pos = found.end();
+                    PartitionRecord::decode(found.body(bytes))
+                })
+                .filter(|record| record.offset == expected)
+                .ok_or_else(|| format!("{}: damaged record at offset {expected}", self.key))?;
+            records.push(record);
+        }
+        Ok(records)
+    }
+
+    /// Next disk operation to emit.
+    pub fn poll_io(&mut self) -> Option<(PartIo, DiskOp)> {
+        self.outbox.pop_front()
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,1 +1,527 @@
-//! placeholder
+//! The ingress WAL: where a produce becomes durable before it is acknowledged.
+//!
+//! Group commit: `stage` encodes records into a shared buffer; whenever no sync is in flight,
+//! `pump` writes everything staged with one `Write` and makes it durable with one `Sync`; the
+//! completion acknowledges every waiter of that batch at once. Under load each fsync carries many
+//! records while every caller still waits only for its own bytes. A write or fsync failure
+//! *latches* the WAL: that batch and every later append fail until restart (the dirty pages of a
+//! failed fsync cannot be trusted, so we never retry it).
+//!
+//! Hygiene: the dispatcher reports the checkpoint (first sequence not yet done); it is stored in a
+//! two-slot file, and segments wholly below the durable checkpoint are deleted. A fully dispatched
+//! active segment past 1 MiB is rotated so that an idle node's WAL stays small.
+//!
+//! The dispatcher reads durable records through a cursor: straight from the batch that just
+//! synced when it keeps up, from disk (`Read`) when it fell behind.
+
+pub mod checkpoint;
+pub mod record;
+mod recovery;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+
+use crate::codec;
+use crate::constants::{
+    CHECKPOINT_SYNC_DELAY_MS, WAL_READ_CHUNK_BYTES, WAL_ROTATE_DISPATCHED_BYTES, WAL_SEGMENT_BYTES,
+};
+use crate::ids::Instant;
+use crate::io::{DiskDone, DiskError, DiskOp, FileId};
+pub use record::WalRecord;
+pub use recovery::{RecoveredWal, recover};
+
+/// What a WAL disk operation was for; the node hands it back with the completion.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WalIo {
+    /// Part of the in-flight group commit (segment create, write or sync).
+    Batch,
+    /// Write or sync of the checkpoint file (or its creation).
+    Checkpoint,
+    /// Deletion of a compacted segment.
+    Delete,
+    /// A dispatcher read starting at `offset` of segment `segment`.
+    CursorRead { segment: u64, offset: u64 },
+    /// Start-up repair (truncation of a torn tail and its sync).
+    Repair,
+}
+
+/// A record as handed to `stage`: everything but the sequence number.
+#[derive(Clone, Debug)]
+pub struct Draft {
+    pub timestamp_ms: u64,
+    pub topic: String,
+    pub topic_id: crate::ids::TopicId,
+    pub partition: u32,
+    pub key: Option<Bytes>,
+    pub payload: Bytes,
+}
+
+/// The outcome of a group commit, for the node to answer waiters with.
+#[derive(Debug)]
+pub struct BatchOutcome<W> {
+    /// Waiters whose records are durable.
+    pub acked: Vec<W>,
+    /// Waiters whose records failed (the WAL is latched); with the reason.
+    pub failed: Vec<W>,
+    pub error: Option<DiskError>,
+    /// The records that became durable and may go to the dispatcher from memory, each with its
+    /// frame length (see `Wal::advance_cursor`).
+    pub durable: Vec<(WalRecord, u64)>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct Segment {
+    /// Bytes written (or being written) to the segment.
+    written: u64,
+    /// Bytes known durable (synced, or found at recovery).
+    durable: u64,
+}
+
+struct InFlight<W> {
+    segment: u64,
+    end_offset: u64,
+    first_seq: u64,
+    records: Vec<WalRecord>,
+    frame_lens: Vec<u32>,
+    waiters: Vec<W>,
+    ios_left: u32,
+    error: Option<DiskError>,
+}
+
+struct Staging<W> {
+    bytes: Vec<u8>,
+    records: Vec<WalRecord>,
+    frame_lens: Vec<u32>,
+    waiters: Vec<W>,
+}
+
+impl<W> Default for Staging<W> {
+    fn default() -> Self {
+        Staging { bytes: Vec::new(), records: Vec::new(), frame_lens: Vec::new(), waiters: Vec::new() }
+    }
+}
+
+/// Where the dispatcher reads next.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Cursor {
+    seq: u64,
+    segment: u64,
+    offset: u64,
+}
+
+#[derive(Default)]
+struct CheckpointState {
+    durable: u64,
+    target: u64,
+    dirty_since: Option<Instant>,
+    in_flight: Option<(u64, u32)>,
+    next_slot: u64,
+    file_exists: bool,
+}
+
+/// The ingress WAL of one node. `W` is whatever the node uses to remember a waiting produce.
+pub struct Wal<W> {
+    segments: BTreeMap<u64, Segment>,
+    next_seq: u64,
+    durable_seq: u64,
+    force_new_segment: bool,
+    staging: Staging<W>,
+    in_flight: Option<InFlight<W>>,
+    latched: Option<DiskError>,
+    checkpoint: CheckpointState,
+    cursor: Cursor,
+    read_in_flight: bool,
+    repairs_left: u32,
+    outbox: VecDeque<(WalIo, DiskOp)>,
+    counters: WalCounters,
+}
+
+/// Counters the node exports.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct WalCounters {
+    pub group_commits: u64,
+    pub fsyncs: u64,
+    pub records_synced: u64,
+    pub bytes_written: u64,
+}
+
+impl<W> Wal<W> {
+    /// A WAL continuing from what recovery found.
+    pub fn from_recovered(recovered: RecoveredWal) -> Wal<W> {
+        let mut outbox = VecDeque::new();
+        let mut repairs_left = 0;
+        if let Some((first_seq, len)) = recovered.truncate_tail {
+            let file = FileId::WalSegment { first_seq };
+            outbox.push_back((WalIo::Repair, DiskOp::Truncate { file, len }));
+            outbox.push_back((WalIo::Repair, DiskOp::Sync { file }));
+            repairs_left = 2;
+        }
+        let segments = recovered
+            .segments
+            .iter()
+            .map(|(&first, &len)| (first, Segment { written: len, durable: len }))
+            .collect();
+        let cursor = Cursor {
+            seq: recovered.checkpoint,
+            segment: recovered.cursor_segment,
+            offset: recovered.cursor_offset,
+        };
+        Wal {
+            segments,
+            next_seq: recovered.next_seq,
+            durable_seq: recovered.next_seq,
+            force_new_segment: recovered.force_new_segment,
+            staging: Staging::default(),
+            in_flight: None,
+            latched: None,
+            checkpoint: CheckpointState {
+                durable: recovered.checkpoint,
+                target: recovered.checkpoint,
+                file_exists: recovered.checkpoint_file_exists,
+                ..CheckpointState::default()
+            },
+            cursor,
+            read_in_flight: false,
+            repairs_left,
+            outbox,
+            counters: WalCounters::default(),
+        }
+    }
+
+    /// True once start-up repairs are durable.
+    pub fn is_repaired(&self) -> bool {
+        self.repairs_left == 0
+    }
+
+    /// The error that latched the WAL, if it did.
+    pub fn latched(&self) -> Option<&DiskError> {
+        self.latched.as_ref()
+    }
+
+    /// Every sequence below this is durable.
+    pub fn durable_seq(&self) -> u64 {
+        self.durable_seq
+    }
+
+    /// The durable checkpoint: every sequence below it is done.
+    pub fn durable_checkpoint(&self) -> u64 {
+        self.checkpoint.durable
+    }
+
+    /// Counters for metrics.
+    pub fn counters(&self) -> WalCounters {
+        self.counters
+    }
+
+    /// Number of segments and their total size in bytes.
+    pub fn disk_usage(&self) -> (u64, u64) {
+        let bytes = self.segments.values().map(|s| s.written).sum();
+        (self.segments.len() as u64, bytes)
+    }
+
+    /// True when no group commit or checkpoint write is in flight or pending.
+    pub fn is_idle(&self) -> bool {
+        self.in_flight.is_none()
+            && self.staging.waiters.is_empty()
+            && self.checkpoint.in_flight.is_none()
+            && self.checkpoint.target == self.checkpoint.durable
+    }
+
+    /// Stages records for the next group commit; `waiter` is returned in the batch outcome.
+    /// Fails at once (with the latch reason) if the WAL is latched.
+    pub fn stage(&mut self, drafts: Vec<Draft>, waiter: W) -> Result<(), DiskError> {
+        if let Some(error) = &self.latched {
+            return Err(error.clone());
+        }
+        for draft in drafts {
+            let record = WalRecord {
+                seq: self.next_seq,
+                timestamp_ms: draft.timestamp_ms,
+                topic: draft.topic,
+                topic_id: draft.topic_id,
+                partition: draft.partition,
+                key: draft.key,
+                payload: draft.payload,
+            };
+            self.next_seq += 1;
+            let before = self.staging.bytes.len();
+            record.encode_into(&mut self.staging.bytes);
+            let frame_len = u32::try_from(self.staging.bytes.len() - before)
+                .expect("invariant: a frame is at most a few MiB");
+            self.staging.frame_lens.push(frame_len);
+            self.staging.records.push(record);
+        }
+        self.staging.waiters.push(waiter);
+        Ok(())
+    }
+
+    /// Starts a group commit if none is in flight and something is staged, and a checkpoint write
+    /// if one is due (`flush_now` skips the checkpoint delay, for shutdown).
+    pub fn pump(&mut self, now: Instant, flush_now: bool) {
+        if self.in_flight.is_none() && !self.staging.waiters.is_empty() && self.is_repaired() {
+            self.start_batch();
+        }
+        self.maybe_write_checkpoint(now, flush_now);
+    }
+
+    fn start_batch(&mut self) {
+        let staging = std::mem::take(&mut self.staging);
+        let first_seq = staging.records.first().map_or(self.next_seq, |r| r.seq);
+        let mut ios = 2;
+        if self.needs_new_segment() {
+            let file = FileId::WalSegment { first_seq };
+            self.outbox.push_back((WalIo::Batch, DiskOp::Create { file }));
+            self.segments.insert(first_seq, Segment { written: 0, durable: 0 });
+            self.force_new_segment = false;
+            ios += 1;
+        }
+        let (&segment, active) = self.segments.last_key_value().expect("a segment exists");
+        let offset = active.written;
+        let len = staging.bytes.len() as u64;
+        let file = FileId::WalSegment { first_seq: segment };
+        let data = Bytes::from(staging.bytes);
+        self.outbox.push_back((WalIo::Batch, DiskOp::Write { file, offset, data }));
+        self.outbox.push_back((WalIo::Batch, DiskOp::Sync { file }));
+        self.segments.get_mut(&segment).expect("active segment").written += len;
+        self.counters.group_commits += 1;
+        self.counters.fsyncs += 1;
+        self.counters.bytes_written += len;
+        self.in_flight = Some(InFlight {
+            segment,
+            end_offset: offset + len,
+            first_seq,
+            records: staging.records,
+            frame_lens: staging.frame_lens,
+            waiters: staging.waiters,
+            ios_left: ios,
+            error: None,
+        });
+    }
+
+    fn needs_new_segment(&self) -> bool {
+        let Some((_, active)) = self.segments.last_key_value() else { return true };
+        let fully_dispatched = self.checkpoint.durable == self.durable_seq;
+        self.force_new_segment
+            || active.written >= WAL_SEGMENT_BYTES
+            || (active.written >= WAL_ROTATE_DISPATCHED_BYTES && fully_dispatched)
+    }
+
+    /// Handles the completion of a `WalIo::Batch` operation; returns the outcome once the whole
+    /// group commit has completed.
+    pub fn on_batch_io(&mut self, result: Result<DiskDone, DiskError>) -> Option<BatchOutcome<W>> {
+        let in_flight = self.in_flight.as_mut().expect("invariant: batch io only while in flight");
+        if let Err(error) = result {
+            in_flight.error.get_or_insert(error);
+        }
+        in_flight.ios_left -= 1;
+        if in_flight.ios_left > 0 {
+            return None;
+        }
+        let mut done = self.in_flight.take().expect("checked above");
+        Some(match done.error.take() {
+            None => self.complete_batch(done),
+            Some(error) => self.fail_batch(done, error),
+        })
+    }
+
+    fn complete_batch(&mut self, done: InFlight<W>) -> BatchOutcome<W> {
+        self.durable_seq = done.first_seq + done.records.len() as u64;
+        self.segments.get_mut(&done.segment).expect("segment of a batch").durable = done.end_offset;
+        self.counters.records_synced += done.records.len() as u64;
+        let InFlight { first_seq, segment, records, frame_lens, waiters, .. } = done;
+        let durable = self.take_for_cursor(first_seq, segment, records, &frame_lens);
+        BatchOutcome { acked: waiters, failed: Vec::new(), error: None, durable }
+    }
+
+    /// The records of a synced batch the cursor may take straight from memory: all of them when
+    /// the cursor sits exactly at the batch and no disk read is running, else none (they will be
+    /// read back from disk).
+    fn take_for_cursor(
+        &self,
+        first_seq: u64,
+        segment: u64,
+        records: Vec<WalRecord>,
+        frame_lens: &[u32],
+    ) -> Vec<(WalRecord, u64)> {
+        if self.read_in_flight || self.cursor.seq != first_seq || self.cursor.segment != segment {
+            return Vec::new();
+        }
+        records.into_iter().zip(frame_lens.iter().map(|&len| u64::from(len))).collect()
+    }
+
+    /// Advances the cursor past records the dispatcher took (from a batch or a read), in order.
+    pub fn advance_cursor(&mut self, taken: &[(WalRecord, u64)]) {
+        for (record, frame_len) in taken {
+            assert_eq!(record.seq, self.cursor.seq, "invariant: the cursor moves record by record");
+            self.cursor.seq += 1;
+            self.cursor.offset += frame_len;
+        }
+    }
+
+    fn fail_batch(&mut self, done: InFlight<W>, error: DiskError) -> BatchOutcome<W> {
+        // Latch: nothing written by this batch is trusted, and nothing is ever appended again.
+        self.latched = Some(error.clone());
+        let mut failed = done.waiters;
+        failed.append(&mut std::mem::take(&mut self.staging).waiters);
+        BatchOutcome { acked: Vec::new(), failed, error: Some(error), durable: Vec::new() }
+    }
+
+    /// Records the dispatcher's checkpoint (first sequence not yet done).
+    pub fn set_checkpoint_target(&mut self, checkpoint: u64, now: Instant) {
+        assert!(checkpoint >= self.checkpoint.target, "checkpoint went backwards");
+        assert!(checkpoint <= self.durable_seq, "checkpoint past the durable WAL");
+        if checkpoint > self.checkpoint.target {
+            self.checkpoint.target = checkpoint;
+            self.checkpoint.dirty_since.get_or_insert(now);
+        }
+    }
+
+    /// When the checkpoint should next be written, if it is dirty.
+    pub fn checkpoint_deadline(&self) -> Option<Instant> {
+        if self.checkpoint.in_flight.is_some() {
+            return None;
+        }
+        self.checkpoint.dirty_since.map(|since| since.plus_millis(CHECKPOINT_SYNC_DELAY_MS))
+    }
+
+    fn maybe_write_checkpoint(&mut self, now: Instant, flush_now: bool) {
+        let repaired = self.is_repaired();
+        let state = &mut self.checkpoint;
+        let Some(since) = state.dirty_since else { return };
+        let due = flush_now || now >= since.plus_millis(CHECKPOINT_SYNC_DELAY_MS);
+        if state.in_flight.is_some() || !due || !repaired {
+            return;
+        }
+        let file = FileId::WalCheckpoint;
+        let mut ios = 2;
+        if !state.file_exists {
+            self.outbox.push_back((WalIo::Checkpoint, DiskOp::Create { file }));
+            state.file_exists = true;
+            ios += 1;
+        }
+        let offset = state.next_slot * checkpoint::SLOT_STRIDE;
+        state.next_slot = 1 - state.next_slot;
+        let data = Bytes::from(checkpoint::encode_slot(state.target));
+        self.outbox.push_back((WalIo::Checkpoint, DiskOp::Write { file, offset, data }));
+        self.outbox.push_back((WalIo::Checkpoint, DiskOp::Sync { file }));
+        state.in_flight = Some((state.target, ios));
+        state.dirty_since = None;
+        self.counters.fsyncs += 1;
+    }
+
+    /// Handles the completion of a checkpoint operation. Returns the new durable checkpoint when
+    /// it became durable. A failed checkpoint write is retried later (it only delays compaction).
+    pub fn on_checkpoint_io(
+        &mut self,
+        result: Result<DiskDone, DiskError>,
+        now: Instant,
+    ) -> Option<u64> {
+        let state = &mut self.checkpoint;
+        let (value, ios_left) = state.in_flight.as_mut().expect("checkpoint io while in flight");
+        *ios_left -= 1;
+        if result.is_err() {
+            // Remember the failure by marking it dirty again; the in-flight value is not durable.
+            state.dirty_since = Some(now);
+            *value = u64::MAX;
+        }
+        if *ios_left > 0 {
+            return None;
+        }
+        let (value, _) = state.in_flight.take().expect("checked above");
+        if value == u64::MAX {
+            return None;
+        }
+        state.durable = value;
+        if state.target > value {
+            state.dirty_since.get_or_insert(now);
+        }
+        self.compact();
+        Some(value)
+    }
+
+    /// Deletes segments wholly below the durable checkpoint (never the active one).
+    fn compact(&mut self) {
+        let checkpoint = self.checkpoint.durable;
+        let firsts: Vec<u64> = self.segments.keys().copied().collect();
+        for pair in firsts.windows(2) {
+            let (first, next_first) = (pair[0], pair[1]);
+            if next_first <= checkpoint && self.cursor.segment != first {
+                self.segments.remove(&first);
+                let file = FileId::WalSegment { first_seq: first };
+                self.outbox.push_back((WalIo::Delete, DiskOp::Delete { file }));
+            }
+        }
+    }
+
+    /// Handles completion of a start-up repair operation.
+    pub fn on_repair_io(&mut self, result: Result<DiskDone, DiskError>) -> Result<(), DiskError> {
+        self.repairs_left -= 1;
+        result.map(|_| ())
+    }
+
+    /// Asks for a read of durable records the dispatcher has not seen, if it has room, the cursor
+    /// is below `limit_seq`, and no read is running.
+    pub fn poll_read(&mut self, limit_seq: u64) {
+        if self.read_in_flight || self.cursor.seq >= self.durable_seq || self.cursor.seq >= limit_seq
+        {
+            return;
+        }
+        loop {
+            let segment = *self.segments.get(&self.cursor.segment).expect("cursor segment exists");
+            if self.cursor.offset < segment.durable {
+                let len = (segment.durable - self.cursor.offset).min(WAL_READ_CHUNK_BYTES);
+                let file = FileId::WalSegment { first_seq: self.cursor.segment };
+                let io = WalIo::CursorRead { segment: self.cursor.segment, offset: self.cursor.offset };
+                self.outbox.push_back((io, DiskOp::Read { file, offset: self.cursor.offset, len }));
+                self.read_in_flight = true;
+                return;
+            }
+            // The cursor's segment is exhausted: the next record starts the next segment.
+            let next = self.segments.range(self.cursor.segment + 1..).next().map(|(&f, _)| f);
+            let next = next.expect("invariant: durable records past the cursor live in a segment");
+            assert_eq!(next, self.cursor.seq, "segments are dense");
+            self.cursor = Cursor { seq: next, segment: next, offset: 0 };
+        }
+    }
+
+    /// Decodes a completed cursor read into records (from the cursor on). Returns the records and
+    /// the byte length of each frame; an empty result with an error means the read failed or the
+    /// bytes were damaged (retried on the next poll).
+    pub fn on_cursor_read(
+        &mut self,
+        segment: u64,
+        offset: u64,
+        result: Result<DiskDone, DiskError>,
+    ) -> Result<Vec<(WalRecord, u64)>, String> {
+        self.read_in_flight = false;
+        if segment != self.cursor.segment || offset != self.cursor.offset {
+            return Ok(Vec::new()); // the cursor moved on meanwhile (records handed over from memory)
+        }
+        let bytes = match result {
+            Ok(DiskDone::Data(bytes)) => bytes,
+            Ok(DiskDone::Done) => return Err("read returned no data".to_string()),
+            Err(error) => return Err(error.to_string()),
+        };
+        let mut records = Vec::new();
+        let mut pos = 0;
+        let mut expected = self.cursor.seq;
+        while let Some(frame) = codec::frame_at(&bytes, pos) {
+            let record = WalRecord::decode(frame.body(&bytes))
+                .filter(|r| r.seq == expected)
+                .ok_or_else(|| format!("WAL segment {segment}: bad record at byte {}", offset + pos as u64))?;
+            records.push((record, (frame.end() - pos) as u64));
+            expected += 1;
+            pos = frame.end();
+        }
+        if records.is_empty() {
+            return Err(format!("WAL segment {segment}: no valid frame at byte {offset}"));
+        }
+        Ok(records)
+    }
+
+    /// Next disk operation to emit.
+    pub fn poll_io(&mut self) -> Option<(WalIo, DiskOp)> {
+        self.outbox.pop_front()
+    }
+}

@@ -1,0 +1,222 @@
+//! Recovery of the ingress WAL from the bytes found on disk at start-up: validate every segment,
+//! find the torn tail of the last one (to truncate), refuse loudly on corruption, and position the
+//! dispatcher's cursor at the durable checkpoint.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+
+use super::checkpoint;
+use super::record::WalRecord;
+use crate::codec::{ScanEnd, scan};
+use crate::io::FileId;
+use crate::node::RecoveryError;
+
+/// What recovery found; `Wal::from_recovered` continues from it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecoveredWal {
+    /// Segment first sequence → valid length in bytes.
+    pub segments: BTreeMap<u64, u64>,
+    /// Next sequence number to assign.
+    pub next_seq: u64,
+    /// Durable checkpoint (first sequence not yet done).
+    pub checkpoint: u64,
+    /// Segment and byte offset of the record at `checkpoint` (where dispatch resumes).
+    pub cursor_segment: u64,
+    pub cursor_offset: u64,
+    /// A torn tail to cut: (segment first sequence, valid length).
+    pub truncate_tail: Option<(u64, u64)>,
+    /// Start a new segment at the next append (no usable active segment).
+    pub force_new_segment: bool,
+    /// The checkpoint file exists.
+    pub checkpoint_file_exists: bool,
+    /// Records above the checkpoint (the dispatch backlog at start-up).
+    pub backlog: u64,
+}
+
+struct SegmentScan {
+    valid_len: u64,
+    /// (sequence, byte offset) of every record.
+    records: Vec<(u64, u64)>,
+    torn: bool,
+}
+
+/// Recovers the WAL from its segments' bytes and the checkpoint file's bytes.
+pub fn recover(
+    segments: &BTreeMap<u64, Bytes>,
+    checkpoint_file: Option<&Bytes>,
+) -> Result<RecoveredWal, RecoveryError> {
+    let last_first = segments.keys().next_back().copied();
+    let mut scans = BTreeMap::new();
+    let mut expected_seq: Option<u64> = None;
+    for (&first_seq, bytes) in segments {
+        let is_last = Some(first_seq) == last_first;
+        let scan = scan_segment(first_seq, bytes, is_last)?;
+        if let Some(expected) = expected_seq {
+            if expected != first_seq {
+                return Err(inconsistent(first_seq, format!("expected to start at {expected}")));
+            }
+        }
+        expected_seq = Some(first_seq + scan.records.len() as u64);
+        scans.insert(first_seq, scan);
+    }
+    let found = checkpoint_file.and_then(|bytes| checkpoint::decode_file(bytes));
+    let first_seq = segments.keys().next().copied();
+    let wal_end = expected_seq.unwrap_or(0);
+    let checkpoint = found.or(first_seq).unwrap_or(0);
+    if let Some(first) = first_seq {
+        if checkpoint < first {
+            return Err(RecoveryError::Inconsistent {
+                file: FileId::WalCheckpoint.relative_path(),
+                what: format!("checkpoint {checkpoint} is below the oldest WAL record {first}"),
+            });
+        }
+    }
+    Ok(assemble(scans, checkpoint, wal_end, checkpoint_file.is_some()))
+}
+
+fn assemble(
+    scans: BTreeMap<u64, SegmentScan>,
+    checkpoint: u64,
+    wal_end: u64,
+    checkpoint_file_exists: bool,
+) -> RecoveredWal {
+    let next_seq = wal_end.max(checkpoint);
+    let truncate_tail = scans
+        .iter()
+        .next_back()
+        .filter(|(_, scan)| scan.torn)
+        .map(|(&first, scan)| (first, scan.valid_len));
+    let cursor = scans.iter().find_map(|(&first, scan)| {
+        let index = usize::try_from(checkpoint.checked_sub(first)?).ok()?;
+        let offset = match scan.records.get(index) {
+            Some(&(_, offset)) => offset,
+            None if index == scan.records.len() => scan.valid_len,
+            None => return None,
+        };
+        Some((first, offset))
+    });
+    // A checkpoint past every record (all dispatched, or the records were compacted away) leaves
+    // no usable position in the existing segments: start a fresh segment at the checkpoint.
+    let force_new_segment = cursor.is_none() || checkpoint > wal_end;
+    let (cursor_segment, cursor_offset) = match cursor {
+        Some(position) if checkpoint <= wal_end => position,
+        _ => (next_seq, 0),
+    };
+    RecoveredWal {
+        segments: scans.iter().map(|(&first, scan)| (first, scan.valid_len)).collect(),
+        next_seq,
+        checkpoint,
+        cursor_segment,
+        cursor_offset,
+        truncate_tail,
+        force_new_segment,
+        checkpoint_file_exists,
+        backlog: next_seq - checkpoint,
+    }
+}
+
+fn scan_segment(first_seq: u64, bytes: &[u8], is_last: bool) -> Result<SegmentScan, RecoveryError> {
+    let file = FileId::WalSegment { first_seq }.relative_path();
+    let scanned = scan(bytes);
+    let torn = match scanned.end {
+        ScanEnd::Clean => false,
+        ScanEnd::TornTail { .. } if is_last => true,
+        ScanEnd::TornTail { valid_len } => {
+            return Err(inconsistent(first_seq, format!("sealed segment torn at byte {valid_len}")));
+        }
+        ScanEnd::Corrupt { bad_pos, next_valid_pos } => {
+            return Err(RecoveryError::CorruptLog {
+                file,
+                bad_pos: bad_pos as u64,
+                next_valid_pos: next_valid_pos as u64,
+            });
+        }
+    };
+    let mut records = Vec::with_capacity(scanned.frames.len());
+    for (index, frame) in scanned.frames.iter().enumerate() {
+        let expected = first_seq + index as u64;
+        match WalRecord::decode(frame.body(bytes)) {
+            Some(record) if record.seq == expected => records.push((expected, frame.pos as u64)),
+            _ => {
+                let what = format!("record at byte {} is not sequence {expected}", frame.pos);
+                return Err(inconsistent(first_seq, what));
+            }
+        }
+    }
+    Ok(SegmentScan { valid_len: scanned.valid_len() as u64, records, torn })
+}
+
+fn inconsistent(first_seq: u64, what: String) -> RecoveryError {
+    RecoveryError::Inconsistent { file: FileId::WalSegment { first_seq }.relative_path(), what }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::TopicId;
+
+    fn segment(first: u64, count: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        for seq in first..first + count {
+            let record = WalRecord {
+                seq,
+                timestamp_ms: 1,
+                topic: "t".into(),
+                topic_id: TopicId(1),
+                partition: 0,
+                key: None,
+                payload: Bytes::from(vec![seq as u8; 100]),
+            };
+            record.encode_into(&mut out);
+        }
+        out
+    }
+
+    fn files(parts: &[(u64, Vec<u8>)]) -> BTreeMap<u64, Bytes> {
+        parts.iter().map(|(f, b)| (*f, Bytes::from(b.clone()))).collect()
+    }
+
+    #[test]
+    fn empty_disk_starts_at_zero() {
+        let got = recover(&BTreeMap::new(), None).unwrap();
+        assert_eq!((got.next_seq, got.checkpoint, got.force_new_segment), (0, 0, true));
+    }
+
+    #[test]
+    fn torn_tail_of_last_segment_is_cut_and_cursor_sits_at_checkpoint() {
+        let mut last = segment(10, 5);
+        let cut = last.len() - 30;
+        last.truncate(cut);
+        let ckpt = Bytes::from(checkpoint::encode_slot(12));
+        let got = recover(&files(&[(0, segment(0, 10)), (10, last)]), Some(&ckpt)).unwrap();
+        assert_eq!(got.next_seq, 14);
+        assert_eq!(got.checkpoint, 12);
+        assert_eq!(got.cursor_segment, 10);
+        assert!(got.truncate_tail.is_some());
+        assert_eq!(got.backlog, 2);
+    }
+
+    #[test]
+    fn a_torn_sealed_segment_is_an_error() {
+        let mut first = segment(0, 10);
+        first.truncate(first.len() - 5);
+        assert!(recover(&files(&[(0, first), (9, segment(9, 2))]), None).is_err());
+    }
+
+    #[test]
+    fn corruption_before_valid_records_is_an_error() {
+        let mut only = segment(0, 10);
+        only[20] ^= 1;
+        let err = recover(&files(&[(0, only)]), None).unwrap_err();
+        assert!(matches!(err, RecoveryError::CorruptLog { .. }), "{err}");
+    }
+
+    #[test]
+    fn checkpoint_at_end_of_wal_starts_a_new_segment() {
+        let ckpt = Bytes::from(checkpoint::encode_slot(10));
+        let got = recover(&files(&[(0, segment(0, 10))]), Some(&ckpt)).unwrap();
+        assert_eq!((got.next_seq, got.backlog), (10, 0));
+        assert_eq!((got.cursor_segment, got.cursor_offset), (0, segment(0, 10).len() as u64));
+    }
+}
