@@ -1,0 +1,264 @@
+//! `SimDisk`: one node's simulated disk. Operations are scheduled with a simulated latency and
+//! complete in emission order per file (the core's disk contract), in any order across files.
+//! Each operation takes effect when it completes, through the fault knobs of [`DiskFaults`].
+//! Volatile and durable bytes are kept apart ([`file::SimFile`]); a process crash keeps the
+//! page cache, a power loss drops (or tears) what was not synced.
+
+mod crash;
+pub mod faults;
+pub mod file;
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use narad_core::{DiskDone, DiskError, DiskOp, FileId, Instant};
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+
+pub use crate::disk::faults::{DiskFaults, FileClass, FileMatch};
+pub use crate::disk::file::{SECTOR_BYTES, SimFile};
+use crate::fault::{FaultClass, FaultHits};
+
+/// Damage that may have destroyed the only copy of some records: `bytes` holds the records'
+/// bytes as they were (or as they were meant to be written), for the checker to attribute.
+#[derive(Clone, Debug)]
+pub struct Damage {
+    /// The damaged file.
+    pub file: FileId,
+    /// The fault that did it.
+    pub class: FaultClass,
+    /// Bytes of the frames that were damaged or lost.
+    pub bytes: Vec<u8>,
+}
+
+/// One node's disk.
+pub struct SimDisk {
+    files: BTreeMap<FileId, SimFile>,
+    busy_until: BTreeMap<FileId, Instant>,
+    rng: ChaCha8Rng,
+    /// Fault knobs; the fault schedule changes them during a run.
+    pub faults: DiskFaults,
+    /// Hits per fault class on this disk.
+    pub hits: FaultHits,
+    damage: Vec<Damage>,
+}
+
+impl SimDisk {
+    /// An empty, healthy disk drawing latencies and faults from `rng`.
+    pub fn new(rng: ChaCha8Rng) -> SimDisk {
+        SimDisk {
+            files: BTreeMap::new(),
+            busy_until: BTreeMap::new(),
+            rng,
+            faults: DiskFaults::default(),
+            hits: FaultHits::default(),
+            damage: Vec::new(),
+        }
+    }
+
+    /// When an operation emitted at `now` completes: after its latency, and never before an
+    /// earlier operation on the same file.
+    pub fn schedule(&mut self, now: Instant, op: &DiskOp) -> Instant {
+        let latency = self.latency_micros(op) * self.faults.slow_factor.max(1);
+        if self.faults.slow_factor > 1 {
+            self.hits.hit(FaultClass::SlowDisk);
+        }
+        let file = op.file();
+        let earliest = self.busy_until.get(&file).copied().unwrap_or(now);
+        let at = Instant(now.0 + latency).max(earliest);
+        self.busy_until.insert(file, at);
+        at
+    }
+
+    fn latency_micros(&mut self, op: &DiskOp) -> u64 {
+        let tail = if self.rng.random_bool(0.01) { 8 } else { 1 };
+        let base = match op {
+            DiskOp::Create { .. } | DiskOp::Delete { .. } => self.rng.random_range(50..300),
+            DiskOp::Write { data, .. } => self.rng.random_range(5..50) + data.len() as u64 / 1024,
+            DiskOp::Sync { .. } => self.rng.random_range(100..1_500),
+            DiskOp::Read { len, .. } => self.rng.random_range(5..40) + len / 2048,
+            DiskOp::Truncate { .. } => self.rng.random_range(5..30),
+        };
+        base * tail
+    }
+
+    /// Performs `op` (at its completion time) and returns what the node is told.
+    pub fn complete(&mut self, op: &DiskOp) -> Result<DiskDone, DiskError> {
+        match op {
+            DiskOp::Create { file } => self.create(*file),
+            DiskOp::Write { file, offset, data } => self.write(*file, *offset, data),
+            DiskOp::Sync { file } => self.sync(*file),
+            DiskOp::Read { file, offset, len } => self.read(*file, *offset, *len),
+            DiskOp::Truncate { file, len } => self.truncate(*file, *len),
+            DiskOp::Delete { file } => {
+                self.files.remove(file);
+                Ok(DiskDone::Done)
+            }
+        }
+    }
+
+    fn create(&mut self, file: FileId) -> Result<DiskDone, DiskError> {
+        if self.faults.disk_full {
+            self.hits.hit(FaultClass::DiskFull);
+            return Err(DiskError::NoSpace);
+        }
+        self.files.insert(file, SimFile::new(!self.faults.missing_dir_fsync));
+        Ok(DiskDone::Done)
+    }
+
+    fn write(&mut self, file: FileId, offset: u64, data: &[u8]) -> Result<DiskDone, DiskError> {
+        let Some(len) = self.files.get(&file).map(SimFile::len) else {
+            return Err(missing(&file));
+        };
+        if self.faults.failing.is_some_and(|m| m.matches(&file)) {
+            return Err(DiskError::Io("write failed (stuck device)".into()));
+        }
+        if self.faults.disk_full && offset + data.len() as u64 > len {
+            self.hits.hit(FaultClass::DiskFull);
+            return Err(DiskError::NoSpace);
+        }
+        if self.torn_live(&file) {
+            self.write_torn(file, offset, data);
+        } else if let Some(sectors) = self.misdirect(&file) {
+            self.write_misdirected(file, offset, data, sectors);
+        } else {
+            self.file_mut(file).write(offset, data);
+        }
+        Ok(DiskDone::Done)
+    }
+
+    fn torn_live(&mut self, file: &FileId) -> bool {
+        DiskFaults::take_if_matches(&mut self.faults.torn_next_write, file)
+            || (FileClass::of(file) == FileClass::Partition
+                && self.faults.torn_live_rate > 0.0
+                && self.rng.random_bool(self.faults.torn_live_rate))
+    }
+
+    fn misdirect(&mut self, file: &FileId) -> Option<i64> {
+        if let Some((m, sectors)) = self.faults.misdirect_next_write
+            && m.matches(file)
+        {
+            self.faults.misdirect_next_write = None;
+            return Some(sectors);
+        }
+        let rate = self.faults.misdirect_rate;
+        if FileClass::of(file).holds_records() && rate > 0.0 && self.rng.random_bool(rate) {
+            let sectors: i64 = self.rng.random_range(1..=8);
+            return Some(if self.rng.random_bool(0.5) { sectors } else { -sectors });
+        }
+        None
+    }
+
+    /// A write that reports success although only a sector-aligned prefix landed (zeros after).
+    fn write_torn(&mut self, file: FileId, offset: u64, data: &[u8]) {
+        self.hits.hit(FaultClass::TornWriteLive);
+        let end = offset + data.len() as u64;
+        let first = (offset / SECTOR_BYTES + 1) * SECTOR_BYTES;
+        let cut = if first < end {
+            let sectors = (end - first).div_ceil(SECTOR_BYTES);
+            first + self.rng.random_range(0..sectors) * SECTOR_BYTES
+        } else {
+            offset + data.len() as u64 / 2
+        };
+        let keep = (cut - offset) as usize;
+        let mut landed = data[..keep].to_vec();
+        landed.resize(data.len(), 0);
+        self.file_mut(file).write(offset, &landed);
+    }
+
+    fn sync(&mut self, file: FileId) -> Result<DiskDone, DiskError> {
+        if !self.files.contains_key(&file) {
+            return Err(missing(&file));
+        }
+        let stuck = self.faults.failing.is_some_and(|m| m.matches(&file));
+        let rate = self.faults.fsync_error_rate;
+        if stuck
+            || DiskFaults::take_if_matches(&mut self.faults.fail_next_sync, &file)
+            || (rate > 0.0 && self.rng.random_bool(rate))
+        {
+            self.hits.hit(FaultClass::FsyncError);
+            self.file_mut(file).revert_unsynced();
+            return Err(DiskError::Io("fsync failed: dirty pages dropped".into()));
+        }
+        if self.file_mut(file).is_dirty() && self.lies(&file) {
+            self.hits.hit(FaultClass::LyingFsync);
+            self.file_mut(file).lied = true;
+            return Ok(DiskDone::Done);
+        }
+        self.file_mut(file).sync();
+        Ok(DiskDone::Done)
+    }
+
+    fn lies(&mut self, file: &FileId) -> bool {
+        let rate = self.faults.lying_fsync_rate;
+        self.faults.lie_on.is_some_and(|m| m.matches(file))
+            || (FileClass::of(file).holds_records() && rate > 0.0 && self.rng.random_bool(rate))
+    }
+
+    fn read(&mut self, file: FileId, offset: u64, len: u64) -> Result<DiskDone, DiskError> {
+        let Some(f) = self.files.get(&file) else {
+            return Err(missing(&file));
+        };
+        let rate = self.faults.read_error_rate;
+        if rate > 0.0 && self.rng.random_bool(rate) {
+            self.hits.hit(FaultClass::ReadError);
+            return Err(DiskError::Io("read failed".into()));
+        }
+        let Some(bytes) = offset.checked_add(len).and_then(|end| f.data().get(offset as usize..end as usize)) else {
+            return Err(DiskError::Io(format!("short read: {len} bytes at {offset} of {}", f.len())));
+        };
+        let mut bytes = bytes.to_vec();
+        let rate = self.faults.read_corruption_rate;
+        if !bytes.is_empty() && rate > 0.0 && self.rng.random_bool(rate) {
+            self.hits.hit(FaultClass::ReadCorruption);
+            let at = self.rng.random_range(0..bytes.len());
+            bytes[at] ^= 1 << self.rng.random_range(0..8u32);
+        }
+        Ok(DiskDone::Data(Bytes::from(bytes)))
+    }
+
+    fn truncate(&mut self, file: FileId, len: u64) -> Result<DiskDone, DiskError> {
+        let Some(f) = self.files.get_mut(&file) else {
+            return Err(missing(&file));
+        };
+        if self.faults.disk_full && len > f.len() {
+            self.hits.hit(FaultClass::DiskFull);
+            return Err(DiskError::NoSpace);
+        }
+        f.truncate(len);
+        Ok(DiskDone::Done)
+    }
+
+    fn file_mut(&mut self, file: FileId) -> &mut SimFile {
+        self.files.get_mut(&file).expect("invariant: caller checked the file exists")
+    }
+
+    /// The file, if it exists.
+    pub fn file(&self, file: &FileId) -> Option<&SimFile> {
+        self.files.get(file)
+    }
+
+    /// Every file, in `FileId` order.
+    pub fn files(&self) -> impl Iterator<Item = (&FileId, &SimFile)> {
+        self.files.iter()
+    }
+
+    /// What a restarting process finds: the current content of every file.
+    pub fn snapshot(&self) -> BTreeMap<FileId, Bytes> {
+        self.files.iter().map(|(id, f)| (*id, Bytes::copy_from_slice(f.data()))).collect()
+    }
+
+    /// Damage reports since the last call.
+    pub fn take_damage(&mut self) -> Vec<Damage> {
+        std::mem::take(&mut self.damage)
+    }
+
+    /// Turns every fault off (the heal phase); hit counters are kept.
+    pub fn heal(&mut self) {
+        self.faults = DiskFaults::default();
+    }
+}
+
+fn missing(file: &FileId) -> DiskError {
+    DiskError::Io(format!("{}: no such file", file.relative_path()))
+}

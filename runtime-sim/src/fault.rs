@@ -1,0 +1,138 @@
+//! Fault classes and their hit counters. Every fault the simulator injects is counted under its
+//! class, so a sweep can show which classes were actually exercised (a class that is "on" but
+//! never hits tests nothing).
+
+/// One class of injected fault.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum FaultClass {
+    /// The process is killed: volatile state is gone, the OS page cache survives.
+    ProcessCrash,
+    /// Power loss: unsynced data is dropped (or torn, see `TornWrite`).
+    PowerLoss,
+    /// At power loss a file keeps a sector-aligned prefix of its unsynced writes.
+    TornWrite,
+    /// fsync fails; the dirty data it covered is lost.
+    FsyncError,
+    /// A read fails with an I/O error.
+    ReadError,
+    /// A read returns a flipped bit (the data at rest is intact).
+    ReadCorruption,
+    /// Writes that would grow a file fail with ENOSPC.
+    DiskFull,
+    /// Operations take far longer than usual.
+    SlowDisk,
+    /// A created file's directory entry is not durable until the file's first fsync.
+    MissingDirFsync,
+    /// The process stops running for a while, then resumes.
+    Pause,
+    /// A write reports success but only a sector-aligned prefix of it landed.
+    TornWriteLive,
+    /// A write lands at the wrong offset (corruption class when it overwrites older data).
+    MisdirectedWrite,
+    /// A bit of data at rest flips (corruption class).
+    BitFlip,
+    /// fsync reports success without making the data durable (corruption class).
+    LyingFsync,
+    /// A scheduled graceful restart (after a WAL latch, as an operator would).
+    Restart,
+}
+
+impl FaultClass {
+    /// Every class, in reporting order.
+    pub const ALL: [FaultClass; 15] = [
+        FaultClass::ProcessCrash,
+        FaultClass::PowerLoss,
+        FaultClass::TornWrite,
+        FaultClass::FsyncError,
+        FaultClass::ReadError,
+        FaultClass::ReadCorruption,
+        FaultClass::DiskFull,
+        FaultClass::SlowDisk,
+        FaultClass::MissingDirFsync,
+        FaultClass::Pause,
+        FaultClass::TornWriteLive,
+        FaultClass::MisdirectedWrite,
+        FaultClass::BitFlip,
+        FaultClass::LyingFsync,
+        FaultClass::Restart,
+    ];
+
+    /// Stable snake_case name (JSON keys, reports).
+    pub fn name(self) -> &'static str {
+        match self {
+            FaultClass::ProcessCrash => "process_crash",
+            FaultClass::PowerLoss => "power_loss",
+            FaultClass::TornWrite => "torn_write",
+            FaultClass::FsyncError => "fsync_error",
+            FaultClass::ReadError => "read_error",
+            FaultClass::ReadCorruption => "read_corruption",
+            FaultClass::DiskFull => "disk_full",
+            FaultClass::SlowDisk => "slow_disk",
+            FaultClass::MissingDirFsync => "missing_dir_fsync",
+            FaultClass::Pause => "pause",
+            FaultClass::TornWriteLive => "torn_write_live",
+            FaultClass::MisdirectedWrite => "misdirected_write",
+            FaultClass::BitFlip => "bit_flip",
+            FaultClass::LyingFsync => "lying_fsync",
+            FaultClass::Restart => "restart",
+        }
+    }
+
+    fn index(self) -> usize {
+        // `ALL` lists the variants in declaration order (checked by a test).
+        self as usize
+    }
+}
+
+/// Hits per fault class.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultHits([u64; FaultClass::ALL.len()]);
+
+impl FaultHits {
+    /// Counts one hit of `class`.
+    pub fn hit(&mut self, class: FaultClass) {
+        self.0[class.index()] += 1;
+    }
+
+    /// Hits of `class`.
+    pub fn get(&self, class: FaultClass) -> u64 {
+        self.0[class.index()]
+    }
+
+    /// Adds every counter of `other`.
+    pub fn add(&mut self, other: &FaultHits) {
+        for (mine, theirs) in self.0.iter_mut().zip(other.0) {
+            *mine += theirs;
+        }
+    }
+
+    /// (class, hits) for every class, in reporting order.
+    pub fn iter(&self) -> impl Iterator<Item = (FaultClass, u64)> + '_ {
+        FaultClass::ALL.iter().map(|&c| (c, self.get(c)))
+    }
+
+    /// Classes hit at least once.
+    pub fn classes_hit(&self) -> usize {
+        self.0.iter().filter(|&&n| n > 0).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_per_class() {
+        let mut hits = FaultHits::default();
+        hits.hit(FaultClass::BitFlip);
+        hits.hit(FaultClass::BitFlip);
+        let mut total = FaultHits::default();
+        total.add(&hits);
+        assert_eq!(total.get(FaultClass::BitFlip), 2);
+        assert_eq!(total.classes_hit(), 1);
+        assert_eq!(FaultClass::ALL.len(), 15);
+        for (i, class) in FaultClass::ALL.iter().enumerate() {
+            assert_eq!(class.index(), i);
+        }
+    }
+}

@@ -1,0 +1,186 @@
+//! `NodeHost`: the simulated process around one `Node`. It runs the same drain loop as the tokio
+//! runtime (handle one input → drain `poll_effect` → drain `poll_event` → re-arm
+//! `poll_timeout`), and models the process faults: crash (the node and everything in flight are
+//! gone; completions of the old incarnation are dropped by epoch), restart from the disk's bytes,
+//! and pause (inputs queue up and are delivered in order on resume).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use bytes::Bytes;
+use narad_core::{
+    ClientReply, Config, DiskDone, DiskError, DiskOp, Effect, FileId, Input, Instant, IoToken,
+    Node, NodeEvent, RecoveryError, RequestId,
+};
+
+/// What a host asks of the simulation around it.
+pub trait HostRuntime {
+    /// Execute a disk operation; complete it later with `NodeHost::disk_done(.., epoch, ..)`.
+    fn disk_op(&mut self, node: u32, epoch: u32, token: IoToken, op: DiskOp);
+    /// Deliver a reply to the client that sent `request`.
+    fn reply(&mut self, node: u32, request: RequestId, reply: ClientReply);
+    /// A node event for the checkers.
+    fn event(&mut self, node: u32, event: NodeEvent);
+    /// Call `NodeHost::fire_timer(.., generation, ..)` at `at`.
+    fn arm_timer(&mut self, node: u32, at: Instant, generation: u64);
+}
+
+/// One simulated process running a node.
+pub struct NodeHost {
+    index: u32,
+    config: Config,
+    node: Option<Node>,
+    epoch: u32,
+    paused: bool,
+    deferred: VecDeque<Option<Input>>,
+    timer: Option<Instant>,
+    timer_generation: u64,
+}
+
+impl NodeHost {
+    /// A host for node `index` that is not running yet.
+    pub fn new(index: u32, config: Config) -> NodeHost {
+        NodeHost {
+            index,
+            config,
+            node: None,
+            epoch: 0,
+            paused: false,
+            deferred: VecDeque::new(),
+            timer: None,
+            timer_generation: 0,
+        }
+    }
+
+    /// The running node, if the process is up.
+    pub fn node(&self) -> Option<&Node> {
+        self.node.as_ref()
+    }
+
+    /// True while the process runs (paused or not).
+    pub fn is_up(&self) -> bool {
+        self.node.is_some()
+    }
+
+    /// True while the process is paused.
+    pub fn is_paused(&self) -> bool {
+        self.paused
+    }
+
+    /// Incarnation counter: bumped at every crash.
+    pub fn epoch(&self) -> u32 {
+        self.epoch
+    }
+
+    /// Starts the process from the bytes on disk (`Node::recover`) and drains its first effects.
+    pub fn start(
+        &mut self,
+        now: Instant,
+        files: BTreeMap<FileId, Bytes>,
+        rt: &mut impl HostRuntime,
+    ) -> Result<(), RecoveryError> {
+        assert!(self.node.is_none(), "invariant: start only a stopped process");
+        self.node = Some(Node::recover(self.config.clone(), now, files)?);
+        self.paused = false;
+        self.drain(rt);
+        Ok(())
+    }
+
+    /// Kills the process: the node, its timers and everything in flight are gone.
+    pub fn crash(&mut self) {
+        self.node = None;
+        self.epoch += 1;
+        self.paused = false;
+        self.deferred.clear();
+        self.timer = None;
+        self.timer_generation += 1;
+    }
+
+    /// Stops running the node until `resume`.
+    pub fn pause(&mut self) {
+        if self.node.is_some() {
+            self.paused = true;
+        }
+    }
+
+    /// Resumes a paused node and delivers what queued meanwhile, in order.
+    pub fn resume(&mut self, now: Instant, rt: &mut impl HostRuntime) {
+        if !self.paused {
+            return;
+        }
+        self.paused = false;
+        while let Some(input) = self.deferred.pop_front() {
+            if self.node.is_none() {
+                break;
+            }
+            self.step(now, input, rt);
+        }
+    }
+
+    /// Feeds a client request or control input. Dropped if the process is down.
+    pub fn deliver(&mut self, now: Instant, input: Input, rt: &mut impl HostRuntime) {
+        self.feed(now, Some(input), rt);
+    }
+
+    /// A disk completion of incarnation `epoch` (dropped if the process died since).
+    pub fn disk_done(
+        &mut self,
+        now: Instant,
+        epoch: u32,
+        token: IoToken,
+        result: Result<DiskDone, DiskError>,
+        rt: &mut impl HostRuntime,
+    ) {
+        if epoch == self.epoch {
+            self.feed(now, Some(Input::Disk { token, result }), rt);
+        }
+    }
+
+    /// The timer armed with `generation` fired (ignored if it was re-armed since).
+    pub fn fire_timer(&mut self, now: Instant, generation: u64, rt: &mut impl HostRuntime) {
+        if generation == self.timer_generation && self.timer.is_some() {
+            self.timer = None;
+            self.feed(now, None, rt);
+        }
+    }
+
+    fn feed(&mut self, now: Instant, input: Option<Input>, rt: &mut impl HostRuntime) {
+        if self.node.is_none() {
+            return;
+        }
+        if self.paused {
+            self.deferred.push_back(input);
+            return;
+        }
+        self.step(now, input, rt);
+    }
+
+    fn step(&mut self, now: Instant, input: Option<Input>, rt: &mut impl HostRuntime) {
+        let node = self.node.as_mut().expect("invariant: step only a running node");
+        match input {
+            Some(input) => node.handle_input(now, input),
+            None => node.handle_timeout(now),
+        }
+        self.drain(rt);
+    }
+
+    fn drain(&mut self, rt: &mut impl HostRuntime) {
+        let node = self.node.as_mut().expect("invariant: drain only a running node");
+        while let Some(effect) = node.poll_effect() {
+            match effect {
+                Effect::Disk { token, op } => rt.disk_op(self.index, self.epoch, token, op),
+                Effect::Reply { request, reply } => rt.reply(self.index, request, reply),
+            }
+        }
+        while let Some(event) = node.poll_event() {
+            rt.event(self.index, event);
+        }
+        let next = node.poll_timeout();
+        if next != self.timer {
+            self.timer = next;
+            self.timer_generation += 1;
+            if let Some(at) = next {
+                rt.arm_timer(self.index, at, self.timer_generation);
+            }
+        }
+    }
+}
