@@ -1,1 +1,49 @@
-fn main() {}
+//! `narad`: the production binary. `serve` runs a broker node on the tokio runtime (real disk,
+//! HTTP); the other commands are small clients of a running node. All broker logic lives in
+//! `narad-core`; this crate only executes its disk, timer and reply effects.
+
+mod cli;
+mod client;
+mod clock;
+mod datadir;
+mod disk;
+mod driver;
+mod http;
+mod payload_json;
+mod server;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use tracing_subscriber::EnvFilter;
+
+use crate::cli::{Cli, Command};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(args) => {
+            init_logging();
+            server::serve(args).inspect_err(|e| tracing::error!("narad serve failed: {e:#}"))
+        }
+        Command::Topic(args) => client::topic(args),
+        Command::Produce(args) => client::produce(args),
+        Command::Consume(args) => client::consume(args),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Logs to stderr, filtered by RUST_LOG (default `info`).
+fn init_logging() {
+    let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
+}

@@ -1,0 +1,144 @@
+//! The client commands (`topic`, `produce`, `consume`): one blocking HTTP request each against a
+//! running node. The server's JSON is printed as it came; any non-2xx answer becomes an error
+//! (message on stderr, exit code 1).
+
+use std::io::{Read, Write};
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+
+use crate::cli::{ConsumeArgs, ProduceArgs, TopicAction, TopicArgs};
+
+/// A client never waits longer than this for one answer.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
+/// Largest answer we read (a consume of many large messages in base64 stays well below).
+const RESPONSE_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
+
+/// `narad topic ...`.
+pub fn topic(args: TopicArgs) -> anyhow::Result<()> {
+    let base = args.target.url.trim_end_matches('/');
+    let agent = agent();
+    let response = match args.action {
+        TopicAction::Create {
+            name,
+            partitions,
+            retention_ms,
+        } => {
+            let body = serde_json::json!({
+                "name": name,
+                "partitions": partitions,
+                "retention_ms": retention_ms,
+            });
+            agent
+                .post(format!("{base}/v1/topics"))
+                .header("content-type", "application/json")
+                .send(body.to_string())
+        }
+        TopicAction::List => agent.get(format!("{base}/v1/topics")).call(),
+        TopicAction::Get { name } => agent
+            .get(format!("{base}/v1/topics/{}", segment(&name)))
+            .call(),
+        TopicAction::Delete { name } => agent
+            .delete(format!("{base}/v1/topics/{}", segment(&name)))
+            .call(),
+    };
+    print_answer(response.with_context(|| format!("requesting {base}"))?)
+}
+
+/// `narad produce TOPIC [DATA]`.
+pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
+    let base = args.target.url.trim_end_matches('/');
+    let data = match args.data {
+        Some(data) => data.into_bytes(),
+        None => {
+            let mut data = Vec::new();
+            std::io::stdin()
+                .read_to_end(&mut data)
+                .context("reading the message from stdin")?;
+            data
+        }
+    };
+    let mut url = format!("{base}/v1/topics/{}/produce", segment(&args.topic));
+    let mut sep = '?';
+    if let Some(key) = &args.key {
+        url.push_str(&format!(
+            "{sep}key={}",
+            utf8_percent_encode(key, NON_ALPHANUMERIC)
+        ));
+        sep = '&';
+    }
+    if let Some(partition) = args.partition {
+        url.push_str(&format!("{sep}partition={partition}"));
+    }
+    let response = agent()
+        .post(&url)
+        .header("content-type", "application/octet-stream")
+        .send(&data[..])
+        .with_context(|| format!("requesting {base}"))?;
+    print_answer(response)
+}
+
+/// `narad consume TOPIC --partition P`.
+pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
+    let base = args.target.url.trim_end_matches('/');
+    let mut url = format!(
+        "{base}/v1/topics/{}/consume?partition={}&offset={}",
+        segment(&args.topic),
+        args.partition,
+        args.offset
+    );
+    if let Some(max) = args.max {
+        url.push_str(&format!("&max={max}"));
+    }
+    let response = agent()
+        .get(&url)
+        .call()
+        .with_context(|| format!("requesting {base}"))?;
+    if response.status().as_u16() == 204 {
+        eprintln!(
+            "no message at offset {} (past the high watermark)",
+            args.offset
+        );
+        return Ok(());
+    }
+    print_answer(response)
+}
+
+fn agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(REQUEST_TIMEOUT))
+        .proxy(None)
+        .build()
+        .into()
+}
+
+/// Prints a 2xx body to stdout; anything else is an error carrying the server's message.
+fn print_answer(response: ureq::http::Response<ureq::Body>) -> anyhow::Result<()> {
+    let status = response.status();
+    let body = response
+        .into_body()
+        .with_config()
+        .limit(RESPONSE_LIMIT_BYTES)
+        .read_to_vec()
+        .context("reading the answer")?;
+    if !status.is_success() {
+        let message = serde_json::from_slice::<serde_json::Value>(&body)
+            .ok()
+            .and_then(|v| v.get("error").and_then(|e| e.as_str()).map(str::to_owned))
+            .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
+        bail!("{status}: {message}");
+    }
+    if !body.is_empty() {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(&body)?;
+        stdout.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// Percent-encodes a path segment.
+fn segment(text: &str) -> String {
+    utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
+}

@@ -1,0 +1,225 @@
+//! The driver: the one task that owns the `Node` (no mutex). It turns client requests, disk
+//! completions, the shutdown signal and the node's own deadline into inputs, and after every
+//! input drains the node's effects (disk operations to the disk threads, replies to the waiting
+//! HTTP handlers), drains its events into the log and re-arms the timer (STYLE.md §3).
+
+use std::collections::BTreeMap;
+use std::pin::pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use narad_core::{
+    ClientOp, ClientReply, Effect, Input, Instant, Node, NodeEvent, RequestId, Stats,
+};
+use tokio::sync::{mpsc, oneshot, watch};
+
+use crate::clock::Clock;
+use crate::disk::DiskExecutor;
+
+/// Client requests queued for the node before senders wait (backpressure for HTTP handlers).
+const COMMAND_QUEUE: usize = 4_096;
+
+/// A request to the driver task.
+enum Command {
+    /// A client operation; the node's answer goes back on `reply`.
+    Client {
+        op: ClientOp,
+        reply: oneshot::Sender<ClientReply>,
+    },
+    /// A snapshot of the node's counters (served without a request id).
+    Stats { reply: oneshot::Sender<Stats> },
+}
+
+/// The driver task has stopped (shutdown finished, or it died): no answer will come.
+#[derive(Debug, Clone, Copy)]
+pub struct NodeGone;
+
+/// Cheap, cloneable access to the node for HTTP handlers.
+#[derive(Clone)]
+pub struct NodeHandle {
+    commands: mpsc::Sender<Command>,
+    ready: Arc<AtomicBool>,
+}
+
+impl NodeHandle {
+    /// Sends `op` to the node and waits for its reply.
+    pub async fn request(&self, op: ClientOp) -> Result<ClientReply, NodeGone> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Client { op, reply })
+            .await
+            .map_err(|_| NodeGone)?;
+        answer.await.map_err(|_| NodeGone)
+    }
+
+    /// The node's counters and gauges.
+    pub async fn stats(&self) -> Result<Stats, NodeGone> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Stats { reply })
+            .await
+            .map_err(|_| NodeGone)?;
+        answer.await.map_err(|_| NodeGone)
+    }
+
+    /// True once the node has recovered and serves requests (`/readyz`).
+    pub fn is_ready(&self) -> bool {
+        self.ready.load(Ordering::Relaxed)
+    }
+}
+
+/// Owns the node and everything needed to drive it.
+pub struct Driver {
+    node: Node,
+    clock: Clock,
+    disk: DiskExecutor,
+    disk_done: mpsc::UnboundedReceiver<Input>,
+    commands: mpsc::Receiver<Command>,
+    waiters: BTreeMap<RequestId, oneshot::Sender<ClientReply>>,
+    next_request: u64,
+    deadline: Option<Instant>,
+    ready: Arc<AtomicBool>,
+}
+
+impl Driver {
+    /// Wraps a recovered node. `disk` must send its completions to `disk_done`.
+    pub fn new(
+        node: Node,
+        clock: Clock,
+        disk: DiskExecutor,
+        disk_done: mpsc::UnboundedReceiver<Input>,
+    ) -> (Driver, NodeHandle) {
+        let (tx, commands) = mpsc::channel(COMMAND_QUEUE);
+        let ready = Arc::new(AtomicBool::new(false));
+        let handle = NodeHandle {
+            commands: tx,
+            ready: Arc::clone(&ready),
+        };
+        let driver = Driver {
+            node,
+            clock,
+            disk,
+            disk_done,
+            commands,
+            waiters: BTreeMap::new(),
+            next_request: 0,
+            deadline: None,
+            ready,
+        };
+        (driver, handle)
+    }
+
+    /// Drives the node until `shutdown` turns true and the node reports it has shut down.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Stats {
+        self.after_input(); // Recovery may have queued repairs (torn-tail truncation).
+        let mut timer = pin!(tokio::time::sleep(Duration::ZERO));
+        let mut shutting_down = false;
+        let mut clients_open = true;
+        let mut armed: Option<Instant> = None;
+        loop {
+            if shutting_down && self.node.is_shut_down() {
+                break;
+            }
+            if self.deadline != armed {
+                if let Some(deadline) = self.deadline {
+                    timer.as_mut().reset(self.clock.tokio_deadline(deadline));
+                }
+                armed = self.deadline;
+            }
+            tokio::select! {
+                biased;
+                Some(input) = self.disk_done.recv() => {
+                    let now = self.clock.now();
+                    self.node.handle_input(now, input);
+                }
+                command = self.commands.recv(), if clients_open => match command {
+                    Some(command) => self.on_command(command),
+                    None => clients_open = false,
+                },
+                _ = shutdown.changed(), if !shutting_down => {
+                    shutting_down = true;
+                    tracing::info!(in_flight = self.waiters.len(), "node shutting down");
+                    let now = self.clock.now();
+                    self.node.handle_input(now, Input::BeginShutdown);
+                }
+                () = &mut timer, if armed.is_some() => {
+                    let deadline = armed.take().expect("invariant: guarded by is_some");
+                    let now = self.clock.now_at_least(deadline);
+                    self.node.handle_timeout(now);
+                }
+            }
+            self.after_input();
+        }
+        self.finish()
+    }
+
+    fn on_command(&mut self, command: Command) {
+        match command {
+            Command::Client { op, reply } => {
+                let request = RequestId(self.next_request);
+                self.next_request += 1;
+                self.waiters.insert(request, reply);
+                let now = self.clock.now();
+                self.node.handle_input(now, Input::Client { request, op });
+            }
+            Command::Stats { reply } => {
+                let _ = reply.send(self.node.stats()); // The asker may have gone: fine.
+            }
+        }
+    }
+
+    /// The drain rule: effects to `None`, then events, then the next deadline.
+    fn after_input(&mut self) {
+        while let Some(effect) = self.node.poll_effect() {
+            match effect {
+                Effect::Disk { token, op } => self.disk.submit(token, op),
+                Effect::Reply { request, reply } => match self.waiters.remove(&request) {
+                    // A client that hung up no longer listens; its request still ran to the end.
+                    Some(waiter) => drop(waiter.send(reply)),
+                    None => tracing::warn!(request = request.0, "reply to an unknown request"),
+                },
+            }
+        }
+        while let Some(event) = self.node.poll_event() {
+            log_event(event);
+        }
+        self.deadline = self.node.poll_timeout();
+        self.ready.store(self.node.is_ready(), Ordering::Relaxed);
+    }
+
+    fn finish(self) -> Stats {
+        if !self.waiters.is_empty() {
+            tracing::warn!(
+                unanswered = self.waiters.len(),
+                "node stopped with requests unanswered"
+            );
+        }
+        self.ready.store(false, Ordering::Relaxed);
+        self.node.stats()
+    }
+}
+
+fn log_event(event: NodeEvent) {
+    match event {
+        NodeEvent::Committed {
+            key,
+            first_offset,
+            origins,
+        } => {
+            tracing::debug!(%key, first_offset, records = origins.len(), "records committed");
+        }
+        NodeEvent::CheckpointDurable { checkpoint } => {
+            tracing::debug!(checkpoint, "wal checkpoint durable");
+        }
+        NodeEvent::Discarded { seq, topic } => {
+            tracing::debug!(seq, topic = topic.0, "record of a deleted topic discarded");
+        }
+        NodeEvent::WalLatched => {
+            tracing::warn!("ingress WAL failed and latched: produces answer 500 until restart");
+        }
+        NodeEvent::CommitFailed { key, reason } => {
+            tracing::warn!(%key, reason, "partition commit failed and was rolled back");
+        }
+    }
+}

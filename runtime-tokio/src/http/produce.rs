@@ -1,0 +1,164 @@
+//! `POST /v1/topics/{t}/produce` (raw body, one message) and `.../produce/batch` (JSON, up to
+//! 1,000 messages). Both become one `ClientOp::Produce`; the core stages the records in the
+//! ingress WAL and answers only after the group commit that holds them is durable (202).
+
+use axum::body::Body;
+use axum::extract::{Path, RawQuery, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::Response;
+use narad_core::constants::{MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_MESSAGE_BYTES};
+use narad_core::{ClientOp, ClientReply, ProduceMessage};
+use serde::Deserialize;
+use serde_json::value::RawValue;
+
+use super::body::read_limited;
+use super::query::produce_params;
+use super::{ApiError, call, json_response};
+use crate::driver::NodeHandle;
+use crate::payload_json::{key_from_json, payload_from_json};
+
+/// One message, body = payload.
+pub async fn single(
+    State(node): State<NodeHandle>,
+    Path(topic): Path<String>,
+    RawQuery(query): RawQuery,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<StatusCode, ApiError> {
+    let params = produce_params(query.as_deref())?;
+    let payload = read_limited(&headers, body, MAX_MESSAGE_BYTES).await?;
+    if payload.is_empty() {
+        return Err(ApiError::bad_request(
+            "empty body: a message needs 1 byte or more",
+        ));
+    }
+    let message = ProduceMessage {
+        key: params.key,
+        partition: params.partition,
+        payload,
+    };
+    let op = ClientOp::Produce {
+        topic,
+        messages: vec![message],
+        batch: false,
+    };
+    match call(&node, op).await? {
+        ClientReply::Produced { .. } => Ok(StatusCode::ACCEPTED),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+/// The batch request body.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchRequest<'a> {
+    #[serde(borrow)]
+    messages: Vec<BatchMessage<'a>>,
+}
+
+/// One message of a batch: `payload` may be any JSON value.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BatchMessage<'a> {
+    #[serde(borrow)]
+    payload: &'a RawValue,
+    payload_encoding: Option<String>,
+    key: Option<String>,
+    key_encoding: Option<String>,
+    partition: Option<u32>,
+}
+
+/// Many messages, all validated before any is staged; one WAL append, one 202.
+pub async fn batch(
+    State(node): State<NodeHandle>,
+    Path(topic): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let body = read_limited(&headers, body, MAX_BATCH_BYTES).await?;
+    let messages = decode_batch(&body)?;
+    let op = ClientOp::Produce {
+        topic,
+        messages,
+        batch: true,
+    };
+    match call(&node, op).await? {
+        ClientReply::Produced { accepted } => {
+            let body = format!("{{\"accepted\":{accepted}}}").into_bytes();
+            Ok(json_response(StatusCode::ACCEPTED, body))
+        }
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+/// Parses and decodes every message; the first bad one fails the whole batch.
+fn decode_batch(body: &[u8]) -> Result<Vec<ProduceMessage>, ApiError> {
+    let request: BatchRequest<'_> = serde_json::from_slice(body)
+        .map_err(|e| ApiError::bad_request(format!("invalid batch body: {e}")))?;
+    let count = request.messages.len();
+    if !(1..=MAX_BATCH_MESSAGES).contains(&count) {
+        return Err(ApiError::bad_request(format!(
+            "a batch holds 1 to {MAX_BATCH_MESSAGES} messages, got {count}"
+        )));
+    }
+    request
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| {
+            decode_message(m).map_err(|e| ApiError::bad_request(format!("message {i}: {e}")))
+        })
+        .collect()
+}
+
+fn decode_message(message: BatchMessage<'_>) -> Result<ProduceMessage, String> {
+    let payload = payload_from_json(message.payload, message.payload_encoding.as_deref())?;
+    let key = match &message.key {
+        Some(key) => key_from_json(key, message.key_encoding.as_deref())?,
+        None if message.key_encoding.is_some() => return Err("key_encoding without key".into()),
+        None => None,
+    };
+    Ok(ProduceMessage {
+        key,
+        partition: message.partition,
+        payload,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn batches_decode_or_fail_whole() {
+        let body = br#"{"messages":[{"payload":"a"},{"payload":{"x":1},"key":"k","partition":2},
+            {"payload":"AAE=","payload_encoding":"base64"}]}"#;
+        let messages = decode_batch(body).expect("valid batch");
+        assert_eq!(messages.len(), 3);
+        assert_eq!(&messages[1].payload[..], br#"{"x":1}"#);
+        assert_eq!(messages[1].key.as_deref(), Some(&b"k"[..]));
+        assert_eq!(messages[1].partition, Some(2));
+        assert_eq!(&messages[2].payload[..], &[0, 1]);
+    }
+
+    #[test]
+    fn bad_batches_are_400() {
+        let cases: [&[u8]; 6] = [
+            br#"{"messages":[]}"#,
+            br#"{"messages":[{"payload":"a","extra":1}]}"#,
+            br#"{"messages":[{"payload":"a"}],"extra":1}"#,
+            br#"{"messages":[{"payload":"a"},{"payload":"%%","payload_encoding":"base64"}]}"#,
+            br#"{"messages":[{"payload":"a"}"#,
+            br#"{"messages":[{"key":"a"}]}"#,
+        ];
+        for body in cases {
+            let err = decode_batch(body).expect_err("must be rejected");
+            assert_eq!(err.status(), StatusCode::BAD_REQUEST);
+        }
+        let err = format!("{:?}", decode_batch(cases[3]).expect_err("bad base64"));
+        assert!(
+            err.contains("message 1: payload is not valid base64"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,189 @@
+//! Query-string parsing for produce and consume. We parse by hand instead of through serde so
+//! that a parameter given twice is an error (serde would keep one silently), keys may be any
+//! bytes (percent-encoded), unknown parameters are ignored as SPEC.md §2 says, and the common
+//! case allocates nothing.
+
+use std::borrow::Cow;
+
+use bytes::Bytes;
+use percent_encoding::percent_decode;
+
+use super::ApiError;
+
+/// Parameters of `POST /v1/topics/{t}/produce`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct ProduceParams {
+    /// Partition-affinity key; `key=` (empty) means no key.
+    pub key: Option<Bytes>,
+    /// Explicit partition.
+    pub partition: Option<u32>,
+}
+
+/// Parameters of `GET /v1/topics/{t}/consume`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct ConsumeParams {
+    pub partition: u32,
+    /// First offset to read; 0 when absent.
+    pub offset: u64,
+    /// `Some` selects the list form of the answer.
+    pub max: Option<u32>,
+}
+
+/// Parses the produce query string.
+pub fn produce_params(query: Option<&str>) -> Result<ProduceParams, ApiError> {
+    let mut params = ProduceParams::default();
+    let (mut seen_key, mut seen_partition) = (false, false);
+    for (name, value) in pairs(query) {
+        match &*name {
+            b"key" => {
+                once(&mut seen_key, "key")?;
+                params.key = (!value.is_empty()).then(|| Bytes::copy_from_slice(&value));
+            }
+            b"partition" => {
+                once(&mut seen_partition, "partition")?;
+                params.partition = Some(number("partition", &value)?);
+            }
+            _ => {}
+        }
+    }
+    Ok(params)
+}
+
+/// Parses the consume query string; `partition` is required.
+pub fn consume_params(query: Option<&str>) -> Result<ConsumeParams, ApiError> {
+    let (mut partition, mut offset, mut max) = (None, None, None);
+    for (name, value) in pairs(query) {
+        match &*name {
+            b"partition" => set_once(&mut partition, "partition", number("partition", &value)?)?,
+            b"offset" => set_once(&mut offset, "offset", number("offset", &value)?)?,
+            b"max" => set_once(&mut max, "max", number("max", &value)?)?,
+            _ => {}
+        }
+    }
+    let partition = partition
+        .ok_or_else(|| ApiError::bad_request("query parameter `partition` is required"))?;
+    if max == Some(0) {
+        return Err(ApiError::bad_request("`max` must be at least 1"));
+    }
+    Ok(ConsumeParams {
+        partition,
+        offset: offset.unwrap_or(0),
+        max,
+    })
+}
+
+fn once(seen: &mut bool, name: &str) -> Result<(), ApiError> {
+    if std::mem::replace(seen, true) {
+        return Err(ApiError::bad_request(format!(
+            "query parameter `{name}` given more than once"
+        )));
+    }
+    Ok(())
+}
+
+fn set_once<T>(slot: &mut Option<T>, name: &str, value: T) -> Result<(), ApiError> {
+    if slot.replace(value).is_some() {
+        return Err(ApiError::bad_request(format!(
+            "query parameter `{name}` given more than once"
+        )));
+    }
+    Ok(())
+}
+
+/// A non-negative decimal integer.
+fn number<T: std::str::FromStr>(name: &str, value: &[u8]) -> Result<T, ApiError> {
+    std::str::from_utf8(value)
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| {
+            let shown = String::from_utf8_lossy(value);
+            ApiError::bad_request(format!(
+                "query parameter `{name}` must be a non-negative integer in range, got {shown:?}"
+            ))
+        })
+}
+
+/// The decoded `name=value` pairs of a query string (`+` is a space, `%XX` a byte).
+fn pairs(query: Option<&str>) -> impl Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> {
+    query
+        .unwrap_or("")
+        .split('&')
+        .filter(|pair| !pair.is_empty())
+        .map(|pair| {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            (decode(name), decode(value))
+        })
+}
+
+fn decode(raw: &str) -> Cow<'_, [u8]> {
+    if !raw.contains(['%', '+']) {
+        return Cow::Borrowed(raw.as_bytes());
+    }
+    let spaced = raw.replace('+', " ");
+    Cow::Owned(percent_decode(spaced.as_bytes()).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn produce_keys_and_partitions() {
+        assert_eq!(
+            produce_params(None).expect("empty"),
+            ProduceParams::default()
+        );
+        let p = produce_params(Some("key=a%20b+c&partition=3&other=x")).expect("valid");
+        assert_eq!(p.key.as_deref(), Some(&b"a b c"[..]));
+        assert_eq!(p.partition, Some(3));
+        let p = produce_params(Some("key=&partition=0")).expect("valid");
+        assert_eq!(p.key, None);
+        let p = produce_params(Some("key=%ff%00")).expect("binary key");
+        assert_eq!(p.key.as_deref(), Some(&[0xff, 0][..]));
+    }
+
+    #[test]
+    fn produce_rejects_bad_partitions() {
+        for query in [
+            "partition=abc",
+            "partition=-1",
+            "partition=",
+            "partition=1&partition=1",
+        ] {
+            assert!(
+                produce_params(Some(query)).is_err(),
+                "{query} must be rejected"
+            );
+        }
+        assert!(produce_params(Some("partition=99999999999")).is_err());
+        assert!(produce_params(Some("key=a&key=b")).is_err());
+    }
+
+    #[test]
+    fn consume_params_parse() {
+        let c = consume_params(Some("partition=2&offset=10&max=5")).expect("valid");
+        assert_eq!(
+            c,
+            ConsumeParams {
+                partition: 2,
+                offset: 10,
+                max: Some(5)
+            }
+        );
+        let c = consume_params(Some("partition=0")).expect("valid");
+        assert_eq!(
+            c,
+            ConsumeParams {
+                partition: 0,
+                offset: 0,
+                max: None
+            }
+        );
+        assert!(
+            consume_params(Some("offset=1")).is_err(),
+            "partition is required"
+        );
+        assert!(consume_params(Some("partition=1&max=0")).is_err());
+        assert!(consume_params(Some("partition=x")).is_err());
+    }
+}

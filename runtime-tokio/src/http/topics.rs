@@ -1,0 +1,132 @@
+//! Topic routes: create, list, get (with partition statistics), delete. Not on the hot path, so
+//! plain serde structs do the JSON.
+
+use axum::body::Body;
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use narad_core::api::{PartitionStats, TopicInfo};
+use narad_core::{ClientOp, ClientReply};
+use serde::{Deserialize, Serialize};
+
+use super::body::read_limited;
+use super::{ApiError, call, json_response};
+use crate::driver::NodeHandle;
+
+/// Largest create-topic body we read (the real content is well under 1 KiB).
+const CREATE_BODY_BYTES: usize = 64 * 1024;
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct CreateTopic {
+    name: String,
+    partitions: Option<u32>,
+    retention_ms: Option<u64>,
+}
+
+/// A topic as the API shows it.
+#[derive(Serialize)]
+struct TopicJson<'a> {
+    name: &'a str,
+    partitions: u32,
+    retention_ms: Option<u64>,
+    created_at: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    partition_stats: Option<Vec<PartitionJson>>,
+}
+
+#[derive(Serialize)]
+struct PartitionJson {
+    index: u32,
+    owner_node: u32,
+    high_watermark: u64,
+    size_bytes: u64,
+}
+
+impl<'a> TopicJson<'a> {
+    fn new(info: &'a TopicInfo, stats: Option<&[PartitionStats]>) -> TopicJson<'a> {
+        let partition_stats = stats.map(|stats| {
+            let json = |p: &PartitionStats| PartitionJson {
+                index: p.index,
+                owner_node: p.owner_node,
+                high_watermark: p.high_watermark,
+                size_bytes: p.size_bytes,
+            };
+            stats.iter().map(json).collect()
+        });
+        TopicJson {
+            name: &info.name,
+            partitions: info.partitions,
+            retention_ms: info.retention_ms,
+            created_at: info.created_ms,
+            partition_stats,
+        }
+    }
+}
+
+/// `POST /v1/topics` → 201 with the topic.
+pub async fn create(
+    State(node): State<NodeHandle>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let body = read_limited(&headers, body, CREATE_BODY_BYTES).await?;
+    let request: CreateTopic = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid topic body: {e}")))?;
+    let op = ClientOp::CreateTopic {
+        name: request.name,
+        partitions: request.partitions,
+        retention_ms: request.retention_ms,
+    };
+    match call(&node, op).await? {
+        ClientReply::TopicCreated(info) => {
+            Ok(to_json(StatusCode::CREATED, &TopicJson::new(&info, None)))
+        }
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+/// `GET /v1/topics` → 200 `{"topics": [...]}`.
+pub async fn list(State(node): State<NodeHandle>) -> Result<Response, ApiError> {
+    match call(&node, ClientOp::ListTopics).await? {
+        ClientReply::Topics(topics) => {
+            let topics: Vec<TopicJson<'_>> =
+                topics.iter().map(|t| TopicJson::new(t, None)).collect();
+            Ok(to_json(
+                StatusCode::OK,
+                &serde_json::json!({ "topics": topics }),
+            ))
+        }
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+/// `GET /v1/topics/{t}` → 200 with `partition_stats`.
+pub async fn get(
+    State(node): State<NodeHandle>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    match call(&node, ClientOp::GetTopic { name }).await? {
+        ClientReply::Topic(info, stats) => Ok(to_json(
+            StatusCode::OK,
+            &TopicJson::new(&info, Some(&stats)),
+        )),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+/// `DELETE /v1/topics/{t}` → 204.
+pub async fn delete(
+    State(node): State<NodeHandle>,
+    Path(name): Path<String>,
+) -> Result<Response, ApiError> {
+    match call(&node, ClientOp::DeleteTopic { name }).await? {
+        ClientReply::TopicDeleted => Ok(StatusCode::NO_CONTENT.into_response()),
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+fn to_json(status: StatusCode, value: &impl Serialize) -> Response {
+    let body = serde_json::to_vec(value).expect("invariant: API types serialise to JSON");
+    json_response(status, body)
+}

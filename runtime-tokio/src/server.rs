@@ -1,0 +1,171 @@
+//! `narad serve`: lock and load the data directory, recover the node, start the disk threads,
+//! the driver task and the HTTP server, then wait for SIGTERM/Ctrl-C and shut down in order:
+//! stop accepting connections, let the node finish its in-flight group commits and flush its
+//! checkpoint (bounded), and exit.
+
+use std::net::TcpListener as StdListener;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use axum::serve::ListenerExt;
+use narad_core::{Config, Node, NodeId, Stats};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinHandle;
+
+use crate::cli::ServeArgs;
+use crate::clock::Clock;
+use crate::datadir;
+use crate::disk::DiskExecutor;
+use crate::driver::Driver;
+use crate::http;
+
+/// How long the node may take to finish in-flight work after a shutdown signal.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+/// How long open HTTP connections may take to close once the node has stopped.
+const HTTP_DRAIN_GRACE: Duration = Duration::from_secs(3);
+
+/// Runs a node until it is told to stop.
+pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let _lock = datadir::lock(&args.data_dir)?;
+    let listener = StdListener::bind(args.http)
+        .with_context(|| format!("binding the HTTP API to {}", args.http))?;
+    listener.set_nonblocking(true)?;
+    let files = datadir::load(&args.data_dir)?;
+    let bytes: usize = files.values().map(|b| b.len()).sum();
+    tracing::info!(data_dir = %args.data_dir.display(), files = files.len(), bytes, "recovering");
+    let seed = args.seed.unwrap_or_else(clock_seed);
+    let config = Config {
+        node_id: NodeId(args.node_id),
+        seed,
+    };
+    let mut clock = Clock::default();
+    let node = match Node::recover(config, clock.now(), files) {
+        Ok(node) => node,
+        Err(error) => {
+            tracing::error!(
+                %error,
+                data_dir = %args.data_dir.display(),
+                "RECOVERY FAILED: the data directory holds damage that cannot be repaired without \
+                 losing acknowledged records; refusing to start (inspect or restore it)"
+            );
+            bail!("recovery failed: {error}");
+        }
+    };
+    log_recovered(&node.stats(), seed);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_name("narad-rt")
+        .build()
+        .context("starting the tokio runtime")?;
+    runtime.block_on(run(args, listener, node, clock))
+}
+
+async fn run(
+    args: ServeArgs,
+    listener: StdListener,
+    node: Node,
+    clock: Clock,
+) -> anyhow::Result<()> {
+    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let disk = DiskExecutor::start(&args.data_dir, done_tx).context("starting disk threads")?;
+    let (driver, handle) = Driver::new(node, clock, disk, done_rx);
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let mut driver = tokio::spawn(driver.run(stop_rx.clone()));
+
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let addr = listener.local_addr()?;
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true); // Small 202s must not wait for Nagle.
+    });
+    let server = axum::serve(listener, http::router(handle))
+        .with_graceful_shutdown(stopped(stop_rx))
+        .into_future();
+    let mut server = tokio::spawn(server);
+    tracing::info!(%addr, data_dir = %args.data_dir.display(), "narad listening");
+
+    tokio::select! {
+        signal = shutdown_signal() => tracing::info!(signal, "shutdown requested: no new connections"),
+        result = &mut driver => {
+            let _ = stop_tx.send(true);
+            bail!("node driver stopped unexpectedly: {}", describe_exit(result));
+        }
+        result = &mut server => bail!("HTTP server stopped unexpectedly: {result:?}"),
+    }
+    let _ = stop_tx.send(true);
+    let stats = finish_node(&mut driver).await?;
+    tracing::info!(
+        checkpoint = stats.wal_checkpoint,
+        backlog = stats.dispatch_backlog,
+        "node shut down cleanly (in-flight commits finished, checkpoint durable)"
+    );
+    if tokio::time::timeout(HTTP_DRAIN_GRACE, &mut server)
+        .await
+        .is_err()
+    {
+        tracing::warn!("HTTP connections still open after the node stopped; closing them");
+    }
+    Ok(())
+}
+
+/// Waits (bounded) for the driver to finish shutting down; a second signal cuts it short.
+async fn finish_node(driver: &mut JoinHandle<Stats>) -> anyhow::Result<Stats> {
+    tokio::select! {
+        result = tokio::time::timeout(SHUTDOWN_GRACE, &mut *driver) => match result {
+            Ok(Ok(stats)) => Ok(stats),
+            Ok(Err(join)) => bail!("node driver failed during shutdown: {join}"),
+            Err(_) => {
+                tracing::error!(grace = ?SHUTDOWN_GRACE, "node did not finish shutting down in time");
+                bail!("shutdown timed out after {SHUTDOWN_GRACE:?}");
+            }
+        },
+        signal = shutdown_signal() => {
+            tracing::warn!(signal, "second signal: exiting without waiting for the node");
+            bail!("shutdown interrupted by a second {signal}");
+        }
+    }
+}
+
+fn describe_exit(result: Result<Stats, tokio::task::JoinError>) -> String {
+    match result {
+        Ok(_) => "it returned without a shutdown request".to_string(),
+        Err(join) => join.to_string(),
+    }
+}
+
+/// Resolves once the stop flag turns true (or its sender is gone).
+async fn stopped(mut stop: watch::Receiver<bool>) {
+    let _ = stop.wait_for(|stop| *stop).await;
+}
+
+/// Resolves with the name of the first SIGTERM or SIGINT (Ctrl-C).
+async fn shutdown_signal() -> &'static str {
+    use tokio::signal::unix::{SignalKind, signal};
+    let mut term = signal(SignalKind::terminate()).expect("invariant: SIGTERM can be handled");
+    let mut int = signal(SignalKind::interrupt()).expect("invariant: SIGINT can be handled");
+    tokio::select! {
+        _ = term.recv() => "SIGTERM",
+        _ = int.recv() => "SIGINT",
+    }
+}
+
+fn log_recovered(stats: &Stats, seed: u64) {
+    tracing::info!(
+        wal_segments = stats.wal_segments,
+        wal_bytes = stats.wal_bytes_on_disk,
+        wal_checkpoint = stats.wal_checkpoint,
+        dispatch_backlog = stats.dispatch_backlog,
+        partitions = stats.partitions.len(),
+        records_visible = stats.partitions.iter().map(|p| p.2).sum::<u64>(),
+        seed,
+        "recovered"
+    );
+}
+
+/// A seed from the wall clock and the process id, for runs that did not pin one.
+fn clock_seed() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0);
+    nanos ^ (u64::from(std::process::id()) << 32)
+}
