@@ -1,1 +1,469 @@
-//! placeholder (being written)
+//! The dispatcher: moves durable WAL records to their partitions and decides how far the WAL
+//! checkpoint may advance.
+//!
+//! - **Window.** It holds at most `64 × active destinations` records (clamped to
+//!   [4,096, 65,536]) and never reads further than 16 windows past the checkpoint.
+//! - **One commit in flight per destination**, at most 16 in all; whatever queues meanwhile goes
+//!   in the next batch (≤ 8 MiB). A small batch may linger (≤ 2 × recent latency, ≤ 50 ms) while
+//!   other commits run, so batches stay fat.
+//! - **Skip-set, not head-of-line blocking.** A failing destination keeps its records; everything
+//!   else commits and is remembered in `done_ahead`, so nothing is committed twice while the
+//!   checkpoint waits at the first record not done.
+//! - **Reroute.** A destination whose owner is dead, or whose commits failed 3 passes in a row,
+//!   sends its records to the next live, healthy partition of the topic, keeping one record as a
+//!   probe so it gets its records back once it recovers.
+//! - **Discard** only for incarnations the authority confirms gone (asked once per topic per pass).
+
+mod destination;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::constants::{
+    COMMIT_BATCH_BYTES, COMMIT_FANOUT, FAILURE_BACKOFF_MS, LOOKAHEAD_WINDOWS,
+    REROUTE_AFTER_FAILED_PASSES, WINDOW_BASE_RECORDS, WINDOW_MAX_RECORDS,
+};
+use crate::ids::{Instant, PartitionKey, TopicId};
+use crate::partition::CommitId;
+use crate::wal::WalRecord;
+use destination::Destination;
+
+/// What the dispatcher needs to know about the cluster to place records.
+pub trait Placement {
+    /// Partition count of a live topic incarnation; `None` once it is gone from the local view.
+    fn partitions(&self, topic: TopicId) -> Option<u32>;
+    /// Whether the owner of `key` is alive according to membership.
+    fn owner_alive(&self, key: PartitionKey) -> bool;
+}
+
+/// A batch to commit on `target`'s owner.
+#[derive(Clone, Debug)]
+pub struct CommitRequest {
+    pub id: CommitId,
+    pub target: PartitionKey,
+    pub records: Vec<WalRecord>,
+}
+
+/// How a commit ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitResult {
+    /// The owner made the records visible from this offset on.
+    Committed { first_offset: u64 },
+    /// Nothing became visible; retry later.
+    Failed(String),
+    /// The target's topic incarnation no longer exists there.
+    TopicGone,
+}
+
+/// Counters the node exports.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DispatchCounters {
+    pub commits_ok: u64,
+    pub commits_failed: u64,
+    pub records_committed: u64,
+    pub records_rerouted: u64,
+    pub records_discarded: u64,
+}
+
+struct InFlight {
+    target: PartitionKey,
+    seqs: Vec<u64>,
+    started: Instant,
+}
+
+/// The dispatcher of one node.
+pub struct Dispatcher {
+    checkpoint: u64,
+    read_upto: u64,
+    held: BTreeMap<u64, WalRecord>,
+    done_ahead: BTreeSet<u64>,
+    destinations: BTreeMap<PartitionKey, Destination>,
+    in_flight: BTreeMap<CommitId, InFlight>,
+    orphans: BTreeMap<TopicId, Vec<u64>>,
+    confirm_asked_at: BTreeMap<TopicId, Instant>,
+    next_commit: u64,
+    next_start: Option<PartitionKey>,
+    counters: DispatchCounters,
+}
+
+impl Dispatcher {
+    /// A dispatcher resuming at the durable checkpoint.
+    pub fn new(checkpoint: u64) -> Dispatcher {
+        Dispatcher {
+            checkpoint,
+            read_upto: checkpoint,
+            held: BTreeMap::new(),
+            done_ahead: BTreeSet::new(),
+            destinations: BTreeMap::new(),
+            in_flight: BTreeMap::new(),
+            orphans: BTreeMap::new(),
+            confirm_asked_at: BTreeMap::new(),
+            next_commit: 1,
+            next_start: None,
+            counters: DispatchCounters::default(),
+        }
+    }
+
+    /// First sequence not yet done: the WAL may be checkpointed here.
+    pub fn checkpoint(&self) -> u64 {
+        self.checkpoint
+    }
+
+    /// Next sequence the dispatcher expects to be handed.
+    pub fn read_upto(&self) -> u64 {
+        self.read_upto
+    }
+
+    /// Counters for metrics.
+    pub fn counters(&self) -> DispatchCounters {
+        self.counters
+    }
+
+    /// Records held (read, not yet done).
+    pub fn held(&self) -> usize {
+        self.held.len()
+    }
+
+    /// Commits in flight.
+    pub fn commits_in_flight(&self) -> usize {
+        self.in_flight.len()
+    }
+
+    /// Current window: records held at once.
+    pub fn window(&self) -> usize {
+        let active = self.destinations.values().filter(|d| d.is_active()).count();
+        (active * crate::constants::BATCH_TARGET_RECORDS)
+            .clamp(WINDOW_BASE_RECORDS, WINDOW_MAX_RECORDS)
+    }
+
+    /// How many more records the dispatcher takes now.
+    pub fn room(&self) -> usize {
+        let window = self.window();
+        let lookahead_end = self.checkpoint + (LOOKAHEAD_WINDOWS * window) as u64;
+        let by_window = window.saturating_sub(self.held.len());
+        let by_lookahead = lookahead_end.saturating_sub(self.read_upto) as usize;
+        by_window.min(by_lookahead)
+    }
+
+    /// Reading must not go past this sequence (the lookahead bound).
+    pub fn read_limit(&self) -> u64 {
+        self.checkpoint + (LOOKAHEAD_WINDOWS * self.window()) as u64
+    }
+
+    /// Takes durable records, in sequence order, starting exactly at `read_upto`.
+    pub fn accept(&mut self, records: Vec<WalRecord>, now: Instant, placement: &dyn Placement) {
+        for record in records {
+            assert_eq!(
+                record.seq, self.read_upto,
+                "invariant: records arrive dense and in order"
+            );
+            self.read_upto += 1;
+            let seq = record.seq;
+            let destination = record.destination();
+            self.held.insert(seq, record);
+            if placement.partitions(destination.topic).is_none() {
+                self.orphans.entry(destination.topic).or_default().push(seq);
+                continue;
+            }
+            let target = self.place(destination, placement);
+            if target != destination {
+                self.counters.records_rerouted += 1;
+            }
+            self.destinations
+                .entry(target)
+                .or_default()
+                .enqueue(seq, now);
+        }
+        assert!(self.held.len() <= WINDOW_MAX_RECORDS * LOOKAHEAD_WINDOWS);
+    }
+
+    /// Where a record for `destination` goes now: itself, unless it is rerouted.
+    fn place(&mut self, destination: PartitionKey, placement: &dyn Placement) -> PartitionKey {
+        let dest = self.destinations.entry(destination).or_default();
+        let dead = !placement.owner_alive(destination);
+        let failing = dest.failed_passes >= REROUTE_AFTER_FAILED_PASSES;
+        if !dead && !failing {
+            return destination;
+        }
+        if !dead && dest.is_empty() {
+            return destination; // keep a one-record probe on a failing destination
+        }
+        self.sibling(destination, placement).unwrap_or(destination)
+    }
+
+    /// The next partition of the same topic (wrapping) whose owner is alive and not failing.
+    fn sibling(&self, of: PartitionKey, placement: &dyn Placement) -> Option<PartitionKey> {
+        let partitions = placement.partitions(of.topic)?;
+        (1..partitions)
+            .map(|step| PartitionKey {
+                topic: of.topic,
+                partition: (of.partition + step) % partitions,
+            })
+            .find(|candidate| {
+                let healthy = self
+                    .destinations
+                    .get(candidate)
+                    .is_none_or(|d| d.failed_passes < REROUTE_AFTER_FAILED_PASSES);
+                healthy && placement.owner_alive(*candidate)
+            })
+    }
+
+    /// Commits to start now (round-robin over destinations, at most 16 in flight).
+    pub fn poll_commits(&mut self, now: Instant) -> Vec<CommitRequest> {
+        let mut out = Vec::new();
+        let keys = self.rotation();
+        for key in keys {
+            if self.in_flight.len() >= COMMIT_FANOUT {
+                break;
+            }
+            let others_running = !self.in_flight.is_empty();
+            let dest = self
+                .destinations
+                .get_mut(&key)
+                .expect("rotation lists existing keys");
+            if !dest.ready_to_send(now, others_running) {
+                continue;
+            }
+            let seqs = dest.take_batch(&self.held, COMMIT_BATCH_BYTES);
+            let records = seqs.iter().map(|seq| self.held[seq].clone()).collect();
+            let id = CommitId(self.next_commit);
+            self.next_commit += 1;
+            dest.in_flight = Some(id);
+            self.in_flight.insert(
+                id,
+                InFlight {
+                    target: key,
+                    seqs,
+                    started: now,
+                },
+            );
+            self.next_start = Some(key);
+            out.push(CommitRequest {
+                id,
+                target: key,
+                records,
+            });
+        }
+        out
+    }
+
+    /// Destination keys starting after the last one served, so no destination starves.
+    fn rotation(&self) -> Vec<PartitionKey> {
+        let after = |k: &PartitionKey| self.next_start.is_some_and(|start| *k > start);
+        let (mut later, earlier): (Vec<_>, Vec<_>) = self
+            .destinations
+            .iter()
+            .filter(|(_, d)| d.has_queued() && d.in_flight.is_none())
+            .map(|(k, _)| *k)
+            .partition(after);
+        later.extend(earlier);
+        later
+    }
+
+    /// WAL sequences of the records in a commit in flight.
+    pub fn in_flight_seqs(&self, id: CommitId) -> &[u64] {
+        &self
+            .in_flight
+            .get(&id)
+            .expect("invariant: asked about a started commit")
+            .seqs
+    }
+
+    /// Where a commit in flight goes.
+    pub fn in_flight_target(&self, id: CommitId) -> PartitionKey {
+        self.in_flight
+            .get(&id)
+            .expect("invariant: asked about a started commit")
+            .target
+    }
+
+    /// Records the outcome of a commit.
+    pub fn on_commit(
+        &mut self,
+        id: CommitId,
+        result: CommitResult,
+        now: Instant,
+        placement: &dyn Placement,
+    ) {
+        let flight = self
+            .in_flight
+            .remove(&id)
+            .expect("invariant: outcomes match started commits");
+        let dest = self
+            .destinations
+            .get_mut(&flight.target)
+            .expect("in-flight destination exists");
+        dest.in_flight = None;
+        match result {
+            CommitResult::Committed { .. } => {
+                dest.on_success(now.micros_since(flight.started));
+                self.counters.commits_ok += 1;
+                self.counters.records_committed += flight.seqs.len() as u64;
+                for seq in flight.seqs {
+                    self.mark_done(seq);
+                }
+            }
+            CommitResult::Failed(_) => {
+                self.counters.commits_failed += 1;
+                dest.on_failure(flight.seqs, now.plus_millis(FAILURE_BACKOFF_MS));
+                if dest.failed_passes >= REROUTE_AFTER_FAILED_PASSES {
+                    self.reroute_from(flight.target, now, placement);
+                }
+            }
+            CommitResult::TopicGone => {
+                for seq in flight.seqs {
+                    self.orphans
+                        .entry(flight.target.topic)
+                        .or_default()
+                        .push(seq);
+                }
+            }
+        }
+        self.garbage_collect(flight.target);
+    }
+
+    /// Moves all but one queued record of a failing destination to a healthy sibling.
+    fn reroute_from(&mut self, from: PartitionKey, now: Instant, placement: &dyn Placement) {
+        let Some(to) = self.sibling(from, placement) else {
+            return;
+        };
+        let moved = self
+            .destinations
+            .get_mut(&from)
+            .expect("exists")
+            .drain_all_but_probe();
+        self.counters.records_rerouted += moved.len() as u64;
+        let target = self.destinations.entry(to).or_default();
+        for seq in moved {
+            target.enqueue(seq, now);
+        }
+    }
+
+    /// Re-examines destinations whose owner died: their queued records move to a live sibling.
+    pub fn reroute_dead_owners(&mut self, now: Instant, placement: &dyn Placement) {
+        let dead: Vec<PartitionKey> = self
+            .destinations
+            .iter()
+            .filter(|(k, d)| d.has_queued() && !placement.owner_alive(**k))
+            .map(|(k, _)| *k)
+            .collect();
+        for key in dead {
+            let Some(to) = self.sibling(key, placement) else {
+                continue;
+            };
+            let moved = self.destinations.get_mut(&key).expect("exists").drain_all();
+            self.counters.records_rerouted += moved.len() as u64;
+            let target = self.destinations.entry(to).or_default();
+            for seq in moved {
+                target.enqueue(seq, now);
+            }
+        }
+    }
+
+    fn garbage_collect(&mut self, key: PartitionKey) {
+        if self
+            .destinations
+            .get(&key)
+            .is_some_and(Destination::is_forgettable)
+        {
+            self.destinations.remove(&key);
+        }
+    }
+
+    fn mark_done(&mut self, seq: u64) {
+        let removed = self.held.remove(&seq);
+        assert!(removed.is_some(), "invariant: only held records complete");
+        self.done_ahead.insert(seq);
+        while self.done_ahead.remove(&self.checkpoint) {
+            self.checkpoint += 1;
+        }
+        assert!(self.checkpoint <= self.read_upto);
+    }
+
+    /// Topics whose orphaned records need the authority's confirmation now (once per topic per
+    /// pass: a pass is one backoff period).
+    pub fn poll_confirmations(&mut self, now: Instant) -> Vec<TopicId> {
+        let mut out = Vec::new();
+        for topic in self.orphans.keys() {
+            let due = self
+                .confirm_asked_at
+                .get(topic)
+                .is_none_or(|at| now >= at.plus_millis(FAILURE_BACKOFF_MS));
+            if due {
+                out.push(*topic);
+            }
+        }
+        for topic in &out {
+            self.confirm_asked_at.insert(*topic, now);
+        }
+        out
+    }
+
+    /// The authority answered: if `gone`, every orphan of `topic` is discarded (returned, for
+    /// events); otherwise they wait for the next pass.
+    pub fn on_confirmation(&mut self, topic: TopicId, gone: bool) -> Vec<u64> {
+        if !gone {
+            return Vec::new();
+        }
+        self.confirm_asked_at.remove(&topic);
+        let seqs = self.orphans.remove(&topic).unwrap_or_default();
+        self.counters.records_discarded += seqs.len() as u64;
+        for &seq in &seqs {
+            self.mark_done(seq);
+        }
+        seqs
+    }
+
+    /// Orphans whose topic turned out to be live after all (the local view caught up): put them
+    /// back into their destinations.
+    pub fn requeue_live_orphans(&mut self, now: Instant, placement: &dyn Placement) {
+        let live: Vec<TopicId> = self
+            .orphans
+            .keys()
+            .copied()
+            .filter(|t| placement.partitions(*t).is_some())
+            .collect();
+        for topic in live {
+            for seq in self.orphans.remove(&topic).unwrap_or_default() {
+                let destination = self.held[&seq].destination();
+                let target = self.place(destination, placement);
+                self.destinations
+                    .entry(target)
+                    .or_default()
+                    .enqueue(seq, now);
+            }
+        }
+    }
+
+    /// The earliest time something becomes due (a backoff ends, a linger expires, a confirmation
+    /// is to be asked again).
+    pub fn next_deadline(&self) -> Option<Instant> {
+        let destinations = self.destinations.values().filter_map(Destination::deadline);
+        let confirmations = self.orphans.keys().filter_map(|t| {
+            self.confirm_asked_at
+                .get(t)
+                .map(|at| at.plus_millis(FAILURE_BACKOFF_MS))
+        });
+        destinations.chain(confirmations).min()
+    }
+
+    /// Checks the structural invariants (used by tests and the simulator's checker).
+    pub fn check_invariants(&self) {
+        assert!(self.checkpoint <= self.read_upto);
+        assert!(
+            self.held
+                .keys()
+                .all(|&s| s >= self.checkpoint && s < self.read_upto)
+        );
+        assert!(
+            self.done_ahead
+                .iter()
+                .all(|&s| s > self.checkpoint && s < self.read_upto)
+        );
+        assert!(self.held.keys().all(|s| !self.done_ahead.contains(s)));
+        assert!(
+            (self.read_upto - self.checkpoint) as usize == self.held.len() + self.done_ahead.len()
+        );
+        let lookahead = (LOOKAHEAD_WINDOWS * WINDOW_MAX_RECORDS) as u64;
+        assert!(self.read_upto - self.checkpoint <= lookahead);
+    }
+}

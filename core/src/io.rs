@@ -66,7 +66,11 @@ pub enum DiskOp {
     /// Create an empty file and make its directory entry durable (fsync the directory).
     Create { file: FileId },
     /// Write `data` at `offset` (positional; extends the file as needed). Not durable until `Sync`.
-    Write { file: FileId, offset: u64, data: Bytes },
+    Write {
+        file: FileId,
+        offset: u64,
+        data: Bytes,
+    },
     /// Make everything written to the file durable (`fdatasync`).
     Sync { file: FileId },
     /// Read exactly `len` bytes at `offset`.
@@ -117,7 +121,10 @@ pub enum Input {
     /// A client request (HTTP in production, the workload in the simulator).
     Client { request: RequestId, op: ClientOp },
     /// Completion of the disk operation the node emitted with `token`.
-    Disk { token: IoToken, result: Result<DiskDone, DiskError> },
+    Disk {
+        token: IoToken,
+        result: Result<DiskDone, DiskError>,
+    },
     /// Stop accepting produces, finish in-flight group commits, flush the checkpoint. The runtime
     /// keeps driving the node until `Node::is_shut_down` is true.
     BeginShutdown,
@@ -129,7 +136,10 @@ pub enum Effect {
     /// Perform a disk operation and answer with `Input::Disk { token, .. }`.
     Disk { token: IoToken, op: DiskOp },
     /// Answer a client request.
-    Reply { request: RequestId, reply: ClientReply },
+    Reply {
+        request: RequestId,
+        reply: ClientReply,
+    },
 }
 
 /// What the node reports happened, for checkers and logs (drained with `Node::poll_event`).
@@ -138,7 +148,11 @@ pub enum Effect {
 pub enum NodeEvent {
     /// Records became visible on a partition: offsets `first_offset..first_offset + origins.len()`.
     /// `origins` are the WAL sequence numbers the records came from, in offset order.
-    Committed { key: PartitionKey, first_offset: u64, origins: Vec<u64> },
+    Committed {
+        key: PartitionKey,
+        first_offset: u64,
+        origins: Vec<u64>,
+    },
     /// The WAL checkpoint became durable at `checkpoint` (first sequence not yet done).
     CheckpointDurable { checkpoint: u64 },
     /// A WAL record was discarded because its topic incarnation is gone (leader-confirmed).

@@ -22,6 +22,9 @@ pub mod node;
 pub mod partition;
 pub mod wal;
 
+#[cfg(test)]
+mod tests;
+
 pub use api::{ClientError, ClientOp, ClientReply, ConsumedRecord, ProduceMessage, Stats};
 pub use ids::{Instant, IoToken, Lsn, NodeId, PartitionKey, RequestId, TopicId};
 pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent};

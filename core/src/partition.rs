@@ -58,7 +58,10 @@ enum LogState {
     Idle,
     Committing(Commit),
     /// Truncating back to the committed size; `pending` is a commit waiting for it.
-    Repairing { ios_left: u32, failed: bool },
+    Repairing {
+        ios_left: u32,
+        failed: bool,
+    },
     /// A repair failed; the next commit attempt repairs first.
     Poisoned,
 }
@@ -104,9 +107,17 @@ impl PartitionLog {
     pub fn recover(key: PartitionKey, bytes: &[u8]) -> Result<PartitionLog, RecoveryError> {
         let file = FileId::PartitionLog(key).relative_path();
         let scanned = scan(bytes);
-        if let ScanEnd::Corrupt { bad_pos, next_valid_pos } = scanned.end {
+        if let ScanEnd::Corrupt {
+            bad_pos,
+            next_valid_pos,
+        } = scanned.end
+        {
             let (bad_pos, next_valid_pos) = (bad_pos as u64, next_valid_pos as u64);
-            return Err(RecoveryError::CorruptLog { file, bad_pos, next_valid_pos });
+            return Err(RecoveryError::CorruptLog {
+                file,
+                bad_pos,
+                next_valid_pos,
+            });
         }
         let mut log = PartitionLog::new(key);
         log.file_exists = true;
@@ -145,16 +156,26 @@ impl PartitionLog {
 
     /// Starts `commit_durable` for `records` (offsets are assigned here). Fails at once if a
     /// commit or repair is running, or the log is poisoned (a repair then starts).
-    pub fn begin_commit(&mut self, id: CommitId, records: Vec<PartitionRecord>) -> Result<(), String> {
+    pub fn begin_commit(
+        &mut self,
+        id: CommitId,
+        records: Vec<PartitionRecord>,
+    ) -> Result<(), String> {
         match self.state {
             LogState::Idle => {}
             LogState::Poisoned => {
                 self.start_repair();
-                return Err(format!("{}: poisoned by an earlier failure, repairing", self.key));
+                return Err(format!(
+                    "{}: poisoned by an earlier failure, repairing",
+                    self.key
+                ));
             }
             _ => return Err(format!("{}: busy", self.key)),
         }
-        assert!(!records.is_empty(), "invariant: commits carry at least one record");
+        assert!(
+            !records.is_empty(),
+            "invariant: commits carry at least one record"
+        );
         let mut data = Vec::new();
         let count = records.len() as u64;
         for (index, mut record) in records.into_iter().enumerate() {
@@ -164,22 +185,39 @@ impl PartitionLog {
         let file = FileId::PartitionLog(self.key);
         let mut ios = 2;
         if !self.file_exists {
-            self.outbox.push_back((PartIo::Commit, DiskOp::Create { file }));
+            self.outbox
+                .push_back((PartIo::Commit, DiskOp::Create { file }));
             self.file_exists = true;
             ios += 1;
         }
         let data = Bytes::from(data);
-        let write = DiskOp::Write { file, offset: self.size, data: data.clone() };
+        let write = DiskOp::Write {
+            file,
+            offset: self.size,
+            data: data.clone(),
+        };
         self.outbox.push_back((PartIo::Commit, write));
-        self.outbox.push_back((PartIo::Commit, DiskOp::Sync { file }));
+        self.outbox
+            .push_back((PartIo::Commit, DiskOp::Sync { file }));
         self.fsyncs += 1;
         let stage = Stage::Persisting;
-        self.state = LogState::Committing(Commit { id, data, count, stage, ios_left: ios, error: None });
+        self.state = LogState::Committing(Commit {
+            id,
+            data,
+            count,
+            stage,
+            ios_left: ios,
+            error: None,
+        });
         Ok(())
     }
 
     /// Handles a completion; returns the commit's outcome when it is decided.
-    pub fn on_io(&mut self, io: PartIo, result: Result<DiskDone, DiskError>) -> Option<CommitOutcome> {
+    pub fn on_io(
+        &mut self,
+        io: PartIo,
+        result: Result<DiskDone, DiskError>,
+    ) -> Option<CommitOutcome> {
         match io {
             PartIo::Repair => {
                 self.on_repair_io(result);
@@ -212,7 +250,14 @@ impl PartitionLog {
             Stage::Persisting => {
                 let file = FileId::PartitionLog(self.key);
                 let len = commit.data.len() as u64;
-                self.outbox.push_back((PartIo::Commit, DiskOp::Read { file, offset: self.size, len }));
+                self.outbox.push_back((
+                    PartIo::Commit,
+                    DiskOp::Read {
+                        file,
+                        offset: self.size,
+                        len,
+                    },
+                ));
                 commit.stage = Stage::Verifying;
                 commit.ios_left = 1;
                 None
@@ -227,7 +272,9 @@ impl PartitionLog {
     /// Read-back check: every frame must be intact, carry the expected offsets, and equal what
     /// we wrote. Only then do the records become visible.
     fn verify_and_publish(&mut self, read: &[u8]) -> CommitOutcome {
-        let LogState::Committing(commit) = &self.state else { unreachable!("checked by caller") };
+        let LogState::Committing(commit) = &self.state else {
+            unreachable!("checked by caller")
+        };
         let (id, count) = (commit.id, commit.count);
         if read != &commit.data[..] {
             return self.fail_commit("read-back differs from the bytes written".to_string());
@@ -245,24 +292,42 @@ impl PartitionLog {
         self.positions.extend(positions);
         self.size += read.len() as u64;
         self.state = LogState::Idle;
-        CommitOutcome { id, result: Ok(first_offset) }
+        CommitOutcome {
+            id,
+            result: Ok(first_offset),
+        }
     }
 
     fn fail_commit(&mut self, error: String) -> CommitOutcome {
-        let LogState::Committing(commit) = &self.state else { unreachable!("checked by caller") };
+        let LogState::Committing(commit) = &self.state else {
+            unreachable!("checked by caller")
+        };
         let id = commit.id;
         self.start_repair();
-        CommitOutcome { id, result: Err(format!("{}: {error}", self.key)) }
+        CommitOutcome {
+            id,
+            result: Err(format!("{}: {error}", self.key)),
+        }
     }
 
     /// Truncates the file back to the committed size and syncs it, discarding whatever a failed
     /// commit (or a crash) left past the high watermark.
     fn start_repair(&mut self) {
         let file = FileId::PartitionLog(self.key);
-        self.outbox.push_back((PartIo::Repair, DiskOp::Truncate { file, len: self.size }));
-        self.outbox.push_back((PartIo::Repair, DiskOp::Sync { file }));
+        self.outbox.push_back((
+            PartIo::Repair,
+            DiskOp::Truncate {
+                file,
+                len: self.size,
+            },
+        ));
+        self.outbox
+            .push_back((PartIo::Repair, DiskOp::Sync { file }));
         self.fsyncs += 1;
-        self.state = LogState::Repairing { ios_left: 2, failed: false };
+        self.state = LogState::Repairing {
+            ios_left: 2,
+            failed: false,
+        };
     }
 
     fn on_repair_io(&mut self, result: Result<DiskDone, DiskError>) {
@@ -272,7 +337,11 @@ impl PartitionLog {
         *ios_left -= 1;
         *failed |= result.is_err();
         if *ios_left == 0 {
-            self.state = if *failed { LogState::Poisoned } else { LogState::Idle };
+            self.state = if *failed {
+                LogState::Poisoned
+            } else {
+                LogState::Idle
+            };
         }
     }
 
@@ -289,18 +358,31 @@ impl PartitionLog {
         let mut end = pos;
         while count < max && offset + count < hwm {
             let next = offset + count + 1;
-            let next_end = if next < hwm { self.positions[next as usize] } else { self.size };
+            let next_end = if next < hwm {
+                self.positions[next as usize]
+            } else {
+                self.size
+            };
             if count > 0 && next_end - pos > max_bytes {
                 break;
             }
             end = next_end;
             count += 1;
         }
-        Some(ReadPlan { first_offset: offset, pos, len: end - pos, count })
+        Some(ReadPlan {
+            first_offset: offset,
+            pos,
+            len: end - pos,
+            count,
+        })
     }
 
     /// Decodes the bytes of a `read_plan` read; errors name what was damaged.
-    pub fn decode_read(&self, plan: ReadPlan, bytes: &[u8]) -> Result<Vec<PartitionRecord>, String> {
+    pub fn decode_read(
+        &self,
+        plan: ReadPlan,
+        bytes: &[u8],
+    ) -> Result<Vec<PartitionRecord>, String> {
         let mut records = Vec::with_capacity(plan.count as usize);
         let mut pos = 0;
         for expected in plan.first_offset..plan.first_offset + plan.count {

@@ -98,7 +98,12 @@ struct Staging<W> {
 
 impl<W> Default for Staging<W> {
     fn default() -> Self {
-        Staging { bytes: Vec::new(), records: Vec::new(), frame_lens: Vec::new(), waiters: Vec::new() }
+        Staging {
+            bytes: Vec::new(),
+            records: Vec::new(),
+            frame_lens: Vec::new(),
+            waiters: Vec::new(),
+        }
     }
 }
 
@@ -160,7 +165,15 @@ impl<W> Wal<W> {
         let segments = recovered
             .segments
             .iter()
-            .map(|(&first, &len)| (first, Segment { written: len, durable: len }))
+            .map(|(&first, &len)| {
+                (
+                    first,
+                    Segment {
+                        written: len,
+                        durable: len,
+                    },
+                )
+            })
             .collect();
         let cursor = Cursor {
             seq: recovered.checkpoint,
@@ -271,8 +284,15 @@ impl<W> Wal<W> {
         let mut ios = 2;
         if self.needs_new_segment() {
             let file = FileId::WalSegment { first_seq };
-            self.outbox.push_back((WalIo::Batch, DiskOp::Create { file }));
-            self.segments.insert(first_seq, Segment { written: 0, durable: 0 });
+            self.outbox
+                .push_back((WalIo::Batch, DiskOp::Create { file }));
+            self.segments.insert(
+                first_seq,
+                Segment {
+                    written: 0,
+                    durable: 0,
+                },
+            );
             self.force_new_segment = false;
             ios += 1;
         }
@@ -281,9 +301,13 @@ impl<W> Wal<W> {
         let len = staging.bytes.len() as u64;
         let file = FileId::WalSegment { first_seq: segment };
         let data = Bytes::from(staging.bytes);
-        self.outbox.push_back((WalIo::Batch, DiskOp::Write { file, offset, data }));
+        self.outbox
+            .push_back((WalIo::Batch, DiskOp::Write { file, offset, data }));
         self.outbox.push_back((WalIo::Batch, DiskOp::Sync { file }));
-        self.segments.get_mut(&segment).expect("active segment").written += len;
+        self.segments
+            .get_mut(&segment)
+            .expect("active segment")
+            .written += len;
         self.counters.group_commits += 1;
         self.counters.fsyncs += 1;
         self.counters.bytes_written += len;
@@ -300,7 +324,9 @@ impl<W> Wal<W> {
     }
 
     fn needs_new_segment(&self) -> bool {
-        let Some((_, active)) = self.segments.last_key_value() else { return true };
+        let Some((_, active)) = self.segments.last_key_value() else {
+            return true;
+        };
         let fully_dispatched = self.checkpoint.durable == self.durable_seq;
         self.force_new_segment
             || active.written >= WAL_SEGMENT_BYTES
@@ -310,7 +336,10 @@ impl<W> Wal<W> {
     /// Handles the completion of a `WalIo::Batch` operation; returns the outcome once the whole
     /// group commit has completed.
     pub fn on_batch_io(&mut self, result: Result<DiskDone, DiskError>) -> Option<BatchOutcome<W>> {
-        let in_flight = self.in_flight.as_mut().expect("invariant: batch io only while in flight");
+        let in_flight = self
+            .in_flight
+            .as_mut()
+            .expect("invariant: batch io only while in flight");
         if let Err(error) = result {
             in_flight.error.get_or_insert(error);
         }
@@ -327,11 +356,26 @@ impl<W> Wal<W> {
 
     fn complete_batch(&mut self, done: InFlight<W>) -> BatchOutcome<W> {
         self.durable_seq = done.first_seq + done.records.len() as u64;
-        self.segments.get_mut(&done.segment).expect("segment of a batch").durable = done.end_offset;
+        self.segments
+            .get_mut(&done.segment)
+            .expect("segment of a batch")
+            .durable = done.end_offset;
         self.counters.records_synced += done.records.len() as u64;
-        let InFlight { first_seq, segment, records, frame_lens, waiters, .. } = done;
+        let InFlight {
+            first_seq,
+            segment,
+            records,
+            frame_lens,
+            waiters,
+            ..
+        } = done;
         let durable = self.take_for_cursor(first_seq, segment, records, &frame_lens);
-        BatchOutcome { acked: waiters, failed: Vec::new(), error: None, durable }
+        BatchOutcome {
+            acked: waiters,
+            failed: Vec::new(),
+            error: None,
+            durable,
+        }
     }
 
     /// The records of a synced batch the cursor may take straight from memory: all of them when
@@ -347,13 +391,19 @@ impl<W> Wal<W> {
         if self.read_in_flight || self.cursor.seq != first_seq || self.cursor.segment != segment {
             return Vec::new();
         }
-        records.into_iter().zip(frame_lens.iter().map(|&len| u64::from(len))).collect()
+        records
+            .into_iter()
+            .zip(frame_lens.iter().map(|&len| u64::from(len)))
+            .collect()
     }
 
     /// Advances the cursor past records the dispatcher took (from a batch or a read), in order.
     pub fn advance_cursor(&mut self, taken: &[(WalRecord, u64)]) {
         for (record, frame_len) in taken {
-            assert_eq!(record.seq, self.cursor.seq, "invariant: the cursor moves record by record");
+            assert_eq!(
+                record.seq, self.cursor.seq,
+                "invariant: the cursor moves record by record"
+            );
             self.cursor.seq += 1;
             self.cursor.offset += frame_len;
         }
@@ -364,13 +414,24 @@ impl<W> Wal<W> {
         self.latched = Some(error.clone());
         let mut failed = done.waiters;
         failed.append(&mut std::mem::take(&mut self.staging).waiters);
-        BatchOutcome { acked: Vec::new(), failed, error: Some(error), durable: Vec::new() }
+        BatchOutcome {
+            acked: Vec::new(),
+            failed,
+            error: Some(error),
+            durable: Vec::new(),
+        }
     }
 
     /// Records the dispatcher's checkpoint (first sequence not yet done).
     pub fn set_checkpoint_target(&mut self, checkpoint: u64, now: Instant) {
-        assert!(checkpoint >= self.checkpoint.target, "checkpoint went backwards");
-        assert!(checkpoint <= self.durable_seq, "checkpoint past the durable WAL");
+        assert!(
+            checkpoint >= self.checkpoint.target,
+            "checkpoint went backwards"
+        );
+        assert!(
+            checkpoint <= self.durable_seq,
+            "checkpoint past the durable WAL"
+        );
         if checkpoint > self.checkpoint.target {
             self.checkpoint.target = checkpoint;
             self.checkpoint.dirty_since.get_or_insert(now);
@@ -382,13 +443,17 @@ impl<W> Wal<W> {
         if self.checkpoint.in_flight.is_some() {
             return None;
         }
-        self.checkpoint.dirty_since.map(|since| since.plus_millis(CHECKPOINT_SYNC_DELAY_MS))
+        self.checkpoint
+            .dirty_since
+            .map(|since| since.plus_millis(CHECKPOINT_SYNC_DELAY_MS))
     }
 
     fn maybe_write_checkpoint(&mut self, now: Instant, flush_now: bool) {
         let repaired = self.is_repaired();
         let state = &mut self.checkpoint;
-        let Some(since) = state.dirty_since else { return };
+        let Some(since) = state.dirty_since else {
+            return;
+        };
         let due = flush_now || now >= since.plus_millis(CHECKPOINT_SYNC_DELAY_MS);
         if state.in_flight.is_some() || !due || !repaired {
             return;
@@ -396,15 +461,18 @@ impl<W> Wal<W> {
         let file = FileId::WalCheckpoint;
         let mut ios = 2;
         if !state.file_exists {
-            self.outbox.push_back((WalIo::Checkpoint, DiskOp::Create { file }));
+            self.outbox
+                .push_back((WalIo::Checkpoint, DiskOp::Create { file }));
             state.file_exists = true;
             ios += 1;
         }
         let offset = state.next_slot * checkpoint::SLOT_STRIDE;
         state.next_slot = 1 - state.next_slot;
         let data = Bytes::from(checkpoint::encode_slot(state.target));
-        self.outbox.push_back((WalIo::Checkpoint, DiskOp::Write { file, offset, data }));
-        self.outbox.push_back((WalIo::Checkpoint, DiskOp::Sync { file }));
+        self.outbox
+            .push_back((WalIo::Checkpoint, DiskOp::Write { file, offset, data }));
+        self.outbox
+            .push_back((WalIo::Checkpoint, DiskOp::Sync { file }));
         state.in_flight = Some((state.target, ios));
         state.dirty_since = None;
         self.counters.fsyncs += 1;
@@ -418,7 +486,10 @@ impl<W> Wal<W> {
         now: Instant,
     ) -> Option<u64> {
         let state = &mut self.checkpoint;
-        let (value, ios_left) = state.in_flight.as_mut().expect("checkpoint io while in flight");
+        let (value, ios_left) = state
+            .in_flight
+            .as_mut()
+            .expect("checkpoint io while in flight");
         *ios_left -= 1;
         if result.is_err() {
             // Remember the failure by marking it dirty again; the in-flight value is not durable.
@@ -449,9 +520,15 @@ impl<W> Wal<W> {
             if next_first <= checkpoint && self.cursor.segment != first {
                 self.segments.remove(&first);
                 let file = FileId::WalSegment { first_seq: first };
-                self.outbox.push_back((WalIo::Delete, DiskOp::Delete { file }));
+                self.outbox
+                    .push_back((WalIo::Delete, DiskOp::Delete { file }));
             }
         }
+    }
+
+    /// Latches the WAL: no append is acknowledged again until restart.
+    pub fn latch(&mut self, error: DiskError) {
+        self.latched.get_or_insert(error);
     }
 
     /// Handles completion of a start-up repair operation.
@@ -463,25 +540,50 @@ impl<W> Wal<W> {
     /// Asks for a read of durable records the dispatcher has not seen, if it has room, the cursor
     /// is below `limit_seq`, and no read is running.
     pub fn poll_read(&mut self, limit_seq: u64) {
-        if self.read_in_flight || self.cursor.seq >= self.durable_seq || self.cursor.seq >= limit_seq
+        if self.read_in_flight
+            || self.cursor.seq >= self.durable_seq
+            || self.cursor.seq >= limit_seq
         {
             return;
         }
         loop {
-            let segment = *self.segments.get(&self.cursor.segment).expect("cursor segment exists");
+            let segment = *self
+                .segments
+                .get(&self.cursor.segment)
+                .expect("cursor segment exists");
             if self.cursor.offset < segment.durable {
                 let len = (segment.durable - self.cursor.offset).min(WAL_READ_CHUNK_BYTES);
-                let file = FileId::WalSegment { first_seq: self.cursor.segment };
-                let io = WalIo::CursorRead { segment: self.cursor.segment, offset: self.cursor.offset };
-                self.outbox.push_back((io, DiskOp::Read { file, offset: self.cursor.offset, len }));
+                let file = FileId::WalSegment {
+                    first_seq: self.cursor.segment,
+                };
+                let io = WalIo::CursorRead {
+                    segment: self.cursor.segment,
+                    offset: self.cursor.offset,
+                };
+                self.outbox.push_back((
+                    io,
+                    DiskOp::Read {
+                        file,
+                        offset: self.cursor.offset,
+                        len,
+                    },
+                ));
                 self.read_in_flight = true;
                 return;
             }
             // The cursor's segment is exhausted: the next record starts the next segment.
-            let next = self.segments.range(self.cursor.segment + 1..).next().map(|(&f, _)| f);
+            let next = self
+                .segments
+                .range(self.cursor.segment + 1..)
+                .next()
+                .map(|(&f, _)| f);
             let next = next.expect("invariant: durable records past the cursor live in a segment");
             assert_eq!(next, self.cursor.seq, "segments are dense");
-            self.cursor = Cursor { seq: next, segment: next, offset: 0 };
+            self.cursor = Cursor {
+                seq: next,
+                segment: next,
+                offset: 0,
+            };
         }
     }
 
@@ -509,13 +611,20 @@ impl<W> Wal<W> {
         while let Some(frame) = codec::frame_at(&bytes, pos) {
             let record = WalRecord::decode(frame.body(&bytes))
                 .filter(|r| r.seq == expected)
-                .ok_or_else(|| format!("WAL segment {segment}: bad record at byte {}", offset + pos as u64))?;
+                .ok_or_else(|| {
+                    format!(
+                        "WAL segment {segment}: bad record at byte {}",
+                        offset + pos as u64
+                    )
+                })?;
             records.push((record, (frame.end() - pos) as u64));
             expected += 1;
             pos = frame.end();
         }
         if records.is_empty() {
-            return Err(format!("WAL segment {segment}: no valid frame at byte {offset}"));
+            return Err(format!(
+                "WAL segment {segment}: no valid frame at byte {offset}"
+            ));
         }
         Ok(records)
     }

@@ -65,17 +65,34 @@ fn records(n: u64) -> Vec<PartitionRecord> {
 }
 
 fn key() -> PartitionKey {
-    PartitionKey { topic: TopicId(1), partition: 0 }
+    PartitionKey {
+        topic: TopicId(1),
+        partition: 0,
+    }
 }
 
 #[test]
 fn commit_becomes_visible_only_after_verified_read_back() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk {
+        file: Vec::new(),
+        fail_sync: false,
+        corrupt_reads: false,
+    };
     let mut log = PartitionLog::new(key());
     log.begin_commit(CommitId(1), records(3)).unwrap();
-    assert_eq!(log.high_watermark(), 0, "nothing visible before the commit completes");
+    assert_eq!(
+        log.high_watermark(),
+        0,
+        "nothing visible before the commit completes"
+    );
     let outcome = disk.run(&mut log).unwrap();
-    assert_eq!(outcome, CommitOutcome { id: CommitId(1), result: Ok(0) });
+    assert_eq!(
+        outcome,
+        CommitOutcome {
+            id: CommitId(1),
+            result: Ok(0)
+        }
+    );
     assert_eq!(log.high_watermark(), 3);
     let plan = log.read_plan(1, 10, 1 << 20).unwrap();
     let bytes = &disk.file[plan.pos as usize..(plan.pos + plan.len) as usize];
@@ -86,7 +103,11 @@ fn commit_becomes_visible_only_after_verified_read_back() {
 
 #[test]
 fn failed_read_back_leaves_nothing_visible_and_truncates() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk {
+        file: Vec::new(),
+        fail_sync: false,
+        corrupt_reads: false,
+    };
     let mut log = PartitionLog::new(key());
     log.begin_commit(CommitId(1), records(2)).unwrap();
     disk.run(&mut log).unwrap();
@@ -96,13 +117,25 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
     log.begin_commit(CommitId(2), records(4)).unwrap();
     let outcome = disk.run(&mut log).unwrap();
     assert!(outcome.result.is_err(), "{outcome:?}");
-    assert_eq!(log.high_watermark(), 2, "the damaged commit must not become visible");
-    assert_eq!(disk.file.len(), committed_len, "the failed commit's bytes are truncated away");
+    assert_eq!(
+        log.high_watermark(),
+        2,
+        "the damaged commit must not become visible"
+    );
+    assert_eq!(
+        disk.file.len(),
+        committed_len,
+        "the failed commit's bytes are truncated away"
+    );
     assert!(log.is_idle());
 
     disk.corrupt_reads = false;
     log.begin_commit(CommitId(3), records(4)).unwrap();
-    assert_eq!(disk.run(&mut log).unwrap().result, Ok(2), "a retry lands one copy");
+    assert_eq!(
+        disk.run(&mut log).unwrap().result,
+        Ok(2),
+        "a retry lands one copy"
+    );
     assert_eq!(log.high_watermark(), 6);
     let recovered = PartitionLog::recover(key(), &disk.file).unwrap();
     assert_eq!(recovered.high_watermark(), 6);
@@ -110,7 +143,11 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
 
 #[test]
 fn fsync_failure_fails_the_commit_and_repair_failure_poisons() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: true, corrupt_reads: false };
+    let mut disk = MemDisk {
+        file: Vec::new(),
+        fail_sync: true,
+        corrupt_reads: false,
+    };
     let mut log = PartitionLog::new(key());
     log.begin_commit(CommitId(1), records(1)).unwrap();
     assert!(disk.run(&mut log).unwrap().result.is_err());
@@ -125,7 +162,11 @@ fn fsync_failure_fails_the_commit_and_repair_failure_poisons() {
 
 #[test]
 fn recovery_truncates_a_torn_tail() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk {
+        file: Vec::new(),
+        fail_sync: false,
+        corrupt_reads: false,
+    };
     let mut log = PartitionLog::new(key());
     log.begin_commit(CommitId(1), records(3)).unwrap();
     disk.run(&mut log).unwrap();

@@ -30,12 +30,18 @@ const FIXED_BYTES: usize = 8 + 8 + 8 + 4 + 2 + 4;
 impl WalRecord {
     /// The destination the record was accepted for.
     pub fn destination(&self) -> PartitionKey {
-        PartitionKey { topic: self.topic_id, partition: self.partition }
+        PartitionKey {
+            topic: self.topic_id,
+            partition: self.partition,
+        }
     }
 
     /// Bytes this record takes in memory and in a commit batch (payload + key + envelope).
     pub fn weight(&self) -> usize {
-        FIXED_BYTES + self.topic.len() + self.key.as_ref().map_or(0, Bytes::len) + self.payload.len()
+        FIXED_BYTES
+            + self.topic.len()
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.payload.len()
     }
 
     /// Appends this record as one frame to `out`.
@@ -45,7 +51,8 @@ impl WalRecord {
         body.extend_from_slice(&self.timestamp_ms.to_le_bytes());
         body.extend_from_slice(&self.topic_id.0.to_le_bytes());
         body.extend_from_slice(&self.partition.to_le_bytes());
-        let topic_len = u16::try_from(self.topic.len()).expect("invariant: topic names ≤ 200 bytes");
+        let topic_len =
+            u16::try_from(self.topic.len()).expect("invariant: topic names ≤ 200 bytes");
         body.extend_from_slice(&topic_len.to_le_bytes());
         body.extend_from_slice(self.topic.as_bytes());
         put_optional_bytes(&mut body, self.key.as_deref());
@@ -61,10 +68,20 @@ impl WalRecord {
         let topic_id = TopicId(reader.u64()?);
         let partition = reader.u32()?;
         let topic_len = reader.u16()? as usize;
-        let topic = std::str::from_utf8(reader.take(topic_len)?).ok()?.to_string();
+        let topic = std::str::from_utf8(reader.take(topic_len)?)
+            .ok()?
+            .to_string();
         let key = reader.optional_bytes()?.map(Bytes::copy_from_slice);
         let payload = Bytes::copy_from_slice(reader.rest());
-        Some(WalRecord { seq, timestamp_ms, topic, topic_id, partition, key, payload })
+        Some(WalRecord {
+            seq,
+            timestamp_ms,
+            topic,
+            topic_id,
+            partition,
+            key,
+            payload,
+        })
     }
 }
 

@@ -1,0 +1,93 @@
+//! Routing of disk completions back to the component whose operation it was.
+
+use super::{IoPurpose, Node};
+use crate::ids::{IoToken, PartitionKey};
+use crate::io::{DiskDone, DiskError, NodeEvent};
+use crate::partition::PartIo;
+use crate::wal::WalIo;
+
+impl Node {
+    pub(super) fn handle_disk(&mut self, token: IoToken, result: Result<DiskDone, DiskError>) {
+        let purpose = self
+            .io
+            .remove(&token)
+            .expect("invariant: completions echo tokens we issued");
+        match purpose {
+            IoPurpose::Wal(io) => self.on_wal_io(io, result),
+            IoPurpose::Catalog => {
+                if let Err(error) = &result {
+                    tracing::error!(%error, "catalogue write failed");
+                }
+                if let Some((request, outcome)) = self.catalog.on_io(result) {
+                    self.reply_catalog(request, outcome);
+                }
+            }
+            IoPurpose::Partition(key, io) => self.on_partition_io(key, io, result),
+            IoPurpose::Consume {
+                request,
+                key,
+                plan,
+                topic,
+            } => {
+                self.answer_consume(request, key, plan, topic, result);
+            }
+            IoPurpose::FileDelete => {
+                if let Err(error) = result {
+                    tracing::warn!(%error, "deleting a file failed; it stays as garbage");
+                }
+            }
+        }
+    }
+
+    fn on_wal_io(&mut self, io: WalIo, result: Result<DiskDone, DiskError>) {
+        match io {
+            WalIo::Batch => {
+                let Some(outcome) = self.wal.on_batch_io(result) else {
+                    return;
+                };
+                if let Some(error) = &outcome.error {
+                    tracing::error!(%error, "ingress WAL failed: latched until restart");
+                    self.push_event(NodeEvent::WalLatched);
+                }
+                self.answer_produces(outcome.acked, outcome.failed, outcome.error.as_ref());
+                self.feed_dispatcher(outcome.durable);
+            }
+            WalIo::Checkpoint => {
+                if let Err(error) = &result {
+                    tracing::warn!(%error, "checkpoint write failed; will retry");
+                }
+                if let Some(checkpoint) = self.wal.on_checkpoint_io(result, self.now) {
+                    self.push_event(NodeEvent::CheckpointDurable { checkpoint });
+                }
+            }
+            WalIo::Delete => {
+                if let Err(error) = result {
+                    tracing::warn!(%error, "deleting a compacted WAL segment failed");
+                }
+            }
+            WalIo::CursorRead { segment, offset } => self.on_wal_read(segment, offset, result),
+            WalIo::Repair => {
+                if let Err(error) = self.wal.on_repair_io(result) {
+                    tracing::error!(%error, "truncating the WAL's torn tail failed: latching");
+                    // Appending after an untruncated torn tail would hide acknowledged records
+                    // behind garbage; refuse to append until restart.
+                    self.wal.latch(error);
+                }
+            }
+        }
+    }
+
+    fn on_partition_io(
+        &mut self,
+        key: PartitionKey,
+        io: PartIo,
+        result: Result<DiskDone, DiskError>,
+    ) {
+        let Some(log) = self.partitions.get_mut(&key) else {
+            return; // the topic was deleted meanwhile; its commit already ended as TopicGone
+        };
+        if let Some(outcome) = log.on_io(io, result) {
+            self.on_partition_outcome(key, outcome);
+        }
+    }
+}

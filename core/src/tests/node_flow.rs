@@ -1,0 +1,287 @@
+//! End-to-end flows through one `Node`: produce → group commit → dispatch → commit_durable →
+//! consume, across restarts and injected disk failures.
+
+use bytes::Bytes;
+
+use super::harness::Harness;
+use crate::api::{ClientError, ClientOp, ClientReply, ProduceMessage};
+use crate::io::{DiskError, DiskOp, FileId};
+
+fn create(h: &mut Harness, name: &str, partitions: u32) {
+    let reply = h.call(ClientOp::CreateTopic {
+        name: name.into(),
+        partitions: Some(partitions),
+        retention_ms: None,
+    });
+    assert!(matches!(reply, ClientReply::TopicCreated(_)), "{reply:?}");
+}
+
+fn message(payload: &str, key: Option<&str>, partition: Option<u32>) -> ProduceMessage {
+    ProduceMessage {
+        key: key.map(|k| Bytes::from(k.to_string())),
+        partition,
+        payload: Bytes::from(payload.to_string()),
+    }
+}
+
+fn produce(h: &mut Harness, topic: &str, messages: Vec<ProduceMessage>) -> ClientReply {
+    h.call(ClientOp::Produce {
+        topic: topic.into(),
+        messages,
+        batch: true,
+    })
+}
+
+fn read_all(h: &mut Harness, topic: &str, partitions: u32) -> Vec<(u32, String)> {
+    let mut out = Vec::new();
+    for partition in 0..partitions {
+        let mut offset = 0;
+        loop {
+            let reply = h.call(ClientOp::Consume {
+                topic: topic.into(),
+                partition,
+                offset,
+                max: 7,
+            });
+            let ClientReply::Records(records) = reply else {
+                panic!("{reply:?}")
+            };
+            if records.is_empty() {
+                break;
+            }
+            for record in records {
+                assert_eq!(record.offset, offset);
+                offset += 1;
+                out.push((
+                    partition,
+                    String::from_utf8(record.payload.to_vec()).unwrap(),
+                ));
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn produced_records_become_visible_and_survive_restart() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 4);
+    let mut expected = Vec::new();
+    for i in 0..50 {
+        let msg = match i % 3 {
+            0 => message(&format!("m{i}"), Some(&format!("k{i}")), None),
+            1 => message(&format!("m{i}"), None, Some(2)),
+            _ => message(&format!("m{i}"), None, None),
+        };
+        assert_eq!(
+            produce(&mut h, "t", vec![msg]),
+            ClientReply::Produced { accepted: 1 }
+        );
+        expected.push(format!("m{i}"));
+    }
+    let got = read_all(&mut h, "t", 4);
+    let mut payloads: Vec<String> = got.iter().map(|(_, p)| p.clone()).collect();
+    payloads.sort();
+    expected.sort();
+    assert_eq!(payloads, expected);
+    assert!(
+        got.iter()
+            .filter(|(_, p)| p[1..].parse::<u32>().unwrap() % 3 == 1)
+            .all(|(part, _)| *part == 2)
+    );
+    assert_eq!(h.node.stats().dispatch_backlog, 0);
+
+    let mut h = h.restart();
+    assert_eq!(
+        read_all(&mut h, "t", 4),
+        got,
+        "a restart changes nothing visible"
+    );
+    assert_eq!(h.node.stats().dispatch_backlog, 0);
+}
+
+#[test]
+fn concurrent_produces_share_one_group_commit() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 2);
+    let requests: Vec<_> = (0..20)
+        .map(|i| {
+            let messages = vec![message(&format!("m{i}"), None, None)];
+            h.submit(ClientOp::Produce {
+                topic: "t".into(),
+                messages,
+                batch: false,
+            })
+        })
+        .collect();
+    h.run();
+    for request in requests {
+        assert_eq!(h.replies[&request], ClientReply::Produced { accepted: 1 });
+    }
+    let stats = h.node.stats();
+    assert_eq!(stats.records_accepted, 20);
+    assert!(
+        stats.wal_group_commits <= 2,
+        "20 staged produces took {} group commits",
+        stats.wal_group_commits
+    );
+}
+
+#[test]
+fn wal_fsync_failure_latches_and_loses_nothing_acked() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 1);
+    assert_eq!(
+        produce(&mut h, "t", vec![message("before", None, None)]),
+        ClientReply::Produced { accepted: 1 }
+    );
+    h.fault = Some(Box::new(|op| {
+        matches!(
+            op,
+            DiskOp::Sync {
+                file: FileId::WalSegment { .. }
+            }
+        )
+        .then(|| DiskError::Io("EIO".into()))
+    }));
+    let reply = produce(&mut h, "t", vec![message("during", None, None)]);
+    assert!(
+        matches!(reply, ClientReply::Error(ClientError::WalFailed(_))),
+        "{reply:?}"
+    );
+    h.fault = None;
+    let reply = produce(&mut h, "t", vec![message("after", None, None)]);
+    assert!(
+        matches!(reply, ClientReply::Error(ClientError::WalFailed(_))),
+        "latched: {reply:?}"
+    );
+    assert_eq!(h.node.stats().wal_failed, 1);
+    let mut h = h.restart();
+    let got = read_all(&mut h, "t", 1);
+    assert!(got.contains(&(0, "before".to_string())), "{got:?}");
+    assert!(!got.iter().any(|(_, p)| p == "after"));
+    assert_eq!(
+        produce(&mut h, "t", vec![message("again", None, None)]),
+        ClientReply::Produced { accepted: 1 }
+    );
+}
+
+#[test]
+fn wal_stays_small_once_dispatched() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 3);
+    let payload = "x".repeat(10_000);
+    for _ in 0..400 {
+        let messages = (0..2).map(|_| message(&payload, None, None)).collect();
+        assert!(matches!(
+            produce(&mut h, "t", messages),
+            ClientReply::Produced { .. }
+        ));
+    }
+    assert_eq!(h.node.stats().dispatch_backlog, 0);
+    assert!(
+        h.wal_bytes() < 2 * 1024 * 1024,
+        "WAL holds {} bytes after 8 MB produced",
+        h.wal_bytes()
+    );
+}
+
+#[test]
+fn stuck_destination_pins_checkpoint_while_others_commit_then_drains() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 3);
+    let stuck = |op: &DiskOp| match op {
+        DiskOp::Sync {
+            file: FileId::PartitionLog(key),
+        } if key.partition == 0 => Some(DiskError::Io("EIO".into())),
+        _ => None,
+    };
+    h.fault = Some(Box::new(stuck));
+    let messages = (0..30)
+        .map(|i| message(&format!("m{i}"), None, Some(i % 3)))
+        .collect();
+    assert!(matches!(
+        produce(&mut h, "t", messages),
+        ClientReply::Produced { .. }
+    ));
+    // Partition 0 fails: its records are rerouted to siblings after 3 passes, except a probe.
+    let stats = h.node.stats();
+    assert!(stats.commits_failed >= 3, "{stats:?}");
+    assert!(stats.records_rerouted > 0);
+    assert!(
+        stats.dispatch_backlog >= 1,
+        "the probe keeps the checkpoint pinned"
+    );
+    h.fault = None;
+    h.now = h.now.plus_millis(5_000);
+    h.run();
+    assert_eq!(h.node.stats().dispatch_backlog, 0);
+    assert_eq!(
+        read_all(&mut h, "t", 3).len(),
+        30,
+        "every record visible exactly once"
+    );
+}
+
+#[test]
+fn deleted_topic_records_are_discarded_and_never_reach_the_new_incarnation() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 1);
+    // Stop the dispatch by failing partition commits, so records wait in the WAL.
+    h.fault = Some(Box::new(|op| {
+        matches!(
+            op,
+            DiskOp::Sync {
+                file: FileId::PartitionLog(_)
+            }
+        )
+        .then(|| DiskError::Io("EIO".into()))
+    }));
+    assert!(matches!(
+        produce(&mut h, "t", vec![message("old", None, None)]),
+        ClientReply::Produced { .. }
+    ));
+    assert_eq!(
+        h.call(ClientOp::DeleteTopic { name: "t".into() }),
+        ClientReply::TopicDeleted
+    );
+    h.fault = None;
+    create(&mut h, "t", 1);
+    h.now = h.now.plus_millis(5_000);
+    h.run();
+    assert_eq!(h.node.stats().records_discarded, 1);
+    assert_eq!(h.node.stats().dispatch_backlog, 0);
+    assert!(read_all(&mut h, "t", 1).is_empty());
+}
+
+#[test]
+fn bad_requests_change_nothing() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 4);
+    let reply = h.call(ClientOp::CreateTopic {
+        name: "t".into(),
+        partitions: None,
+        retention_ms: None,
+    });
+    assert!(matches!(
+        reply,
+        ClientReply::Error(ClientError::Conflict(_))
+    ));
+    let reply = produce(&mut h, "nope", vec![message("x", None, None)]);
+    assert!(matches!(
+        reply,
+        ClientReply::Error(ClientError::NotFound(_))
+    ));
+    let reply = produce(
+        &mut h,
+        "t",
+        vec![message("x", None, None), message("y", None, Some(99))],
+    );
+    assert!(matches!(
+        reply,
+        ClientReply::Error(ClientError::BadRequest(_))
+    ));
+    assert_eq!(h.node.stats().records_accepted, 0);
+    assert_eq!(h.wal_bytes(), 0);
+}
