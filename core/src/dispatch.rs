@@ -467,3 +467,6 @@ impl Dispatcher {
         assert!(self.read_upto - self.checkpoint <= lookahead);
     }
 }
+
+#[cfg(test)]
+mod tests;

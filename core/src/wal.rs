@@ -38,7 +38,7 @@ pub enum WalIo {
     Batch,
     /// Write or sync of the checkpoint file (or its creation).
     Checkpoint,
-    /// Deletion of a compacted segment.
+    /// Deletion of a compacted segment, or creation of the segment replacing an idle one.
     Delete,
     /// A dispatcher read starting at `offset` of segment `segment`.
     CursorRead { segment: u64, offset: u64 },
@@ -276,6 +276,40 @@ impl<W> Wal<W> {
             self.start_batch();
         }
         self.maybe_write_checkpoint(now, flush_now);
+        self.maybe_rotate_idle();
+    }
+
+    /// An idle, fully dispatched active segment past 1 MiB is replaced by a fresh one so that
+    /// compaction can delete it: an idle node's WAL stays small without waiting for a produce.
+    fn maybe_rotate_idle(&mut self) {
+        let idle = self.in_flight.is_none() && self.staging.waiters.is_empty();
+        let fully_dispatched = self.checkpoint.durable == self.durable_seq;
+        let Some((_, active)) = self.segments.last_key_value() else {
+            return;
+        };
+        if !idle || !fully_dispatched || !self.is_repaired() || self.latched.is_some() {
+            return;
+        }
+        if active.written < WAL_ROTATE_DISPATCHED_BYTES || self.cursor.seq != self.next_seq {
+            return;
+        }
+        let first_seq = self.next_seq;
+        let file = FileId::WalSegment { first_seq };
+        self.outbox
+            .push_back((WalIo::Delete, DiskOp::Create { file }));
+        self.segments.insert(
+            first_seq,
+            Segment {
+                written: 0,
+                durable: 0,
+            },
+        );
+        self.cursor = Cursor {
+            seq: first_seq,
+            segment: first_seq,
+            offset: 0,
+        };
+        self.compact();
     }
 
     fn start_batch(&mut self) {
@@ -369,7 +403,8 @@ impl<W> Wal<W> {
             waiters,
             ..
         } = done;
-        let durable = self.take_for_cursor(first_seq, segment, records, &frame_lens);
+        let start_offset = done_start(&frame_lens, self.segments[&segment].durable);
+        let durable = self.take_for_cursor(first_seq, segment, start_offset, records, &frame_lens);
         BatchOutcome {
             acked: waiters,
             failed: Vec::new(),
@@ -382,15 +417,33 @@ impl<W> Wal<W> {
     /// the cursor sits exactly at the batch and no disk read is running, else none (they will be
     /// read back from disk).
     fn take_for_cursor(
-        &self,
+        &mut self,
         first_seq: u64,
         segment: u64,
+        start_offset: u64,
         records: Vec<WalRecord>,
         frame_lens: &[u32],
     ) -> Vec<(WalRecord, u64)> {
-        if self.read_in_flight || self.cursor.seq != first_seq || self.cursor.segment != segment {
+        if self.read_in_flight || self.cursor.seq != first_seq {
             return Vec::new();
         }
+        if self.cursor.segment != segment {
+            // The batch opened a new segment and the cursor sits at the end of the previous one.
+            let previous = self.segments[&self.cursor.segment];
+            assert_eq!(
+                self.cursor.offset, previous.durable,
+                "invariant: the cursor read it all"
+            );
+            self.cursor = Cursor {
+                seq: first_seq,
+                segment,
+                offset: start_offset,
+            };
+        }
+        assert_eq!(
+            self.cursor.offset, start_offset,
+            "invariant: the cursor sits at the batch"
+        );
         records
             .into_iter()
             .zip(frame_lens.iter().map(|&len| u64::from(len)))
@@ -633,4 +686,9 @@ impl<W> Wal<W> {
     pub fn poll_io(&mut self) -> Option<(WalIo, DiskOp)> {
         self.outbox.pop_front()
     }
+}
+
+/// Byte offset where a batch of frames ending at `end_offset` started.
+fn done_start(frame_lens: &[u32], end_offset: u64) -> u64 {
+    end_offset - frame_lens.iter().map(|&len| u64::from(len)).sum::<u64>()
 }
