@@ -259,23 +259,6 @@ impl Dispatcher {
         later
     }
 
-    /// WAL sequences of the records in a commit in flight.
-    pub fn in_flight_seqs(&self, id: CommitId) -> &[u64] {
-        &self
-            .in_flight
-            .get(&id)
-            .expect("invariant: asked about a started commit")
-            .seqs
-    }
-
-    /// Where a commit in flight goes.
-    pub fn in_flight_target(&self, id: CommitId) -> PartitionKey {
-        self.in_flight
-            .get(&id)
-            .expect("invariant: asked about a started commit")
-            .target
-    }
-
     /// Records the outcome of a commit.
     pub fn on_commit(
         &mut self,

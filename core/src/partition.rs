@@ -5,6 +5,7 @@
 //! retry an fsync over the same dirty pages: a failure poisons the log until the truncation that
 //! discards those pages is durable.
 
+mod dedup;
 pub mod frame;
 
 use std::collections::VecDeque;
@@ -12,9 +13,10 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use crate::codec::{ScanEnd, frame_at, scan};
-use crate::ids::PartitionKey;
+use crate::ids::{NodeId, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 use crate::node::RecoveryError;
+use dedup::OriginIndex;
 pub use frame::PartitionRecord;
 
 /// Identifies a commit so its outcome can be matched to the dispatcher's request.
@@ -34,8 +36,18 @@ pub enum PartIo {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommitOutcome {
     pub id: CommitId,
-    /// First offset of the committed records, or why the commit failed (nothing became visible).
-    pub result: Result<u64, String>,
+    /// What became visible, or why the commit failed (then nothing became visible).
+    pub result: Result<Landed, String>,
+}
+
+/// Records a successful commit made visible. Records the partition already held (a retried or
+/// replayed commit) are not written again and are not listed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Landed {
+    /// Offset of the first newly visible record.
+    pub first_offset: u64,
+    /// WAL sequence of each newly visible record, in offset order.
+    pub origin_seqs: Vec<u64>,
 }
 
 enum Stage {
@@ -49,6 +61,8 @@ struct Commit {
     id: CommitId,
     data: Bytes,
     count: u64,
+    origin: NodeId,
+    origin_seqs: Vec<u64>,
     stage: Stage,
     ios_left: u32,
     error: Option<String>,
@@ -75,6 +89,7 @@ pub struct PartitionLog {
     file_exists: bool,
     state: LogState,
     outbox: VecDeque<(PartIo, DiskOp)>,
+    origins: OriginIndex,
     /// fsyncs issued, for metrics.
     pub fsyncs: u64,
 }
@@ -98,6 +113,7 @@ impl PartitionLog {
             file_exists: false,
             state: LogState::Idle,
             outbox: VecDeque::new(),
+            origins: OriginIndex::default(),
             fsyncs: 0,
         }
     }
@@ -125,6 +141,7 @@ impl PartitionLog {
             match PartitionRecord::decode(found.body(bytes)) {
                 Some(record) if record.offset == expected as u64 => {
                     log.positions.push(found.pos as u64);
+                    log.origins.insert(record.origin_node, record.origin_seq);
                 }
                 _ => {
                     let what = format!("frame at byte {} is not offset {expected}", found.pos);
@@ -132,6 +149,7 @@ impl PartitionLog {
                 }
             }
         }
+        log.origins.prune_to_horizon();
         log.size = scanned.valid_len() as u64;
         if log.size < bytes.len() as u64 {
             log.start_repair();
@@ -154,13 +172,18 @@ impl PartitionLog {
         matches!(self.state, LogState::Idle)
     }
 
-    /// Starts `commit_durable` for `records` (offsets are assigned here). Fails at once if a
-    /// commit or repair is running, or the log is poisoned (a repair then starts).
+    /// Starts `commit_durable` for `records`, all from `origin` (offsets are assigned here).
+    /// Records this partition already holds are skipped (idempotent commits); if none is left the
+    /// outcome is returned at once. `origin_checkpoint` is the origin's durable WAL checkpoint:
+    /// it never re-sends anything below it. Fails at once if a commit or repair is running, or
+    /// the log is poisoned (a repair then starts).
     pub fn begin_commit(
         &mut self,
         id: CommitId,
+        origin: NodeId,
+        origin_checkpoint: u64,
         records: Vec<PartitionRecord>,
-    ) -> Result<(), String> {
+    ) -> Result<Option<CommitOutcome>, String> {
         match self.state {
             LogState::Idle => {}
             LogState::Poisoned => {
@@ -176,19 +199,44 @@ impl PartitionLog {
             !records.is_empty(),
             "invariant: commits carry at least one record"
         );
+        assert!(
+            records.iter().all(|r| r.origin_node == origin),
+            "one origin per commit"
+        );
+        self.origins.prune_below(origin, origin_checkpoint);
+        let fresh: Vec<PartitionRecord> = records
+            .into_iter()
+            .filter(|r| !self.origins.contains(origin, r.origin_seq))
+            .collect();
+        if fresh.is_empty() {
+            let landed = Landed {
+                first_offset: self.high_watermark(),
+                origin_seqs: Vec::new(),
+            };
+            return Ok(Some(CommitOutcome {
+                id,
+                result: Ok(landed),
+            }));
+        }
+        self.start_write(id, origin, fresh);
+        Ok(None)
+    }
+
+    fn start_write(&mut self, id: CommitId, origin: NodeId, records: Vec<PartitionRecord>) {
         let mut data = Vec::new();
         let count = records.len() as u64;
+        let origin_seqs = records.iter().map(|r| r.origin_seq).collect();
         for (index, mut record) in records.into_iter().enumerate() {
             record.offset = self.high_watermark() + index as u64;
             record.encode_into(&mut data);
         }
         let file = FileId::PartitionLog(self.key);
-        let mut ios = 2;
+        let mut ios_left = 2;
         if !self.file_exists {
             self.outbox
                 .push_back((PartIo::Commit, DiskOp::Create { file }));
             self.file_exists = true;
-            ios += 1;
+            ios_left += 1;
         }
         let data = Bytes::from(data);
         let write = DiskOp::Write {
@@ -201,15 +249,17 @@ impl PartitionLog {
             .push_back((PartIo::Commit, DiskOp::Sync { file }));
         self.fsyncs += 1;
         let stage = Stage::Persisting;
-        self.state = LogState::Committing(Commit {
+        let commit = Commit {
             id,
             data,
             count,
+            origin,
+            origin_seqs,
             stage,
-            ios_left: ios,
+            ios_left,
             error: None,
-        });
-        Ok(())
+        };
+        self.state = LogState::Committing(commit);
     }
 
     /// Handles a completion; returns the commit's outcome when it is decided.
@@ -291,10 +341,20 @@ impl PartitionLog {
         let first_offset = self.high_watermark();
         self.positions.extend(positions);
         self.size += read.len() as u64;
-        self.state = LogState::Idle;
+        let LogState::Committing(commit) = std::mem::replace(&mut self.state, LogState::Idle)
+        else {
+            unreachable!("checked above")
+        };
+        for &seq in &commit.origin_seqs {
+            self.origins.insert(commit.origin, seq);
+        }
+        let landed = Landed {
+            first_offset,
+            origin_seqs: commit.origin_seqs,
+        };
         CommitOutcome {
             id,
-            result: Ok(first_offset),
+            result: Ok(landed),
         }
     }
 

@@ -13,13 +13,19 @@ impl Node {
     /// Starts every commit the dispatcher wants now.
     pub(super) fn start_commits(&mut self) {
         for request in self.dispatcher.poll_commits(self.now) {
-            if let Err(result) = self.begin_local_commit(request.clone()) {
-                self.finish_commit(request.id, result);
+            let (id, key) = (request.id, request.target);
+            match self.begin_local_commit(request) {
+                Ok(None) => {}
+                Ok(Some(outcome)) => self.on_partition_outcome(key, outcome),
+                Err(result) => self.finish_commit(id, result),
             }
         }
     }
 
-    fn begin_local_commit(&mut self, request: CommitRequest) -> Result<(), CommitResult> {
+    fn begin_local_commit(
+        &mut self,
+        request: CommitRequest,
+    ) -> Result<Option<CommitOutcome>, CommitResult> {
         let key = request.target;
         let Some(topic) = self.catalog.topic_by_id(key.topic) else {
             return Err(CommitResult::TopicGone);
@@ -45,10 +51,13 @@ impl Node {
             .partitions
             .entry(key)
             .or_insert_with(|| PartitionLog::new(key));
-        log.begin_commit(request.id, records)
-            .map_err(CommitResult::Failed)?;
-        self.local_commits.insert(key, request.id);
-        Ok(())
+        let checkpoint = self.wal.durable_checkpoint();
+        let started = log.begin_commit(request.id, origin_node, checkpoint, records);
+        let immediate = started.map_err(CommitResult::Failed)?;
+        if immediate.is_none() {
+            self.local_commits.insert(key, request.id);
+        }
+        Ok(immediate)
     }
 
     /// Handles a partition log's decided commit.
@@ -59,7 +68,19 @@ impl Node {
     ) {
         self.local_commits.remove(&key);
         let result = match outcome.result {
-            Ok(first_offset) => CommitResult::Committed { first_offset },
+            Ok(landed) => {
+                if !landed.origin_seqs.is_empty() {
+                    let (first_offset, origins) = (landed.first_offset, landed.origin_seqs);
+                    self.push_event(NodeEvent::Committed {
+                        key,
+                        first_offset,
+                        origins,
+                    });
+                }
+                CommitResult::Committed {
+                    first_offset: landed.first_offset,
+                }
+            }
             Err(reason) => {
                 tracing::warn!(partition = %key, %reason, "commit failed; nothing became visible");
                 self.push_event(NodeEvent::CommitFailed {
@@ -72,17 +93,8 @@ impl Node {
         self.finish_commit(outcome.id, result);
     }
 
-    /// Reports a commit's outcome to the dispatcher (and to checkers when it became visible).
+    /// Reports a commit's outcome to the dispatcher.
     pub(super) fn finish_commit(&mut self, id: CommitId, result: CommitResult) {
-        if let CommitResult::Committed { first_offset } = result {
-            let origins = self.dispatcher.in_flight_seqs(id).to_vec();
-            let key = self.dispatcher.in_flight_target(id);
-            self.push_event(NodeEvent::Committed {
-                key,
-                first_offset,
-                origins,
-            });
-        }
         let placement = LocalPlacement(&self.catalog);
         self.dispatcher.on_commit(id, result, self.now, &placement);
     }

@@ -52,7 +52,11 @@ impl MemDisk {
 }
 
 fn records(n: u64) -> Vec<PartitionRecord> {
-    (0..n)
+    records_from(0, n)
+}
+
+fn records_from(first_seq: u64, n: u64) -> Vec<PartitionRecord> {
+    (first_seq..first_seq + n)
         .map(|i| PartitionRecord {
             offset: 0,
             timestamp_ms: 5,
@@ -79,7 +83,8 @@ fn commit_becomes_visible_only_after_verified_read_back() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), records(3)).unwrap();
+    log.begin_commit(CommitId(1), NodeId(1), 0, records(3))
+        .unwrap();
     assert_eq!(
         log.high_watermark(),
         0,
@@ -90,7 +95,10 @@ fn commit_becomes_visible_only_after_verified_read_back() {
         outcome,
         CommitOutcome {
             id: CommitId(1),
-            result: Ok(0)
+            result: Ok(Landed {
+                first_offset: 0,
+                origin_seqs: vec![0, 1, 2]
+            })
         }
     );
     assert_eq!(log.high_watermark(), 3);
@@ -109,12 +117,14 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), records(2)).unwrap();
+    log.begin_commit(CommitId(1), NodeId(1), 0, records(2))
+        .unwrap();
     disk.run(&mut log).unwrap();
     let committed_len = disk.file.len();
 
     disk.corrupt_reads = true;
-    log.begin_commit(CommitId(2), records(4)).unwrap();
+    log.begin_commit(CommitId(2), NodeId(1), 0, records_from(2, 4))
+        .unwrap();
     let outcome = disk.run(&mut log).unwrap();
     assert!(outcome.result.is_err(), "{outcome:?}");
     assert_eq!(
@@ -130,12 +140,10 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
     assert!(log.is_idle());
 
     disk.corrupt_reads = false;
-    log.begin_commit(CommitId(3), records(4)).unwrap();
-    assert_eq!(
-        disk.run(&mut log).unwrap().result,
-        Ok(2),
-        "a retry lands one copy"
-    );
+    log.begin_commit(CommitId(3), NodeId(1), 0, records_from(2, 4))
+        .unwrap();
+    let landed = disk.run(&mut log).unwrap().result.unwrap();
+    assert_eq!(landed.first_offset, 2, "a retry lands one copy");
     assert_eq!(log.high_watermark(), 6);
     let recovered = PartitionLog::recover(key(), &disk.file).unwrap();
     assert_eq!(recovered.high_watermark(), 6);
@@ -149,15 +157,20 @@ fn fsync_failure_fails_the_commit_and_repair_failure_poisons() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), records(1)).unwrap();
+    log.begin_commit(CommitId(1), NodeId(1), 0, records(1))
+        .unwrap();
     assert!(disk.run(&mut log).unwrap().result.is_err());
     assert_eq!(log.high_watermark(), 0);
     // The repair's own sync failed too: poisoned; the next attempt repairs instead of committing.
-    assert!(log.begin_commit(CommitId(2), records(1)).is_err());
+    assert!(
+        log.begin_commit(CommitId(2), NodeId(1), 0, records(1))
+            .is_err()
+    );
     disk.fail_sync = false;
     assert_eq!(disk.run(&mut log), None);
-    log.begin_commit(CommitId(3), records(1)).unwrap();
-    assert_eq!(disk.run(&mut log).unwrap().result, Ok(0));
+    log.begin_commit(CommitId(3), NodeId(1), 0, records(1))
+        .unwrap();
+    assert_eq!(disk.run(&mut log).unwrap().result.unwrap().first_offset, 0);
 }
 
 #[test]
@@ -168,7 +181,8 @@ fn recovery_truncates_a_torn_tail() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), records(3)).unwrap();
+    log.begin_commit(CommitId(1), NodeId(1), 0, records(3))
+        .unwrap();
     disk.run(&mut log).unwrap();
     let mut bytes = disk.file.clone();
     bytes.truncate(bytes.len() - 3);
@@ -178,4 +192,51 @@ fn recovery_truncates_a_torn_tail() {
     disk.file = bytes;
     disk.run(&mut recovered);
     assert!(recovered.is_idle());
+}
+
+#[test]
+fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
+    let mut disk = MemDisk {
+        file: Vec::new(),
+        fail_sync: false,
+        corrupt_reads: false,
+    };
+    let mut log = PartitionLog::new(key());
+    log.begin_commit(CommitId(1), NodeId(1), 0, records(3))
+        .unwrap();
+    disk.run(&mut log).unwrap();
+    // Seqs 1-2 again plus a new one: only seq 3 lands.
+    log.begin_commit(CommitId(2), NodeId(1), 0, records_from(1, 3))
+        .unwrap();
+    let landed = disk.run(&mut log).unwrap().result.unwrap();
+    assert_eq!(
+        landed,
+        Landed {
+            first_offset: 3,
+            origin_seqs: vec![3]
+        }
+    );
+    let mut log = PartitionLog::recover(key(), &disk.file).unwrap();
+    let done = log
+        .begin_commit(CommitId(3), NodeId(1), 0, records(4))
+        .unwrap();
+    assert_eq!(
+        done.unwrap().result.unwrap().origin_seqs,
+        Vec::<u64>::new(),
+        "all known: no write"
+    );
+    assert_eq!(log.high_watermark(), 4);
+    // Another origin's seq 0 is a different record.
+    let other = records(1)
+        .into_iter()
+        .map(|r| PartitionRecord {
+            origin_node: NodeId(2),
+            ..r
+        })
+        .collect();
+    assert!(
+        log.begin_commit(CommitId(4), NodeId(2), 0, other)
+            .unwrap()
+            .is_none()
+    );
 }

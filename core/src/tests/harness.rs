@@ -75,6 +75,14 @@ impl Harness {
         request
     }
 
+    /// Completes disk operations without firing any timer (e.g. before a delayed checkpoint).
+    pub fn run_io_only(&mut self) {
+        while let Some(input) = self.pending.pop_front() {
+            self.node.handle_input(self.now, input);
+            self.drain_effects();
+        }
+    }
+
     /// Completes disk operations and fires timers until nothing is left, or until timers reach
     /// 10 simulated seconds past the start (a persistent fault keeps retrying forever).
     pub fn run(&mut self) {

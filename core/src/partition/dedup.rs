@@ -1,0 +1,80 @@
+//! Idempotent commits: which (origin node, WAL sequence) pairs a partition already holds, so a
+//! retried or replayed commit does not land a second copy on the same partition.
+//!
+//! Bounded: an origin re-sends only records at or above its durable WAL checkpoint, which it
+//! reports with every commit, so everything below it is forgotten. After a restart we do not know
+//! the origins' checkpoints yet; we keep the last `DEDUP_HORIZON` sequences per origin (the most
+//! a dispatcher can read past its checkpoint) until the first report prunes further.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use crate::constants::{LOOKAHEAD_WINDOWS, WINDOW_MAX_RECORDS};
+use crate::ids::NodeId;
+
+/// How far below an origin's newest sequence a replay can reach.
+const DEDUP_HORIZON: u64 = (LOOKAHEAD_WINDOWS * WINDOW_MAX_RECORDS) as u64;
+
+/// The committed origins of one partition.
+#[derive(Debug, Default)]
+pub struct OriginIndex {
+    by_origin: BTreeMap<NodeId, BTreeSet<u64>>,
+}
+
+impl OriginIndex {
+    /// Whether the record from `origin` with WAL sequence `seq` is already committed here.
+    pub fn contains(&self, origin: NodeId, seq: u64) -> bool {
+        self.by_origin
+            .get(&origin)
+            .is_some_and(|seqs| seqs.contains(&seq))
+    }
+
+    /// Remembers a committed record.
+    pub fn insert(&mut self, origin: NodeId, seq: u64) {
+        self.by_origin.entry(origin).or_default().insert(seq);
+    }
+
+    /// Forgets sequences of `origin` below its durable checkpoint: it never re-sends them.
+    pub fn prune_below(&mut self, origin: NodeId, checkpoint: u64) {
+        if let Some(seqs) = self.by_origin.get_mut(&origin) {
+            *seqs = seqs.split_off(&checkpoint);
+        }
+    }
+
+    /// After recovery: keep only what a replay could still reach.
+    pub fn prune_to_horizon(&mut self) {
+        for seqs in self.by_origin.values_mut() {
+            if let Some(&newest) = seqs.last() {
+                *seqs = seqs.split_off(&newest.saturating_sub(DEDUP_HORIZON));
+            }
+        }
+    }
+
+    /// Entries held.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.by_origin.values().map(BTreeSet::len).sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pruning_forgets_only_what_cannot_come_back() {
+        let mut index = OriginIndex::default();
+        for seq in 0..10 {
+            index.insert(NodeId(1), seq);
+        }
+        index.insert(NodeId(2), 3);
+        index.prune_below(NodeId(1), 6);
+        assert!(!index.contains(NodeId(1), 5));
+        assert!(index.contains(NodeId(1), 6));
+        assert!(index.contains(NodeId(2), 3), "other origins are untouched");
+        assert_eq!(index.len(), 5);
+        index.insert(NodeId(1), DEDUP_HORIZON + 20);
+        index.prune_to_horizon();
+        assert!(!index.contains(NodeId(1), 9));
+        assert!(index.contains(NodeId(1), DEDUP_HORIZON + 20));
+    }
+}
