@@ -25,6 +25,10 @@ pub enum FileId {
     Catalog,
     /// The log of one partition of one topic incarnation.
     PartitionLog(PartitionKey),
+    /// The metastore's Raft log (entries and hard state), append-only.
+    MetaRaftLog,
+    /// The metastore's latest snapshot (state machine image plus its Raft metadata).
+    MetaSnapshot,
 }
 
 impl FileId {
@@ -37,6 +41,8 @@ impl FileId {
             FileId::PartitionLog(key) => {
                 format!("partitions/{:020}/{:05}.log", key.topic.0, key.partition)
             }
+            FileId::MetaRaftLog => "meta/raft.log".to_string(),
+            FileId::MetaSnapshot => "meta/snapshot".to_string(),
         }
     }
 
@@ -50,6 +56,8 @@ impl FileId {
                 Some(FileId::WalSegment { first_seq })
             }
             ["meta", "catalog.log"] => Some(FileId::Catalog),
+            ["meta", "raft.log"] => Some(FileId::MetaRaftLog),
+            ["meta", "snapshot"] => Some(FileId::MetaSnapshot),
             ["partitions", topic, name] => {
                 let topic = TopicId(topic.parse().ok()?);
                 let partition = name.strip_suffix(".log")?.parse().ok()?;
@@ -161,4 +169,26 @@ pub enum NodeEvent {
     WalLatched,
     /// A partition log's commit failed (fsync, write or read-back) and was rolled back.
     CommitFailed { key: PartitionKey, reason: String },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_file_id_round_trips_through_its_path() {
+        let key = PartitionKey { topic: TopicId(7), partition: 3 };
+        for file in [
+            FileId::WalSegment { first_seq: 42 },
+            FileId::WalCheckpoint,
+            FileId::Catalog,
+            FileId::PartitionLog(key),
+            FileId::MetaRaftLog,
+            FileId::MetaSnapshot,
+        ] {
+            assert_eq!(FileId::parse(&file.relative_path()), Some(file));
+        }
+        assert_eq!(FileId::parse("wal/notes.txt"), None);
+        assert_eq!(FileId::parse("partitions/x/00001.log"), None);
+    }
 }
