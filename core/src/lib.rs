@@ -18,8 +18,10 @@ pub mod dispatch;
 pub mod fnv;
 pub mod ids;
 pub mod io;
+pub mod meta;
 pub mod node;
 pub mod partition;
+pub mod peer;
 pub mod wal;
 
 #[cfg(test)]
