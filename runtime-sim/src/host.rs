@@ -1,6 +1,6 @@
 //! `NodeHost`: the simulated process around one `Node`. It runs the same drain loop as the tokio
-//! runtime (handle one input → drain `poll_effect` → drain `poll_event` → re-arm
-//! `poll_timeout`), and models the process faults: crash (the node and everything in flight are
+//! runtime (handle one input → drain `poll_event` for the checkers → drain `poll_effect` →
+//! re-arm `poll_timeout`), and models the process faults: crash (the node and everything in flight are
 //! gone; completions of the old incarnation are dropped by epoch), restart from the disk's bytes,
 //! and pause (inputs queue up and are delivered in order on resume).
 
@@ -163,16 +163,18 @@ impl NodeHost {
         self.drain(rt);
     }
 
+    /// Events are drained before effects: a checker then learns of a commit (watermark) or a
+    /// latch before it sees replies produced by the same input.
     fn drain(&mut self, rt: &mut impl HostRuntime) {
         let node = self.node.as_mut().expect("invariant: drain only a running node");
+        while let Some(event) = node.poll_event() {
+            rt.event(self.index, event);
+        }
         while let Some(effect) = node.poll_effect() {
             match effect {
                 Effect::Disk { token, op } => rt.disk_op(self.index, self.epoch, token, op),
                 Effect::Reply { request, reply } => rt.reply(self.index, request, reply),
             }
-        }
-        while let Some(event) = node.poll_event() {
-            rt.event(self.index, event);
         }
         let next = node.poll_timeout();
         if next != self.timer {

@@ -15,6 +15,8 @@ pub enum FileClass {
     Catalog,
     /// A partition log.
     Partition,
+    /// The metastore's Raft log or snapshot (cluster).
+    Meta,
 }
 
 impl FileClass {
@@ -25,6 +27,7 @@ impl FileClass {
             FileId::WalCheckpoint => FileClass::Checkpoint,
             FileId::Catalog => FileClass::Catalog,
             FileId::PartitionLog(_) => FileClass::Partition,
+            FileId::MetaRaftLog | FileId::MetaSnapshot => FileClass::Meta,
         }
     }
 

@@ -1,0 +1,78 @@
+//! Checks on every record a consumer reads: it was produced, byte for byte, for this topic
+//! incarnation (no phantom, no corrupt read, no leak across incarnations), it sits below the
+//! high watermark, offsets are dense, and an offset once seen never changes its record.
+
+use narad_core::{ConsumedRecord, PartitionKey};
+
+use super::{Checker, inv};
+use crate::payload::parse_id;
+
+/// How a read should be accounted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadKind {
+    /// A reader during the run.
+    Live,
+    /// The final read after drain: counts visible copies.
+    Final,
+    /// A re-read after the final power loss: checks only.
+    Recheck,
+}
+
+impl Checker {
+    /// Records read from `key` starting at `from` (the request's offset).
+    pub fn consumed(&mut self, key: PartitionKey, from: u64, records: &[ConsumedRecord], kind: ReadKind) {
+        self.counters.records_read += records.len() as u64;
+        let hwm = self.known_hwm(key);
+        for (i, record) in records.iter().enumerate() {
+            let offset = from + i as u64;
+            if record.offset != offset || record.partition != key.partition {
+                let detail = format!(
+                    "{key}: asked from offset {from}, record {i} is p{}@{}",
+                    record.partition, record.offset
+                );
+                self.violation(inv::PROTOCOL, detail);
+                return;
+            }
+            if offset >= hwm && kind == ReadKind::Live {
+                let detail = format!("{key}: offset {offset} served, watermark is {hwm}");
+                self.violation(inv::ABOVE_WATERMARK, detail);
+            }
+            let Some(id) = self.check_record(key, record) else { continue };
+            if kind == ReadKind::Final {
+                self.msgs[id as usize].visible += 1;
+            }
+            if let Some(before) = self.seen.insert((key, offset), id)
+                && before != id
+            {
+                let detail = format!("{key}@{offset}: held message {before}, now message {id}");
+                self.violation(inv::VISIBLE_THEN_GONE, detail);
+            }
+        }
+    }
+
+    /// Checks one record against the history; returns its message id if it is genuine.
+    fn check_record(&mut self, key: PartitionKey, record: &ConsumedRecord) -> Option<u64> {
+        let at = format!("{key}@{}", record.offset);
+        let Some(id) = parse_id(&record.payload).filter(|&id| id < self.msgs.len() as u64) else {
+            self.violation(inv::PHANTOM, format!("{at}: payload is no message the workload made"));
+            return None;
+        };
+        let msg = &self.msgs[id as usize];
+        let problem = if msg.payload != record.payload || msg.key != record.key {
+            Some((inv::CORRUPT, "payload or key differs from what was produced"))
+        } else if msg.topic != key.topic {
+            Some((inv::PHANTOM, "message was produced to another topic incarnation"))
+        } else if !msg.sent {
+            Some((inv::PHANTOM, "message was never sent"))
+        } else if !msg.acked && !msg.ambiguous {
+            Some((inv::HALF_APPLIED, "every attempt was rejected, yet the record is visible"))
+        } else {
+            None
+        };
+        if let Some((invariant, what)) = problem {
+            self.violation(invariant, format!("{at}: message {id}: {what}"));
+            return None;
+        }
+        Some(id)
+    }
+}

@@ -1,0 +1,65 @@
+//! The final verdict after heal and drain: every acknowledged record of a live topic is visible
+//! (lost write otherwise, unless a corruption-class fault destroyed its only copy and that was
+//! detected), duplicates counted and reported, never hidden.
+
+use super::{Checker, inv};
+
+/// The outcome of the history.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Verdict {
+    /// Messages answered 202.
+    pub acked: u64,
+    /// Messages with at least one ambiguous attempt and no 202.
+    pub ambiguous: u64,
+    /// Distinct messages visible in the final read.
+    pub visible: u64,
+    /// Acked messages of live topics not visible (each one a violation).
+    pub lost: u64,
+    /// Acked messages not visible whose only copy a corruption-class fault destroyed.
+    pub lost_to_corruption: u64,
+    /// Extra copies beyond the first.
+    pub duplicates: u64,
+    /// Acked messages excused because their topic was deleted.
+    pub deleted_topic: u64,
+}
+
+impl Checker {
+    /// Computes the verdict; records a lost-write violation per lost message (the first few).
+    /// `read_complete` is false when the final read could not run (recovery refused).
+    pub fn verdict(&mut self, read_complete: bool) -> Verdict {
+        let mut v = Verdict::default();
+        let mut lost_ids = Vec::new();
+        for (id, msg) in self.msgs.iter().enumerate() {
+            v.duplicates += u64::from(msg.visible.saturating_sub(1));
+            if msg.visible > 0 {
+                v.visible += 1;
+            }
+            if !msg.acked {
+                v.ambiguous += u64::from(msg.ambiguous);
+                continue;
+            }
+            v.acked += 1;
+            if msg.visible > 0 {
+                continue;
+            }
+            if self.is_deleted(msg.topic) {
+                v.deleted_topic += 1;
+            } else if msg.damaged || (self.corruption_hit && !read_complete) {
+                v.lost_to_corruption += 1;
+            } else {
+                v.lost += 1;
+                lost_ids.push(id);
+            }
+        }
+        for id in lost_ids.iter().take(5) {
+            let msg = &self.msgs[*id];
+            let topic = self.topic_name(msg.topic).unwrap_or("?").to_string();
+            let detail = format!("message {id} (topic {topic}#{}) acked, not visible after drain", msg.topic.0);
+            self.violation(inv::LOST, detail);
+        }
+        if lost_ids.len() > 5 {
+            self.violation(inv::LOST, format!("... {} lost writes in all", lost_ids.len()));
+        }
+        v
+    }
+}

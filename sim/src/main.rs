@@ -1,0 +1,136 @@
+//! `narad-sim`: run one seed, sweep many in parallel, or replay one with its full event trace.
+//! Seeds are accepted in decimal or `0x…` hex. A failing seed prints the faults that were on,
+//! the broken invariant, the last events and the exact replay command, and exits 1.
+
+use std::io::{IsTerminal, Write};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use narad_sim::{RunOutcome, parse_seed, run_seed_catching, sweep::sweep};
+
+#[derive(Parser)]
+#[command(name = "narad-sim", about = "Deterministic simulator of the Narad broker")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run one seed.
+    Run {
+        #[arg(long, value_parser = parse_seed)]
+        seed: u64,
+        /// Print one JSON object as the last line.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run a range of seeds in parallel, e.g. `--seeds 0..10000`.
+    Sweep {
+        #[arg(long)]
+        seeds: String,
+        /// Worker threads (default: available cores).
+        #[arg(long)]
+        jobs: Option<usize>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Run one seed again, printing its event trace; ends with the same hash as `run`.
+    Replay {
+        #[arg(long, value_parser = parse_seed)]
+        seed: u64,
+        /// Print every event (not only the summary and, on failure, the last events).
+        #[arg(long)]
+        trace: bool,
+    },
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    let passed = match cli.command {
+        Command::Run { seed, json } => run(seed, json),
+        Command::Sweep { seeds, jobs, json } => run_sweep(&seeds, jobs, json)?,
+        Command::Replay { seed, trace } => replay(seed, trace)?,
+    };
+    std::process::exit(if passed { 0 } else { 1 });
+}
+
+fn run(seed: u64, json: bool) -> bool {
+    let outcome = run_seed_catching(seed, false);
+    if !outcome.passed {
+        eprint!("{}", outcome.failure_report());
+    }
+    if json {
+        println!("{}", outcome.to_json());
+    } else {
+        println!("{}", outcome.summary_line());
+    }
+    outcome.passed
+}
+
+fn replay(seed: u64, trace: bool) -> Result<bool> {
+    let outcome = run_seed_catching(seed, trace);
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    for record in &outcome.full_trace {
+        writeln!(out, "{record}")?;
+    }
+    if !outcome.passed {
+        write!(out, "{}", outcome.failure_report())?;
+    }
+    writeln!(out, "{}", outcome.summary_line())?;
+    writeln!(out, "trace_hash {}", outcome.trace_hash)?;
+    Ok(outcome.passed)
+}
+
+fn parse_range(text: &str) -> Result<(u64, u64)> {
+    let (a, b) = text.split_once("..").context("--seeds takes a range A..B")?;
+    let from = parse_seed(a).map_err(anyhow::Error::msg)?;
+    let to = parse_seed(b).map_err(anyhow::Error::msg)?;
+    if to < from {
+        bail!("empty seed range {text}");
+    }
+    Ok((from, to))
+}
+
+fn run_sweep(seeds: &str, jobs: Option<usize>, json: bool) -> Result<bool> {
+    let (from, to) = parse_range(seeds)?;
+    let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let bar = if std::io::stderr().is_terminal() {
+        let bar = ProgressBar::new(to - from);
+        let style = ProgressStyle::with_template("{bar:40} {pos}/{len} seeds {per_sec} eta {eta} {msg}")
+            .expect("invariant: template is valid");
+        bar.set_style(style);
+        bar
+    } else {
+        ProgressBar::hidden()
+    };
+    let on_seed = |outcome: &RunOutcome| {
+        if !outcome.passed {
+            bar.suspend(|| eprint!("{}", outcome.failure_report()));
+            bar.set_message(format!("failing: {:#x}", outcome.seed));
+        }
+        bar.inc(1);
+    };
+    let report = sweep(from, to, jobs, &on_seed);
+    bar.finish_and_clear();
+    if json {
+        println!("{}", report.to_json());
+    } else {
+        println!(
+            "{} seeds: {} passed, {} failed; {:.1} seeds/s, {:.0} events/s; acked {} duplicates {}",
+            report.seeds,
+            report.passed,
+            report.failed,
+            report.seeds_per_sec(),
+            report.events_per_sec(),
+            report.acked,
+            report.duplicates
+        );
+        for failure in &report.failures {
+            println!("failing: {}", failure.replay_command());
+        }
+    }
+    Ok(report.failed == 0)
+}

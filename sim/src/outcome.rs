@@ -1,0 +1,167 @@
+//! What one run reports: pass/fail, the numbers (acked, visible, lost, duplicates, fault hits),
+//! the violations, the trace hash, and — for a failing seed — the faults that were on, the last
+//! events and the one command that replays it.
+
+use narad_sim_runtime::FaultHits;
+use serde_json::{Value, json};
+
+use crate::checker::{Counters, Verdict};
+use crate::sim::{START, Simulation};
+
+/// The result of one seed.
+#[derive(Clone, Debug)]
+pub struct RunOutcome {
+    pub seed: u64,
+    pub scenario: Option<String>,
+    pub passed: bool,
+    pub events: u64,
+    pub simulated_ms: u64,
+    pub trace_hash: String,
+    pub verdict: Verdict,
+    pub faults: FaultHits,
+    pub faults_on: Vec<&'static str>,
+    /// "invariant: detail" per violation (at most 64 kept).
+    pub violations: Vec<String>,
+    pub violation_count: usize,
+    pub counters: Counters,
+    pub recovery_refused: Option<String>,
+    /// The last trace lines.
+    pub tail: Vec<String>,
+    /// Every trace record, when the run kept them (`replay --trace`).
+    pub full_trace: Vec<crate::trace::TraceRecord>,
+}
+
+impl RunOutcome {
+    /// Collects the outcome of a finished simulation.
+    pub fn build(sim: &Simulation, verdict: Verdict) -> RunOutcome {
+        let world = sim.world();
+        let (violations, violation_count) = world.checker.violations();
+        let mut faults_on = sim.cfg.faults.names();
+        if sim.cfg.faults.restart_on_latch {
+            faults_on.push("restart_on_latch");
+        }
+        RunOutcome {
+            seed: sim.seed,
+            scenario: sim.scenario.clone(),
+            passed: violation_count == 0,
+            events: world.queue.popped(),
+            simulated_ms: (world.queue.now().0 - START.0) / 1_000,
+            trace_hash: world.trace.hash().hex(),
+            verdict,
+            faults: sim.fault_hits(),
+            faults_on,
+            violations: violations
+                .iter()
+                .map(|v| format!("{} (t={}): {}", v.invariant, v.at.0 - START.0, v.detail))
+                .collect(),
+            violation_count,
+            counters: world.checker.counters,
+            recovery_refused: world.checker.recovery_refused.clone(),
+            tail: world.trace.tail().iter().map(ToString::to_string).collect(),
+            full_trace: Vec::new(),
+        }
+    }
+
+    /// The outcome of a run that panicked.
+    pub fn panicked(seed: u64, message: &str) -> RunOutcome {
+        let cfg = crate::swarm::SwarmConfig::draw(seed);
+        RunOutcome {
+            seed,
+            scenario: None,
+            passed: false,
+            events: 0,
+            simulated_ms: 0,
+            trace_hash: "0000000000000000".to_string(),
+            verdict: Verdict::default(),
+            faults: FaultHits::default(),
+            faults_on: cfg.faults.names(),
+            violations: vec![format!("panic: {message}")],
+            violation_count: 1,
+            counters: Counters::default(),
+            recovery_refused: None,
+            tail: Vec::new(),
+            full_trace: Vec::new(),
+        }
+    }
+
+    /// Fault hits as a JSON object (class name → hits), every class listed.
+    pub fn faults_json(hits: &FaultHits) -> Value {
+        Value::Object(hits.iter().map(|(c, n)| (c.name().to_string(), json!(n))).collect())
+    }
+
+    /// The one-line JSON summary (`run --json`).
+    pub fn to_json(&self) -> Value {
+        let v = &self.verdict;
+        json!({
+            "seed": self.seed,
+            "seed_hex": format!("{:#x}", self.seed),
+            "scenario": self.scenario,
+            "passed": self.passed,
+            "events": self.events,
+            "simulated_ms": self.simulated_ms,
+            "trace_hash": self.trace_hash,
+            "acked": v.acked,
+            "ambiguous": v.ambiguous,
+            "visible": v.visible,
+            "lost": v.lost,
+            "lost_to_corruption": v.lost_to_corruption,
+            "excused_deleted_topic": v.deleted_topic,
+            "duplicates": v.duplicates,
+            "faults": Self::faults_json(&self.faults),
+            "faults_on": self.faults_on,
+            "commits_failed": self.counters.commits_failed,
+            "wal_latches": self.counters.latches,
+            "discarded": self.counters.discarded,
+            "restarts": self.counters.restarts,
+            "recovery_refused": self.recovery_refused,
+            "violation_count": self.violation_count,
+            "violations": self.violations,
+        })
+    }
+
+    /// The exact command that replays this run.
+    pub fn replay_command(&self) -> String {
+        match &self.scenario {
+            Some(name) => format!("cargo test -p narad-sim --test scenarios -- {name}"),
+            None => format!("narad-sim replay --seed {:#x}", self.seed),
+        }
+    }
+
+    /// Human-readable report of a failing run.
+    pub fn failure_report(&self) -> String {
+        let mut out = String::new();
+        out.push_str(&format!("FAILED seed {:#x} ({})\n", self.seed, self.seed));
+        out.push_str(&format!("faults on: {}\n", self.faults_on.join(", ")));
+        let hits: Vec<String> =
+            self.faults.iter().filter(|(_, n)| *n > 0).map(|(c, n)| format!("{}={n}", c.name())).collect();
+        out.push_str(&format!("fault hits: {}\n", hits.join(" ")));
+        out.push_str(&format!("{} violation(s):\n", self.violation_count));
+        for v in &self.violations {
+            out.push_str(&format!("  - {v}\n"));
+        }
+        out.push_str(&format!("last {} events:\n", self.tail.len()));
+        for line in &self.tail {
+            out.push_str(&format!("  {line}\n"));
+        }
+        out.push_str(&format!("replay: {}\n", self.replay_command()));
+        out
+    }
+
+    /// One summary line.
+    pub fn summary_line(&self) -> String {
+        let v = &self.verdict;
+        format!(
+            "seed {:#x}: {} events={} simulated_ms={} acked={} visible={} lost={} lost_to_corruption={} duplicates={} hash={}",
+            self.seed,
+            if self.passed { "PASSED" } else { "FAILED" },
+            self.events,
+            self.simulated_ms,
+            v.acked,
+            v.visible,
+            v.lost,
+            v.lost_to_corruption,
+            v.duplicates,
+            self.trace_hash
+        )
+    }
+}

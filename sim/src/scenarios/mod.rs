@@ -1,0 +1,1 @@
+//! Named, hand-written fault scenarios (filled in below).

@@ -1,0 +1,161 @@
+//! Applying faults: process crashes and power losses (with the restart that follows), pauses,
+//! graceful restarts, disk switches, and the damage reports corruption-class faults file with
+//! the checker (which records they hit and which partition logs forgot acknowledged bytes).
+
+use narad_core::{FileId, Input, Instant};
+use narad_sim_runtime::FaultClass;
+
+use super::{Event, Simulation};
+use crate::checker::inv;
+use crate::payload::ids_in;
+use crate::schedule::FaultAction;
+use crate::trace::What;
+
+impl Simulation {
+    pub(super) fn apply_fault(&mut self, node: u32, action: FaultAction) {
+        let n = node as usize;
+        self.world.record(node, What::Fault { action: action_name(&action) });
+        let disk = &mut self.world.disks[n].faults;
+        match action {
+            FaultAction::ProcessCrash => self.crash(n, false, true),
+            FaultAction::PowerLoss => self.crash(n, true, true),
+            FaultAction::Restart => self.restart(n),
+            FaultAction::GracefulRestart => self.begin_graceful_restart(n),
+            FaultAction::Pause => {
+                if self.hosts[n].is_up() && !self.hosts[n].is_paused() {
+                    self.world.hit(FaultClass::Pause);
+                    self.hosts[n].pause();
+                }
+            }
+            FaultAction::Resume => {
+                let now = self.world.queue.now();
+                self.hosts[n].resume(now, &mut self.world);
+            }
+            FaultAction::DiskFull(on) => disk.disk_full = on,
+            FaultAction::Slow(factor) => disk.slow_factor = factor,
+            FaultAction::FailNextSync(m) => disk.fail_next_sync = Some(m),
+            FaultAction::TornNextWrite(m) => disk.torn_next_write = Some(m),
+            FaultAction::MisdirectNextWrite(m, sectors) => disk.misdirect_next_write = Some((m, sectors)),
+            FaultAction::LieOn(m) => disk.lie_on = m,
+            FaultAction::Failing(m) => disk.failing = m,
+            FaultAction::BitFlip => {
+                self.world.disks[n].bit_flip_at_rest();
+                self.collect_damage(n);
+            }
+            FaultAction::CrashAfterNextSync { target, power } => {
+                self.world.crash_after_sync = Some((node, target, power));
+            }
+            FaultAction::DeleteTopic(name) => {
+                self.world.workload.request_delete(&name);
+                self.world.wake_client(0, 0);
+            }
+        }
+    }
+
+    /// Kills node `n` (and with `power`, drops what its disk had not synced).
+    pub(super) fn crash(&mut self, n: usize, power: bool, count: bool) {
+        let was_up = self.hosts[n].is_up();
+        if !was_up && !power {
+            return;
+        }
+        if count {
+            self.world.hit(if power { FaultClass::PowerLoss } else { FaultClass::ProcessCrash });
+        }
+        self.hosts[n].crash();
+        self.world.disks[n].process_crash();
+        if power {
+            self.world.disks[n].power_loss();
+            self.collect_damage(n);
+        }
+        self.world.checker.on_crash();
+        self.world.latch_restart_pending = false;
+        if was_up {
+            for (client, delay) in self.world.workload.on_node_down(&mut self.world.checker) {
+                self.world.wake_client(client, delay);
+            }
+        }
+    }
+
+    /// Starts node `n` from what its disk holds (if it is down).
+    pub(super) fn restart(&mut self, n: usize) {
+        if self.hosts[n].is_up() {
+            return;
+        }
+        let now = self.world.queue.now();
+        let files = self.world.disks[n].snapshot();
+        match self.hosts[n].start(now, files, &mut self.world) {
+            Ok(()) => {
+                self.world.record(n as u32, What::Started { ok: true });
+                let stats = self.hosts[n].node().expect("invariant: just started").stats();
+                self.world.checker.on_restart(&stats);
+            }
+            Err(e) => {
+                self.world.record(n as u32, What::Started { ok: false });
+                self.world.checker.recovery_failed(e.to_string());
+            }
+        }
+    }
+
+    fn begin_graceful_restart(&mut self, n: usize) {
+        if !self.hosts[n].is_up() {
+            return;
+        }
+        self.world.hit(FaultClass::Restart);
+        let now = self.world.queue.now();
+        self.hosts[n].deliver(now, Input::BeginShutdown, &mut self.world);
+        let deadline = Instant(now.0 + 10_000_000);
+        self.world.queue.push_after(1_000, Event::ShutdownCheck { node: n as u32, deadline });
+    }
+
+    pub(super) fn shutdown_check(&mut self, node: u32, deadline: Instant) {
+        let n = node as usize;
+        let Some(state) = self.hosts[n].node() else { return };
+        let shut_down = state.is_shut_down();
+        if !shut_down && self.world.queue.now() < deadline {
+            self.world.queue.push_after(5_000, Event::ShutdownCheck { node, deadline });
+            return;
+        }
+        if !shut_down && self.world.healed {
+            self.world.checker.violation(inv::LIVENESS, "graceful shutdown did not finish in 10 s".into());
+        }
+        self.crash(n, false, false);
+        self.restart(n);
+    }
+
+    /// Hands the disk's damage reports to the checker.
+    pub(super) fn collect_damage(&mut self, n: usize) {
+        for damage in self.world.disks[n].take_damage() {
+            let ids = ids_in(&damage.bytes);
+            self.world.checker.damaged(&ids);
+            if let (FaultClass::LyingFsync, FileId::PartitionLog(key)) = (damage.class, damage.file) {
+                self.world.checker.amnesia(key);
+            }
+        }
+    }
+}
+
+/// Trace name of a fault action.
+pub fn action_name(action: &FaultAction) -> &'static str {
+    match action {
+        FaultAction::ProcessCrash => "process-crash",
+        FaultAction::PowerLoss => "power-loss",
+        FaultAction::Restart => "restart",
+        FaultAction::GracefulRestart => "graceful-restart",
+        FaultAction::Pause => "pause",
+        FaultAction::Resume => "resume",
+        FaultAction::DiskFull(true) => "disk-full",
+        FaultAction::DiskFull(false) => "disk-full-cleared",
+        FaultAction::Slow(1) => "disk-healthy",
+        FaultAction::Slow(_) => "disk-slow",
+        FaultAction::FailNextSync(_) => "fail-next-sync",
+        FaultAction::TornNextWrite(_) => "torn-next-write",
+        FaultAction::MisdirectNextWrite(..) => "misdirect-next-write",
+        FaultAction::LieOn(Some(_)) => "fsync-lies",
+        FaultAction::LieOn(None) => "fsync-honest",
+        FaultAction::Failing(Some(_)) => "files-stuck",
+        FaultAction::Failing(None) => "files-unstuck",
+        FaultAction::BitFlip => "bit-flip",
+        FaultAction::CrashAfterNextSync { .. } => "arm-crash-after-sync",
+        FaultAction::DeleteTopic(_) => "delete-topic",
+    }
+}

@@ -1,0 +1,259 @@
+//! `Simulation`: one seeded run. It owns the node hosts and the `World`, pops events in
+//! (time, sequence) order and routes each to the host, disk, workload or fault schedule it
+//! concerns. A run is an active phase (workload + faults), then heal, drain and final checks
+//! (`final_phase`). Nothing here reads a clock or an OS random source: the seed decides all.
+
+mod faults;
+mod final_phase;
+pub mod world;
+
+use narad_core::{Config, Input, Instant, IoToken, NodeId, DiskOp};
+use narad_sim_runtime::{
+    Component, EventQueue, FaultHits, NodeHost, SimDisk, component_rng, component_seed,
+};
+
+use crate::checker::{Checker, inv};
+use crate::outcome::RunOutcome;
+use crate::schedule::{ScheduledFault, draw_schedule};
+use crate::swarm::SwarmConfig;
+use crate::trace::{OpKind, Trace, What};
+use crate::workload::{Wake, Workload};
+pub use world::{Event, World};
+
+/// Simulated start time: 2026-01-01T00:00:00Z in microseconds.
+pub const START: Instant = Instant(1_767_225_600_000_000);
+/// The active phase ends after this long even if clients are not done.
+const ACTIVE_CAP_MICROS: u64 = 120_000_000;
+/// A run with more events than this is stopped as a livelock.
+const MAX_EVENTS: u64 = 5_000_000;
+/// Events at one instant beyond this are a livelock (a timer re-armed in the past forever).
+const MAX_EVENTS_AT_ONE_INSTANT: u64 = 200_000;
+
+/// One seeded run.
+pub struct Simulation {
+    pub seed: u64,
+    pub cfg: SwarmConfig,
+    pub scenario: Option<String>,
+    hosts: Vec<NodeHost>,
+    world: World,
+    schedule: Vec<ScheduledFault>,
+    same_instant: (Instant, u64),
+    aborted: bool,
+}
+
+impl Simulation {
+    /// The run of `seed` under the swarm configuration it draws.
+    pub fn from_seed(seed: u64, keep_trace: bool) -> Simulation {
+        let cfg = SwarmConfig::draw(seed);
+        let mut rng = component_rng(seed, Component::Faults);
+        let schedule = draw_schedule(&cfg.faults, cfg.horizon_ms, &mut rng);
+        Simulation::new(seed, cfg, schedule, keep_trace)
+    }
+
+    /// A run with an explicit configuration and fault schedule (scenarios).
+    pub fn new(seed: u64, cfg: SwarmConfig, schedule: Vec<ScheduledFault>, keep_trace: bool) -> Simulation {
+        let node_config = Config { node_id: NodeId(1), seed: component_seed(seed, Component::Node(1)) };
+        let mut disk = SimDisk::new(component_rng(seed, Component::Disk(1)));
+        apply_rates(&mut disk, &cfg);
+        let workload = Workload::new(cfg.workload.clone(), component_rng(seed, Component::Workload));
+        let world = World {
+            queue: EventQueue::new(START),
+            disks: vec![disk],
+            workload,
+            checker: Checker::default(),
+            trace: Trace::new(keep_trace),
+            hits: FaultHits::default(),
+            fault_rng: component_rng(seed, Component::Faults),
+            healed: false,
+            restart_on_latch: cfg.faults.restart_on_latch,
+            latch_restart_pending: false,
+            crash_after_sync: None,
+            harness_request: None,
+            harness_reply: None,
+            next_harness: world::HARNESS_REQUEST_BASE,
+        };
+        Simulation {
+            seed,
+            cfg,
+            scenario: None,
+            hosts: vec![NodeHost::new(0, node_config)],
+            world,
+            schedule,
+            same_instant: (START, 0),
+            aborted: false,
+        }
+    }
+
+    /// Runs to the end and reports.
+    pub fn run(mut self) -> RunOutcome {
+        self.boot();
+        while !self.aborted && !self.world.workload.is_done() {
+            if self.world.queue.now().0 >= START.0 + ACTIVE_CAP_MICROS {
+                break;
+            }
+            let Some(event) = self.world.queue.pop() else { break };
+            self.step(event);
+        }
+        let read_complete = if self.aborted { false } else { self.final_phase() };
+        let verdict = self.world.checker.verdict(read_complete);
+        let mut outcome = RunOutcome::build(&self, verdict);
+        outcome.full_trace = self.world.trace.take_full();
+        outcome
+    }
+
+    fn boot(&mut self) {
+        self.world.record(0, What::Phase { name: "boot" });
+        let now = self.world.queue.now();
+        let started = self.hosts[0].start(now, Default::default(), &mut self.world);
+        if let Err(e) = started {
+            self.world.checker.recovery_failed(format!("fresh node: {e}"));
+        }
+        for client in 0..self.world.workload.clients() {
+            let delay = self.world.workload.think();
+            self.world.wake_client(client, delay);
+        }
+        for fault in std::mem::take(&mut self.schedule) {
+            let at = Instant(START.0 + fault.at_ms * 1_000);
+            let event = Event::Fault { node: fault.node, action: fault.action, scheduled: true };
+            self.world.queue.push_at(at, event);
+        }
+    }
+
+    /// Processes one event.
+    fn step(&mut self, event: Event) {
+        let now = self.world.queue.now();
+        self.world.checker.set_now(now);
+        self.guard_livelock(now);
+        match event {
+            Event::Disk { node, epoch, token, op } => self.disk_done(node, epoch, token, op),
+            Event::Timer { node, generation } => {
+                self.world.record(node, What::Timer);
+                self.hosts[node as usize].fire_timer(now, generation, &mut self.world);
+            }
+            Event::ClientWake { client } => self.client_wake(client as usize),
+            Event::ClientTimeout { request } => {
+                if let Some((client, delay)) = self.world.workload.on_timeout(request, &mut self.world.checker) {
+                    self.world.record(0, What::Timeout { request: request.0 });
+                    self.world.wake_client(client, delay);
+                }
+            }
+            Event::Fault { node, action, scheduled } => {
+                if !(scheduled && self.world.healed) {
+                    self.apply_fault(node, action);
+                }
+            }
+            Event::ShutdownCheck { node, deadline } => self.shutdown_check(node, deadline),
+        }
+    }
+
+    fn guard_livelock(&mut self, now: Instant) {
+        if self.same_instant.0 == now {
+            self.same_instant.1 += 1;
+        } else {
+            self.same_instant = (now, 0);
+        }
+        let stuck = self.same_instant.1 > MAX_EVENTS_AT_ONE_INSTANT;
+        if (stuck || self.world.queue.popped() > MAX_EVENTS) && !self.aborted {
+            self.aborted = true;
+            let detail = format!("livelock: {} events, {} at t={}", self.world.queue.popped(), self.same_instant.1, now.0);
+            self.world.checker.violation(inv::LIVENESS, detail);
+        }
+    }
+
+    fn disk_done(&mut self, node: u32, epoch: u32, token: IoToken, op: DiskOp) {
+        let n = node as usize;
+        if epoch != self.hosts[n].epoch() {
+            return; // the process died with this operation in flight: it never happened
+        }
+        let result = self.world.disks[n].complete(&op);
+        let (kind, _, _) = OpKind::of(&op);
+        let file = op.file();
+        self.world.record(node, What::DiskDone { token: token.0, kind, file, ok: result.is_ok() });
+        self.collect_damage(n);
+        if let Some((target, m, power)) = self.world.crash_after_sync
+            && target == node
+            && kind == OpKind::Sync
+            && result.is_ok()
+            && m.matches(&file)
+        {
+            self.world.crash_after_sync = None;
+            self.world.record(node, What::Fault { action: "crash-after-sync" });
+            self.crash(n, power, true);
+            return;
+        }
+        let now = self.world.queue.now();
+        self.hosts[n].disk_done(now, epoch, token, result, &mut self.world);
+    }
+
+    fn client_wake(&mut self, client: usize) {
+        let now = self.world.queue.now();
+        match self.world.workload.wake(client, &mut self.world.checker) {
+            Wake::Send { request, op } => {
+                if self.hosts[0].is_up() {
+                    self.world.record(0, What::Request { request: request.0, op: world::op_name(&op) });
+                    self.world.workload.delivered(client, request, &mut self.world.checker);
+                    let timeout = self.world.workload.timeout_micros();
+                    self.world.queue.push_after(timeout, Event::ClientTimeout { request });
+                    self.hosts[0].deliver(now, Input::Client { request, op }, &mut self.world);
+                } else {
+                    self.world.record(0, What::Refused { client: client as u32 });
+                    let delay = self.world.workload.refused(client);
+                    self.world.wake_client(client, delay);
+                }
+            }
+            Wake::Sleep(delay) => self.world.wake_client(client, delay),
+            Wake::Done => {}
+        }
+    }
+
+    /// Runs events up to and including time `until`, then sets the clock there.
+    fn run_to(&mut self, until: Instant) {
+        while !self.aborted && self.world.queue.peek_time().is_some_and(|t| t <= until) {
+            let event = self.world.queue.pop().expect("invariant: peeked");
+            self.step(event);
+        }
+        if !self.aborted {
+            self.world.queue.advance_to(until);
+        }
+    }
+
+    /// Runs until `done` holds (checked every `every_micros`) or `deadline`; true if it held.
+    fn run_until(&mut self, deadline: Instant, every_micros: u64, done: impl Fn(&Simulation) -> bool) -> bool {
+        loop {
+            if done(self) {
+                return true;
+            }
+            let now = self.world.queue.now();
+            if now >= deadline || self.aborted {
+                return false;
+            }
+            self.run_to(Instant(now.0 + every_micros).min(deadline));
+        }
+    }
+
+    /// Accessors for the outcome report.
+    pub fn world(&self) -> &World {
+        &self.world
+    }
+
+    /// Sum of fault hits over the disks and the process-level faults.
+    pub fn fault_hits(&self) -> FaultHits {
+        let mut hits = self.world.hits;
+        for disk in &self.world.disks {
+            hits.add(&disk.hits);
+        }
+        hits
+    }
+}
+
+fn apply_rates(disk: &mut SimDisk, cfg: &SwarmConfig) {
+    let f = &cfg.faults;
+    disk.faults.fsync_error_rate = f.fsync_error_rate;
+    disk.faults.read_error_rate = f.read_error_rate;
+    disk.faults.read_corruption_rate = f.read_corruption_rate;
+    disk.faults.torn_live_rate = f.torn_live_rate;
+    disk.faults.misdirect_rate = f.misdirect_rate;
+    disk.faults.lying_fsync_rate = f.lying_fsync_rate;
+    disk.faults.missing_dir_fsync = f.missing_dir_fsync;
+    disk.faults.torn_at_power_loss = f.torn_at_power_loss;
+}

@@ -1,0 +1,108 @@
+//! Many seeds in parallel on plain std threads: each worker takes the next seed from a shared
+//! counter, so the result (which seeds fail, the totals) does not depend on the thread count.
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant as WallClock;
+
+use narad_sim_runtime::FaultHits;
+use serde_json::{Value, json};
+
+use crate::outcome::RunOutcome;
+use crate::run_seed_catching;
+
+/// Totals of a sweep.
+#[derive(Clone, Debug, Default)]
+pub struct SweepReport {
+    pub seeds: u64,
+    pub passed: u64,
+    pub failed: u64,
+    /// Failing outcomes, in seed order.
+    pub failures: Vec<RunOutcome>,
+    pub events: u64,
+    pub simulated_ms: u64,
+    pub acked: u64,
+    pub visible: u64,
+    pub duplicates: u64,
+    pub lost_to_corruption: u64,
+    pub faults: FaultHits,
+    pub wall_secs: f64,
+}
+
+impl SweepReport {
+    fn add(&mut self, outcome: RunOutcome) {
+        self.seeds += 1;
+        self.events += outcome.events;
+        self.simulated_ms += outcome.simulated_ms;
+        self.acked += outcome.verdict.acked;
+        self.visible += outcome.verdict.visible;
+        self.duplicates += outcome.verdict.duplicates;
+        self.lost_to_corruption += outcome.verdict.lost_to_corruption;
+        self.faults.add(&outcome.faults);
+        if outcome.passed {
+            self.passed += 1;
+        } else {
+            self.failed += 1;
+            self.failures.push(outcome);
+        }
+    }
+
+    /// Seeds per wall-clock second.
+    pub fn seeds_per_sec(&self) -> f64 {
+        self.seeds as f64 / self.wall_secs.max(1e-9)
+    }
+
+    /// Events per wall-clock second.
+    pub fn events_per_sec(&self) -> f64 {
+        self.events as f64 / self.wall_secs.max(1e-9)
+    }
+
+    /// The JSON summary (`sweep --json`).
+    pub fn to_json(&self) -> Value {
+        let failing: Vec<String> = self.failures.iter().map(|o| format!("{:#x}", o.seed)).collect();
+        json!({
+            "seeds": self.seeds,
+            "passed": self.passed,
+            "failed": self.failed,
+            "failing_seeds": failing,
+            "seeds_per_sec": (self.seeds_per_sec() * 10.0).round() / 10.0,
+            "events_per_sec": self.events_per_sec().round(),
+            "wall_secs": (self.wall_secs * 100.0).round() / 100.0,
+            "events": self.events,
+            "simulated_ms": self.simulated_ms,
+            "faults": RunOutcome::faults_json(&self.faults),
+            "fault_classes_hit": self.faults.classes_hit(),
+            "acked": self.acked,
+            "visible": self.visible,
+            "duplicates": self.duplicates,
+            "duplicate_rate": if self.acked == 0 { 0.0 } else { self.duplicates as f64 / self.acked as f64 },
+            "lost_to_corruption": self.lost_to_corruption,
+        })
+    }
+}
+
+/// Runs seeds `from..to` on `jobs` threads; `progress` is called after each seed.
+pub fn sweep(from: u64, to: u64, jobs: usize, progress: &(dyn Fn(&RunOutcome) + Sync)) -> SweepReport {
+    let next = AtomicU64::new(from);
+    let report = Mutex::new(SweepReport::default());
+    let started = WallClock::now();
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.max(1) {
+            scope.spawn(|| {
+                loop {
+                    let seed = next.fetch_add(1, Ordering::Relaxed);
+                    if seed >= to {
+                        break;
+                    }
+                    let outcome = run_seed_catching(seed, false);
+                    progress(&outcome);
+                    report.lock().expect("invariant: no worker panics while holding the lock").add(outcome);
+                }
+            });
+        }
+    });
+    let mut report = report.into_inner().expect("invariant: workers finished");
+    report.failures.sort_by_key(|o| o.seed);
+    report.wall_secs = started.elapsed().as_secs_f64();
+    report
+}

@@ -1,0 +1,210 @@
+//! The event trace: every event the simulation processes, stamped `[t=<sim µs> e=<n>]`. Each
+//! record is hashed into the run's trace hash (determinism: same seed, same hash, bit for bit);
+//! the last records are kept in a ring for failure reports, and the full trace only on request.
+
+use std::fmt;
+
+use narad_core::{DiskOp, FileId, PartitionKey};
+use narad_sim_runtime::TraceHash;
+
+/// Kind of a disk operation, compactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OpKind {
+    Create,
+    Write,
+    Sync,
+    Read,
+    Truncate,
+    Delete,
+}
+
+impl OpKind {
+    /// The kind, offset and length of `op`.
+    pub fn of(op: &DiskOp) -> (OpKind, u64, u64) {
+        match op {
+            DiskOp::Create { .. } => (OpKind::Create, 0, 0),
+            DiskOp::Write { offset, data, .. } => (OpKind::Write, *offset, data.len() as u64),
+            DiskOp::Sync { .. } => (OpKind::Sync, 0, 0),
+            DiskOp::Read { offset, len, .. } => (OpKind::Read, *offset, *len),
+            DiskOp::Truncate { len, .. } => (OpKind::Truncate, *len, 0),
+            DiskOp::Delete { .. } => (OpKind::Delete, 0, 0),
+        }
+    }
+}
+
+/// What happened.
+#[derive(Clone, Copy, Debug)]
+pub enum What {
+    DiskIssue { token: u64, kind: OpKind, file: FileId, offset: u64, len: u64, at: u64 },
+    DiskDone { token: u64, kind: OpKind, file: FileId, ok: bool },
+    Timer,
+    Request { request: u64, op: &'static str },
+    Refused { client: u32 },
+    Reply { request: u64, status: u16, count: u64 },
+    Timeout { request: u64 },
+    Committed { key: PartitionKey, first: u64, count: u64 },
+    Checkpoint { checkpoint: u64 },
+    Discarded { seq: u64, topic: u64 },
+    Latched,
+    CommitFailed { key: PartitionKey },
+    Fault { action: &'static str },
+    Started { ok: bool },
+    Phase { name: &'static str },
+}
+
+/// One trace line.
+#[derive(Clone, Copy, Debug)]
+pub struct TraceRecord {
+    pub t: u64,
+    pub e: u64,
+    pub node: u32,
+    pub what: What,
+}
+
+const RING: usize = 40;
+
+/// Hash, tail ring and optional full trace.
+pub struct Trace {
+    hash: TraceHash,
+    ring: Vec<TraceRecord>,
+    next: usize,
+    full: Option<Vec<TraceRecord>>,
+}
+
+impl Trace {
+    /// A trace that keeps every record when `keep_all`.
+    pub fn new(keep_all: bool) -> Trace {
+        Trace { hash: TraceHash::default(), ring: Vec::with_capacity(RING), next: 0, full: keep_all.then(Vec::new) }
+    }
+
+    /// Records one line.
+    pub fn push(&mut self, record: TraceRecord) {
+        hash_record(&mut self.hash, &record);
+        if self.ring.len() < RING {
+            self.ring.push(record);
+        } else {
+            self.ring[self.next] = record;
+        }
+        self.next = (self.next + 1) % RING;
+        if let Some(full) = &mut self.full {
+            full.push(record);
+        }
+    }
+
+    /// The trace hash so far.
+    pub fn hash(&self) -> TraceHash {
+        self.hash
+    }
+
+    /// The last records, oldest first.
+    pub fn tail(&self) -> Vec<TraceRecord> {
+        if self.ring.len() < RING {
+            return self.ring.clone();
+        }
+        self.ring[self.next..].iter().chain(&self.ring[..self.next]).copied().collect()
+    }
+
+    /// Every record (if kept).
+    pub fn take_full(&mut self) -> Vec<TraceRecord> {
+        self.full.take().unwrap_or_default()
+    }
+}
+
+fn file_word(file: &FileId) -> [u64; 2] {
+    match file {
+        FileId::WalSegment { first_seq } => [1, *first_seq],
+        FileId::WalCheckpoint => [2, 0],
+        FileId::Catalog => [3, 0],
+        FileId::PartitionLog(key) => [4 | (u64::from(key.partition) << 8), key.topic.0],
+        FileId::MetaRaftLog => [5, 0],
+        FileId::MetaSnapshot => [6, 0],
+    }
+}
+
+fn key_word(key: &PartitionKey) -> u64 {
+    key.topic.0 << 16 | u64::from(key.partition)
+}
+
+fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
+    h.words(&[r.t, r.e, u64::from(r.node)]);
+    match r.what {
+        What::DiskIssue { token, kind, file, offset, len, at } => {
+            h.words(&[1, token, kind as u64, offset, len, at]);
+            h.words(&file_word(&file));
+        }
+        What::DiskDone { token, kind, file, ok } => {
+            h.words(&[2, token, kind as u64, u64::from(ok)]);
+            h.words(&file_word(&file));
+        }
+        What::Timer => h.word(3),
+        What::Request { request, op } => {
+            h.words(&[4, request]);
+            h.bytes(op.as_bytes());
+        }
+        What::Refused { client } => h.words(&[5, u64::from(client)]),
+        What::Reply { request, status, count } => h.words(&[6, request, u64::from(status), count]),
+        What::Timeout { request } => h.words(&[7, request]),
+        What::Committed { key, first, count } => h.words(&[8, key_word(&key), first, count]),
+        What::Checkpoint { checkpoint } => h.words(&[9, checkpoint]),
+        What::Discarded { seq, topic } => h.words(&[10, seq, topic]),
+        What::Latched => h.word(11),
+        What::CommitFailed { key } => h.words(&[12, key_word(&key)]),
+        What::Fault { action } => {
+            h.word(13);
+            h.bytes(action.as_bytes());
+        }
+        What::Started { ok } => h.words(&[14, u64::from(ok)]),
+        What::Phase { name } => {
+            h.word(15);
+            h.bytes(name.as_bytes());
+        }
+    }
+}
+
+impl fmt::Display for TraceRecord {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "[t={} e={}] n{} ", self.t, self.e, self.node)?;
+        match self.what {
+            What::DiskIssue { token, kind, file, offset, len, at } => write!(
+                f,
+                "disk issue #{token} {kind:?} {} off={offset} len={len} done_at={at}",
+                file.relative_path()
+            ),
+            What::DiskDone { token, kind, file, ok } => {
+                let result = if ok { "ok" } else { "ERR" };
+                write!(f, "disk done  #{token} {kind:?} {} {result}", file.relative_path())
+            }
+            What::Timer => write!(f, "timer"),
+            What::Request { request, op } => write!(f, "request r{request} {op}"),
+            What::Refused { client } => write!(f, "client c{client} refused: node down"),
+            What::Reply { request, status, count } => write!(f, "reply r{request} {status} n={count}"),
+            What::Timeout { request } => write!(f, "timeout r{request} (ambiguous)"),
+            What::Committed { key, first, count } => write!(f, "committed {key} @{first} +{count}"),
+            What::Checkpoint { checkpoint } => write!(f, "checkpoint durable {checkpoint}"),
+            What::Discarded { seq, topic } => write!(f, "discarded seq {seq} of topic#{topic}"),
+            What::Latched => write!(f, "WAL LATCHED"),
+            What::CommitFailed { key } => write!(f, "commit failed {key}"),
+            What::Fault { action } => write!(f, "FAULT {action}"),
+            What::Started { ok } => write!(f, "process start: {}", if ok { "recovered" } else { "REFUSED" }),
+            What::Phase { name } => write!(f, "phase {name}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ring_keeps_the_last_records_in_order() {
+        let mut trace = Trace::new(false);
+        for e in 0..100 {
+            trace.push(TraceRecord { t: e, e, node: 0, what: What::Timer });
+        }
+        let tail = trace.tail();
+        assert_eq!(tail.len(), RING);
+        assert_eq!(tail.first().map(|r| r.e), Some(60));
+        assert_eq!(tail.last().map(|r| r.e), Some(99));
+        assert!(tail[0].to_string().starts_with("[t=60 e=60] n0 timer"));
+    }
+}

@@ -1,0 +1,328 @@
+//! The workload: clients that create and delete topics, produce keyed, keyless, pinned and batch
+//! messages with unique ids, retry ambiguous answers (a retry is a new attempt with the same ids),
+//! and read partitions by offset. Each client has at most one request outstanding.
+
+mod replies;
+pub mod topics;
+
+use std::collections::{BTreeMap, VecDeque};
+
+use narad_core::{ClientOp, PartitionKey, ProduceMessage, RequestId, TopicId};
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+
+use crate::checker::Checker;
+use crate::payload::payload;
+use crate::swarm::WorkloadConfig;
+pub use topics::{TopicModel, TopicState};
+
+/// What a client does when it wakes.
+#[derive(Clone, Debug)]
+pub enum Wake {
+    /// Send this request (then call `delivered` or `refused`).
+    Send { request: RequestId, op: ClientOp },
+    /// Nothing to do yet: wake again after this many microseconds.
+    Sleep(u64),
+    /// This client has finished.
+    Done,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Role {
+    Admin,
+    Producer,
+    Reader,
+}
+
+/// A request a client is making (kept whole so it can be retried).
+#[derive(Clone, Debug)]
+enum Pending {
+    Produce { topic: String, inc: TopicId, ids: Vec<u64>, messages: Vec<ProduceMessage>, batch: bool, invalid: bool },
+    Create { name: String, partitions: u32 },
+    Lookup { name: String },
+    Delete { name: String, inc: TopicId },
+    Consume { key: PartitionKey, name: String, offset: u64, max: u32 },
+}
+
+impl Pending {
+    fn op(&self) -> ClientOp {
+        match self {
+            Pending::Produce { topic, messages, batch, .. } => {
+                ClientOp::Produce { topic: topic.clone(), messages: messages.clone(), batch: *batch }
+            }
+            Pending::Create { name, partitions } => {
+                ClientOp::CreateTopic { name: name.clone(), partitions: Some(*partitions), retention_ms: None }
+            }
+            Pending::Lookup { name } => ClientOp::GetTopic { name: name.clone() },
+            Pending::Delete { name, .. } => ClientOp::DeleteTopic { name: name.clone() },
+            Pending::Consume { key, name, offset, max } => ClientOp::Consume {
+                topic: name.clone(),
+                partition: key.partition,
+                offset: *offset,
+                max: *max,
+            },
+        }
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Client {
+    role: Role,
+    /// The request in flight.
+    waiting: Option<(RequestId, Pending)>,
+    /// The request about to be sent (built, or kept for a retry).
+    next: Option<Pending>,
+    /// Attempts of `next` that ended ambiguously / in total.
+    ambiguous_tries: u32,
+    tries: u32,
+    done: bool,
+}
+
+/// Cap on attempts of one request, whatever the answers.
+const MAX_TRIES: u32 = 200;
+
+/// All clients and the workload's model of the topics.
+pub struct Workload {
+    cfg: WorkloadConfig,
+    rng: ChaCha8Rng,
+    clients: Vec<Client>,
+    /// Which topics exist, as far as the clients know.
+    pub topics: TopicModel,
+    next_request: u64,
+    messages_left: u64,
+    initial_created: u32,
+    cursors: BTreeMap<PartitionKey, u64>,
+    scripted_deletes: VecDeque<String>,
+    /// Produces whose client gave up waiting: a late 202 still counts as an ack.
+    late: BTreeMap<RequestId, Vec<u64>>,
+}
+
+impl Workload {
+    /// Clients for `cfg`, drawing from `rng`.
+    pub fn new(cfg: WorkloadConfig, rng: ChaCha8Rng) -> Workload {
+        let mut clients = vec![new_client(Role::Admin)];
+        clients.extend((0..cfg.producers.max(1)).map(|_| new_client(Role::Producer)));
+        clients.extend((0..cfg.readers).map(|_| new_client(Role::Reader)));
+        Workload {
+            messages_left: cfg.messages,
+            cfg,
+            rng,
+            clients,
+            topics: TopicModel::default(),
+            next_request: 1,
+            initial_created: 0,
+            cursors: BTreeMap::new(),
+            scripted_deletes: VecDeque::new(),
+            late: BTreeMap::new(),
+        }
+    }
+
+    /// Number of clients (wake each once at the start).
+    pub fn clients(&self) -> usize {
+        self.clients.len()
+    }
+
+    /// How long a request may stay unanswered before it counts as a timeout.
+    pub fn timeout_micros(&self) -> u64 {
+        self.cfg.request_timeout_ms * 1_000
+    }
+
+    /// True once every client has finished.
+    pub fn is_done(&self) -> bool {
+        self.clients.iter().all(|c| c.done)
+    }
+
+    /// Ends the workload: every client is done (the heal phase starts).
+    pub fn stop(&mut self) {
+        for client in &mut self.clients {
+            client.done = true;
+        }
+    }
+
+    /// Makes the admin client delete `name` soon (scenarios).
+    pub fn request_delete(&mut self, name: &str) {
+        self.scripted_deletes.push_back(name.to_string());
+    }
+
+    /// A think time in microseconds.
+    pub fn think(&mut self) -> u64 {
+        self.rng.random_range(0..=self.cfg.think_max_us)
+    }
+
+    fn producers_finished(&self) -> bool {
+        self.messages_left == 0
+            && self.clients.iter().filter(|c| c.role == Role::Producer).all(|c| c.done)
+    }
+
+    /// Client `client` wakes up: what does it do?
+    pub fn wake(&mut self, client: usize, checker: &mut Checker) -> Wake {
+        let c = &self.clients[client];
+        if c.done || c.waiting.is_some() {
+            return Wake::Done;
+        }
+        if let Some(Pending::Produce { topic, inc, .. }) = &c.next
+            && self.topics.live_id(topic) != Some(*inc)
+        {
+            // The topic is being deleted: the retry would only be rejected (its ids are excused).
+            self.clients[client].next = None;
+        }
+        let c = &self.clients[client];
+        if c.next.is_none() {
+            let decided = match c.role {
+                Role::Admin => self.admin_next(),
+                Role::Producer => self.produce_next(checker),
+                Role::Reader => self.read_next(),
+            };
+            match decided {
+                Ok(pending) => self.clients[client].next = Some(pending),
+                Err(wake) => {
+                    if matches!(wake, Wake::Done) {
+                        self.clients[client].done = true;
+                    }
+                    return wake;
+                }
+            }
+        }
+        let pending = self.clients[client].next.as_ref().expect("invariant: decided above");
+        let op = pending.op();
+        let request = RequestId(self.next_request);
+        self.next_request += 1;
+        Wake::Send { request, op }
+    }
+
+    /// The request from the last `wake` reached the node.
+    pub fn delivered(&mut self, client: usize, request: RequestId, checker: &mut Checker) {
+        let c = &mut self.clients[client];
+        let pending = c.next.take().expect("invariant: wake built a request");
+        c.tries += 1;
+        match &pending {
+            Pending::Produce { ids, .. } => checker.sent(ids),
+            Pending::Delete { inc, .. } => checker.delete_requested(*inc),
+            _ => {}
+        }
+        c.waiting = Some((request, pending));
+    }
+
+    /// The request from the last `wake` could not be sent (node down): retry later.
+    pub fn refused(&mut self, client: usize) -> u64 {
+        let c = &mut self.clients[client];
+        c.tries += 1;
+        if c.tries > MAX_TRIES {
+            c.next = None;
+            c.tries = 0;
+        }
+        self.rng.random_range(20_000..150_000)
+    }
+
+    fn admin_next(&mut self) -> Result<Pending, Wake> {
+        if self.initial_created < self.cfg.initial_topics {
+            self.initial_created += 1;
+            return Ok(self.create_pending(None));
+        }
+        if let Some(name) = self.topics.unsettled().into_iter().next() {
+            return Ok(match self.topics.get(&name) {
+                Some(TopicState::Deleting { id }) => Pending::Delete { name, inc: id },
+                _ => Pending::Lookup { name },
+            });
+        }
+        if let Some(name) = self.scripted_deletes.pop_front() {
+            return match self.topics.live_id(&name) {
+                Some(inc) => Ok(self.delete_pending(name, inc)),
+                None => Err(Wake::Sleep(1_000)),
+            };
+        }
+        if self.producers_finished() {
+            return Err(Wake::Done);
+        }
+        if self.cfg.churn_prob > 0.0 && self.rng.random_bool(self.cfg.churn_prob) {
+            let live = self.topics.live();
+            if live.len() >= 2 && self.rng.random_bool(0.5) {
+                let (name, inc, _) = live[self.rng.random_range(0..live.len())].clone();
+                return Ok(self.delete_pending(name, inc));
+            }
+            let gone = self.topics.gone();
+            let reuse = (!gone.is_empty() && self.rng.random_bool(0.5))
+                .then(|| gone[self.rng.random_range(0..gone.len())].clone());
+            return Ok(self.create_pending(reuse));
+        }
+        Err(Wake::Sleep(self.rng.random_range(20_000..200_000)))
+    }
+
+    fn create_pending(&mut self, name: Option<String>) -> Pending {
+        let name = name.unwrap_or_else(|| self.topics.fresh_name());
+        let partitions = self.rng.random_range(1..=self.cfg.max_partitions.max(1));
+        self.topics.set(&name, TopicState::Creating { partitions, ambiguous: false });
+        Pending::Create { name, partitions }
+    }
+
+    fn delete_pending(&mut self, name: String, inc: TopicId) -> Pending {
+        self.topics.set(&name, TopicState::Deleting { id: inc });
+        Pending::Delete { name, inc }
+    }
+
+    fn read_next(&mut self) -> Result<Pending, Wake> {
+        if self.producers_finished() {
+            return Err(Wake::Done);
+        }
+        let live = self.topics.live();
+        if live.is_empty() {
+            return Err(Wake::Sleep(5_000));
+        }
+        let (name, inc, partitions) = live[self.rng.random_range(0..live.len())].clone();
+        let key = PartitionKey { topic: inc, partition: self.rng.random_range(0..partitions) };
+        let offset = self.cursors.get(&key).copied().unwrap_or(0);
+        let max = self.rng.random_range(1..=100);
+        Ok(Pending::Consume { key, name, offset, max })
+    }
+
+    fn produce_next(&mut self, checker: &mut Checker) -> Result<Pending, Wake> {
+        if self.messages_left == 0 {
+            return Err(Wake::Done);
+        }
+        let live = self.topics.live();
+        if live.is_empty() {
+            return Err(Wake::Sleep(2_000));
+        }
+        let (topic, inc, partitions) = live[self.rng.random_range(0..live.len())].clone();
+        let batch = self.rng.random_bool(self.cfg.batch_prob);
+        let wanted = if batch { self.rng.random_range(1..=self.cfg.max_batch.max(1)) } else { 1 };
+        let count = u64::from(wanted).min(self.messages_left);
+        let invalid = self.rng.random_bool(self.cfg.invalid_prob);
+        let mut ids = Vec::with_capacity(count as usize);
+        let mut messages = Vec::with_capacity(count as usize);
+        for _ in 0..count {
+            let (id, message) = self.new_message(inc, partitions, checker);
+            ids.push(id);
+            messages.push(message);
+        }
+        if invalid {
+            let at = self.rng.random_range(0..messages.len());
+            messages[at].partition = Some(partitions + self.rng.random_range(0..3));
+        }
+        self.messages_left -= count;
+        Ok(Pending::Produce { topic, inc, ids, messages, batch, invalid })
+    }
+
+    fn new_message(&mut self, inc: TopicId, partitions: u32, checker: &mut Checker) -> (u64, ProduceMessage) {
+        let key = self
+            .rng
+            .random_bool(self.cfg.keyed_prob)
+            .then(|| bytes::Bytes::from(format!("k{}", self.rng.random_range(0..16))));
+        let partition =
+            self.rng.random_bool(self.cfg.pinned_prob).then(|| self.rng.random_range(0..partitions));
+        let len = if self.cfg.large_prob > 0.0 && self.rng.random_bool(self.cfg.large_prob) {
+            self.rng.random_range(16..=self.cfg.large_max)
+        } else {
+            self.rng.random_range(16..=self.cfg.small_max.max(16))
+        };
+        let id = checker.next_id();
+        let payload = payload(id, len);
+        let assigned = checker.new_message(inc, key.clone(), payload.clone());
+        debug_assert_eq!(assigned, id);
+        (id, ProduceMessage { key, partition, payload })
+    }
+}
+
+fn new_client(role: Role) -> Client {
+    Client { role, waiting: None, next: None, ambiguous_tries: 0, tries: 0, done: false }
+}

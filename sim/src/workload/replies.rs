@@ -1,0 +1,200 @@
+//! How clients react to answers: record the outcome in the history, update the topic model, and
+//! decide whether to retry. A 5xx or a timeout on a produce is ambiguous: the retry is a new
+//! attempt with the same ids. A clean rejection (4xx, 503) changed nothing.
+
+use narad_core::{ClientError, ClientReply, RequestId};
+use rand::RngExt;
+
+use super::{MAX_TRIES, Pending, Role, TopicState, Workload};
+use crate::checker::{Checker, ReadKind, inv};
+
+/// What to do after an answer.
+enum Next {
+    Finished,
+    Retry { ambiguous: bool },
+}
+
+impl Workload {
+    /// An answer to `request`. Returns the client to wake and after how long.
+    pub fn on_reply(&mut self, request: RequestId, reply: &ClientReply, checker: &mut Checker) -> Option<(usize, u64)> {
+        let Some(client) = self.waiting_client(request) else {
+            self.late_reply(request, reply, checker);
+            return None;
+        };
+        let (_, pending) = self.clients[client].waiting.take().expect("invariant: found waiting");
+        let next = self.handle(&pending, Some(reply), checker);
+        Some((client, self.after(client, pending, next)))
+    }
+
+    /// `request` got no answer in time: ambiguous.
+    pub fn on_timeout(&mut self, request: RequestId, checker: &mut Checker) -> Option<(usize, u64)> {
+        let client = self.waiting_client(request)?;
+        let (_, pending) = self.clients[client].waiting.take().expect("invariant: found waiting");
+        if let Pending::Produce { ids, .. } = &pending {
+            self.late.insert(request, ids.clone());
+        }
+        let next = self.handle(&pending, None, checker);
+        Some((client, self.after(client, pending, next)))
+    }
+
+    /// The node went down: every request in flight ends with a connection reset (ambiguous).
+    pub fn on_node_down(&mut self, checker: &mut Checker) -> Vec<(usize, u64)> {
+        let waiting: Vec<RequestId> =
+            self.clients.iter().filter_map(|c| c.waiting.as_ref().map(|(r, _)| *r)).collect();
+        waiting.into_iter().filter_map(|r| self.on_timeout(r, checker)).collect()
+    }
+
+    fn waiting_client(&self, request: RequestId) -> Option<usize> {
+        self.clients.iter().position(|c| c.waiting.as_ref().is_some_and(|(r, _)| *r == request))
+    }
+
+    /// A 202 that arrived after its client gave up still counts: the node promised durability.
+    fn late_reply(&mut self, request: RequestId, reply: &ClientReply, checker: &mut Checker) {
+        if let Some(ids) = self.late.remove(&request)
+            && let ClientReply::Produced { accepted } = reply
+        {
+            checker.acked(&ids, *accepted);
+        }
+    }
+
+    fn after(&mut self, client: usize, pending: Pending, next: Next) -> u64 {
+        let max_attempts = self.cfg.max_attempts;
+        let c = &mut self.clients[client];
+        match next {
+            Next::Finished => {
+                c.tries = 0;
+                c.ambiguous_tries = 0;
+                self.think()
+            }
+            Next::Retry { ambiguous } => {
+                c.ambiguous_tries += u32::from(ambiguous);
+                let is_produce = matches!(pending, Pending::Produce { .. });
+                if c.tries >= MAX_TRIES || (is_produce && c.ambiguous_tries >= max_attempts) {
+                    c.tries = 0;
+                    c.ambiguous_tries = 0;
+                } else {
+                    c.next = Some(pending);
+                }
+                self.rng.random_range(5_000..100_000)
+            }
+        }
+    }
+
+    fn handle(&mut self, pending: &Pending, reply: Option<&ClientReply>, checker: &mut Checker) -> Next {
+        match pending {
+            Pending::Produce { ids, invalid, topic, .. } => {
+                self.produce_answer(ids, *invalid, topic, reply, checker)
+            }
+            Pending::Create { name, partitions } => self.create_answer(name, *partitions, reply, checker),
+            Pending::Lookup { name } => self.lookup_answer(name, reply, checker),
+            Pending::Delete { name, .. } => match reply {
+                Some(ClientReply::TopicDeleted) | Some(ClientReply::Error(ClientError::NotFound(_))) => {
+                    self.topics.set(name, TopicState::Gone);
+                    Next::Finished
+                }
+                _ => Next::Retry { ambiguous: true },
+            },
+            Pending::Consume { key, name, offset, .. } => {
+                match reply {
+                    Some(ClientReply::Records(records)) => {
+                        checker.consumed(*key, *offset, records, ReadKind::Live);
+                        self.cursors.insert(*key, offset + records.len() as u64);
+                    }
+                    Some(ClientReply::Error(ClientError::NotFound(e))) if self.topics.live_id(name).is_some() => {
+                        checker.violation(inv::TOPIC_LOST, format!("consume of live topic {name}: {e}"));
+                    }
+                    Some(ClientReply::Error(_)) | None => checker.counters.consume_errors += 1,
+                    Some(other) => unexpected(checker, "consume", other),
+                }
+                Next::Finished
+            }
+        }
+    }
+
+    fn produce_answer(
+        &mut self,
+        ids: &[u64],
+        invalid: bool,
+        topic: &str,
+        reply: Option<&ClientReply>,
+        checker: &mut Checker,
+    ) -> Next {
+        let error = match reply {
+            None => {
+                checker.ambiguous(ids);
+                return Next::Retry { ambiguous: true };
+            }
+            Some(ClientReply::Produced { accepted }) => {
+                checker.acked(ids, *accepted);
+                if invalid {
+                    checker.violation(inv::HALF_APPLIED, format!("invalid produce of {} messages accepted", ids.len()));
+                }
+                return Next::Finished;
+            }
+            Some(ClientReply::Error(e)) => e,
+            Some(other) => {
+                unexpected(checker, "produce", other);
+                return Next::Finished;
+            }
+        };
+        match error.http_status() {
+            500 => {
+                checker.ambiguous(ids);
+                Next::Retry { ambiguous: true }
+            }
+            503 => Next::Retry { ambiguous: false },
+            400 if invalid => Next::Finished,
+            404 if self.topics.live_id(topic).is_none() => Next::Finished,
+            404 => {
+                checker.violation(inv::TOPIC_LOST, format!("produce to live topic {topic}: {error}"));
+                Next::Finished
+            }
+            _ => {
+                checker.violation(inv::PROTOCOL, format!("produce of {} messages rejected: {error}", ids.len()));
+                Next::Finished
+            }
+        }
+    }
+
+    fn create_answer(&mut self, name: &str, partitions: u32, reply: Option<&ClientReply>, checker: &mut Checker) -> Next {
+        match reply {
+            Some(ClientReply::TopicCreated(info)) => {
+                self.topics.set(name, TopicState::Live { id: info.id, partitions: info.partitions });
+                checker.topic_live(name, info.id);
+            }
+            Some(ClientReply::Error(e)) if matches!(e.http_status(), 400 | 413) => {
+                checker.violation(inv::PROTOCOL, format!("create {name}: {e}"));
+                self.topics.set(name, TopicState::Gone);
+            }
+            // 409 (an earlier ambiguous attempt made it), 5xx, timeout: look it up.
+            _ => self.topics.set(name, TopicState::Creating { partitions, ambiguous: true }),
+        }
+        Next::Finished
+    }
+
+    fn lookup_answer(&mut self, name: &str, reply: Option<&ClientReply>, checker: &mut Checker) -> Next {
+        match reply {
+            Some(ClientReply::Topic(info, _)) => {
+                self.topics.set(name, TopicState::Live { id: info.id, partitions: info.partitions });
+                checker.topic_live(name, info.id);
+                Next::Finished
+            }
+            Some(ClientReply::Error(ClientError::NotFound(_))) => {
+                // The ambiguous create did not happen: create again.
+                let partitions = match self.topics.get(name) {
+                    Some(TopicState::Creating { partitions, .. }) => partitions,
+                    _ => 1,
+                };
+                if let Some(admin) = self.clients.iter_mut().find(|c| c.role == Role::Admin) {
+                    admin.next = Some(Pending::Create { name: name.to_string(), partitions });
+                }
+                Next::Finished
+            }
+            _ => Next::Retry { ambiguous: false },
+        }
+    }
+}
+
+fn unexpected(checker: &mut Checker, what: &str, reply: &ClientReply) {
+    checker.violation(inv::PROTOCOL, format!("unexpected answer to {what}: {reply:?}"));
+}
