@@ -177,7 +177,10 @@ mod tests {
 
     #[test]
     fn every_file_id_round_trips_through_its_path() {
-        let key = PartitionKey { topic: TopicId(7), partition: 3 };
+        let key = PartitionKey {
+            topic: TopicId(7),
+            partition: 3,
+        };
         for file in [
             FileId::WalSegment { first_seq: 42 },
             FileId::WalCheckpoint,
