@@ -1,0 +1,112 @@
+//! The client commands against a real node: `topic create|list|get|delete`, `produce` (argument
+//! and stdin) and `consume`, including a non-2xx answer becoming exit code 1.
+
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{TestNode, data_dir, wait_until};
+use serde_json::{Value, json};
+
+fn narad(url: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
+        .args(args)
+        .env("NARAD_URL", url)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn narad client");
+    let mut input = child.stdin.take().expect("stdin");
+    if let Some(data) = stdin {
+        input.write_all(data).expect("write stdin");
+    }
+    drop(input);
+    child.wait_with_output().expect("client output")
+}
+
+fn json_out(output: &Output) -> Value {
+    assert!(
+        output.status.success(),
+        "stderr: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    serde_json::from_slice(&output.stdout).expect("client prints JSON")
+}
+
+#[test]
+fn client_commands_round_trip() {
+    let (_tmp, dir) = data_dir();
+    let node = TestNode::start(&dir);
+    let url = node.url.as_str();
+    let created = json_out(&narad(
+        url,
+        &["topic", "create", "cli", "--partitions", "2"],
+        None,
+    ));
+    assert_eq!(created["name"], json!("cli"));
+    assert_eq!(created["partitions"], json!(2));
+    let listed = json_out(&narad(url, &["topic", "list"], None));
+    assert_eq!(listed["topics"][0]["name"], json!("cli"));
+
+    let out = narad(url, &["produce", "cli", "--partition", "1", "hello"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = narad(
+        url,
+        &["produce", "cli", "--partition", "1"],
+        Some(b"{\"from\":\"stdin\"}"),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let client = node.client();
+    assert!(wait_until(
+        Duration::from_secs(30),
+        || common::visible_records(&client, "cli") >= 2
+    ));
+
+    let one = json_out(&narad(url, &["consume", "cli", "--partition", "1"], None));
+    assert_eq!(one["payload"], json!("hello"));
+    let many = json_out(&narad(
+        url,
+        &["consume", "cli", "--partition", "1", "--max", "10"],
+        None,
+    ));
+    assert_eq!(many["messages"][1]["payload"], json!({ "from": "stdin" }));
+    let topic = json_out(&narad(url, &["topic", "get", "cli"], None));
+    assert_eq!(topic["partition_stats"][1]["high_watermark"], json!(2));
+
+    let out = narad(url, &["topic", "create", "cli"], None);
+    assert_eq!(out.status.code(), Some(1), "409 becomes exit code 1");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("409"));
+    let out = narad(url, &["topic", "delete", "cli"], None);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = narad(url, &["topic", "get", "cli"], None);
+    assert_eq!(out.status.code(), Some(1), "404 becomes exit code 1");
+}
+
+#[test]
+fn help_explains_every_command() {
+    for args in [
+        &["--help"][..],
+        &["serve", "--help"],
+        &["topic", "create", "--help"],
+    ] {
+        let out = narad("http://127.0.0.1:1", args, None);
+        assert!(out.status.success());
+        let help = String::from_utf8_lossy(&out.stdout);
+        assert!(help.len() > 200, "help for {args:?} is too thin:\n{help}");
+    }
+}

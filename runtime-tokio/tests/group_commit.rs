@@ -1,0 +1,54 @@
+//! Acceptance item 5 of issue 2: with 64 concurrent producers, one WAL fsync serves many
+//! produces (group commit), while every 202 still waited for its own fsync.
+
+mod common;
+
+use std::thread;
+
+use common::{TestNode, data_dir};
+
+const PRODUCERS: usize = 64;
+const PER_PRODUCER: usize = 50;
+
+#[test]
+fn group_commit_shares_fsyncs() {
+    let (_tmp, dir) = data_dir();
+    let node = TestNode::start(&dir);
+    let client = node.client();
+    client.create_topic("gc", 8);
+    let workers: Vec<_> = (0..PRODUCERS)
+        .map(|worker| {
+            let client = client.clone();
+            thread::spawn(move || {
+                for i in 0..PER_PRODUCER {
+                    let body = format!("producer {worker} message {i} {}", "x".repeat(200));
+                    let (status, _) = client.post("/v1/topics/gc/produce", body.as_bytes());
+                    assert_eq!(status, 202, "producer {worker} message {i}");
+                }
+            })
+        })
+        .collect();
+    for worker in workers {
+        worker.join().expect("producer");
+    }
+    let metrics = client.metrics();
+    let produces = metrics["narad_produce_requests_accepted_total"];
+    let fsyncs = metrics["narad_wal_fsyncs_total"];
+    let commits = metrics["narad_wal_group_commits_total"];
+    let records = metrics["narad_wal_records_synced_total"];
+    assert_eq!(produces, (PRODUCERS * PER_PRODUCER) as f64);
+    eprintln!(
+        "group commit: {produces} produces, {fsyncs} WAL fsyncs ({:.3} fsyncs/produce), \
+         {commits} group commits, {:.1} records/group commit",
+        fsyncs / produces,
+        records / commits.max(1.0)
+    );
+    assert!(
+        commits >= 1.0 && records >= produces,
+        "every record went through a group commit"
+    );
+    assert!(
+        fsyncs < produces,
+        "group commit must share fsyncs: {fsyncs} >= {produces}"
+    );
+}
