@@ -42,6 +42,10 @@ pub enum Applied {
 struct InFlight<W> {
     entry: Entry,
     waiter: W,
+    /// Where the entry's frame starts (the file is cut back here if the write fails).
+    offset: u64,
+    /// This write also created the file.
+    created: bool,
     ios_left: u32,
     error: Option<DiskError>,
 }
@@ -61,7 +65,10 @@ pub struct Catalog<W> {
     file_exists: bool,
     queue: VecDeque<(Change, W)>,
     in_flight: Option<InFlight<W>>,
+    /// Repair operations (truncate + sync) in flight.
     repairs_left: u32,
+    /// The file may hold bytes past `file_size` that must be cut before the next write.
+    needs_repair: bool,
     outbox: VecDeque<DiskOp>,
 }
 
@@ -95,6 +102,7 @@ impl<W> Catalog<W> {
             queue: VecDeque::new(),
             in_flight: None,
             repairs_left: 0,
+            needs_repair: false,
             outbox: VecDeque::new(),
         };
         let Some(bytes) = bytes else {
@@ -158,9 +166,23 @@ impl<W> Catalog<W> {
         !self.names.contains_key(&id) && id.0 < self.next_id
     }
 
-    /// True once start-up repairs are durable.
+    /// True when the file ends exactly at the last valid entry (nothing to cut first).
     pub fn is_repaired(&self) -> bool {
-        self.repairs_left == 0
+        self.repairs_left == 0 && !self.needs_repair
+    }
+
+    /// Cuts the file back to its last valid entry and syncs it.
+    fn start_repair(&mut self) {
+        let len = self.file_size;
+        self.outbox.push_back(DiskOp::Truncate {
+            file: FileId::Catalog,
+            len,
+        });
+        self.outbox.push_back(DiskOp::Sync {
+            file: FileId::Catalog,
+        });
+        self.repairs_left = 2;
+        self.needs_repair = false;
     }
 
     /// True when no change is queued or in flight.
@@ -177,6 +199,10 @@ impl<W> Catalog<W> {
     /// Starts writing the next queued change. Returns changes rejected by validation.
     pub fn pump(&mut self) -> Vec<(W, Result<Applied, ClientError>)> {
         let mut rejected = Vec::new();
+        // A failed repair is retried when there is something to write (not in a loop).
+        if self.needs_repair && self.repairs_left == 0 && !self.queue.is_empty() {
+            self.start_repair();
+        }
         while self.in_flight.is_none() && self.is_repaired() {
             let Some((change, waiter)) = self.queue.pop_front() else {
                 break;
@@ -229,7 +255,8 @@ impl<W> Catalog<W> {
         let mut data = Vec::new();
         put_frame(&mut data, &encode_entry(&entry));
         let mut ios_left = 2;
-        if !self.file_exists {
+        let created = !self.file_exists;
+        if created {
             self.outbox.push_back(DiskOp::Create {
                 file: FileId::Catalog,
             });
@@ -250,6 +277,8 @@ impl<W> Catalog<W> {
         self.in_flight = Some(InFlight {
             entry,
             waiter,
+            offset,
+            created,
             ios_left,
             error: None,
         });
@@ -261,8 +290,9 @@ impl<W> Catalog<W> {
         result: Result<DiskDone, DiskError>,
     ) -> Option<(W, Result<Applied, ClientError>)> {
         if self.in_flight.is_none() {
-            // A start-up repair. A failure leaves the catalogue unwritable; surface it in logs.
+            // A repair; if it failed, it is retried before the next write.
             self.repairs_left -= 1;
+            self.needs_repair |= result.is_err();
             return None;
         }
         let in_flight = self.in_flight.as_mut().expect("checked above");
@@ -275,10 +305,17 @@ impl<W> Catalog<W> {
         }
         let done = self.in_flight.take().expect("checked above");
         if let Some(error) = done.error {
-            // The entry may or may not be on disk: recovery will tell. Stop writing after it so a
-            // later entry can never be appended past a torn one.
-            self.repairs_left = u32::MAX;
-            let message = format!("catalogue write failed ({error}); restart the node");
+            // Cut the failed entry away before anything else is written after it (a new file is
+            // simply created again, which truncates it). Until the cut is durable a crash may
+            // still keep the entry, so the answer is ambiguous, like any 5xx.
+            self.file_size = done.offset;
+            if done.created {
+                self.file_exists = false;
+            } else {
+                self.needs_repair = true;
+            }
+            let message =
+                format!("catalogue write failed ({error}); the change may not have been applied");
             return Some((done.waiter, Err(ClientError::Internal(message))));
         }
         Some((done.waiter, Ok(self.apply(done.entry))))
@@ -431,5 +468,62 @@ mod tests {
                 .iter()
                 .all(|(_, r)| matches!(r, Err(ClientError::BadRequest(_))))
         );
+    }
+
+    #[test]
+    fn a_failed_write_is_cut_away_and_later_changes_still_land() {
+        let mut file = Vec::new();
+        let mut catalog: Catalog<u32> = Catalog::recover(None).unwrap();
+        catalog.propose(create("a", None), 1);
+        assert!(run(&mut catalog, &mut file)[0].1.is_ok());
+        catalog.propose(create("b", None), 2);
+        catalog.pump();
+        let mut results = Vec::new();
+        while let Some(op) = catalog.poll_io() {
+            if let DiskOp::Write { offset, data, .. } = &op {
+                file.truncate(*offset as usize);
+                file.extend_from_slice(data);
+            }
+            let failed = matches!(op, DiskOp::Sync { .. });
+            let result = if failed {
+                Err(DiskError::Io("EIO".into()))
+            } else {
+                Ok(DiskDone::Done)
+            };
+            results.extend(catalog.on_io(result));
+        }
+        assert!(
+            matches!(results[0], (2, Err(ClientError::Internal(_)))),
+            "{results:?}"
+        );
+        assert!(catalog.topic("b").is_none());
+        catalog.propose(create("c", None), 3);
+        let ops_before_write = run_collecting(&mut catalog, &mut file);
+        assert!(
+            matches!(ops_before_write[0], DiskOp::Truncate { .. }),
+            "{ops_before_write:?}"
+        );
+        let again: Catalog<u32> = Catalog::recover(Some(&Bytes::from(file))).unwrap();
+        assert!(again.topic("a").is_some() && again.topic("c").is_some());
+        assert!(again.topic("b").is_none(), "the failed entry was cut away");
+    }
+
+    fn run_collecting(catalog: &mut Catalog<u32>, file: &mut Vec<u8>) -> Vec<DiskOp> {
+        let mut ops = Vec::new();
+        catalog.pump();
+        while let Some(op) = catalog.poll_io() {
+            match &op {
+                DiskOp::Write { offset, data, .. } => {
+                    file.truncate(*offset as usize);
+                    file.extend_from_slice(data);
+                }
+                DiskOp::Truncate { len, .. } => file.truncate(*len as usize),
+                _ => {}
+            }
+            ops.push(op);
+            catalog.on_io(Ok(DiskDone::Done));
+            catalog.pump();
+        }
+        ops
     }
 }

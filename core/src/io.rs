@@ -71,7 +71,8 @@ impl FileId {
 /// One disk operation for the runtime to perform.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum DiskOp {
-    /// Create an empty file and make its directory entry durable (fsync the directory).
+    /// Create the file empty (truncating it if it exists) and make its directory entry durable
+    /// (fsync the directory).
     Create { file: FileId },
     /// Write `data` at `offset` (positional; extends the file as needed). Not durable until `Sync`.
     Write {

@@ -363,7 +363,14 @@ impl PartitionLog {
             unreachable!("checked by caller")
         };
         let id = commit.id;
-        self.start_repair();
+        if self.size == 0 {
+            // Nothing committed yet: the next commit re-creates the file, which truncates it, so
+            // whatever this one left behind can never be read or re-synced.
+            self.file_exists = false;
+            self.state = LogState::Idle;
+        } else {
+            self.start_repair();
+        }
         CommitOutcome {
             id,
             result: Err(format!("{}: {error}", self.key)),

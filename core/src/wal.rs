@@ -545,8 +545,11 @@ impl<W> Wal<W> {
             .expect("checkpoint io while in flight");
         *ios_left -= 1;
         if result.is_err() {
-            // Remember the failure by marking it dirty again; the in-flight value is not durable.
+            // The in-flight value is not durable: retry later, re-creating the file (which
+            // truncates it) in case the failure was its creation. Losing the older slot is safe:
+            // without a checkpoint, recovery re-dispatches from the oldest segment.
             state.dirty_since = Some(now);
+            state.file_exists = false;
             *value = u64::MAX;
         }
         if *ios_left > 0 {

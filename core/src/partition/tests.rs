@@ -153,24 +153,50 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
 fn fsync_failure_fails_the_commit_and_repair_failure_poisons() {
     let mut disk = MemDisk {
         file: Vec::new(),
-        fail_sync: true,
+        fail_sync: false,
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
     log.begin_commit(CommitId(1), NodeId(1), 0, records(1))
         .unwrap();
+    disk.run(&mut log).unwrap().result.unwrap();
+    disk.fail_sync = true;
+    log.begin_commit(CommitId(2), NodeId(1), 0, records_from(1, 1))
+        .unwrap();
     assert!(disk.run(&mut log).unwrap().result.is_err());
-    assert_eq!(log.high_watermark(), 0);
+    assert_eq!(log.high_watermark(), 1);
     // The repair's own sync failed too: poisoned; the next attempt repairs instead of committing.
     assert!(
-        log.begin_commit(CommitId(2), NodeId(1), 0, records(1))
+        log.begin_commit(CommitId(3), NodeId(1), 0, records_from(1, 1))
             .is_err()
     );
     disk.fail_sync = false;
     assert_eq!(disk.run(&mut log), None);
-    log.begin_commit(CommitId(3), NodeId(1), 0, records(1))
+    log.begin_commit(CommitId(4), NodeId(1), 0, records_from(1, 1))
         .unwrap();
-    assert_eq!(disk.run(&mut log).unwrap().result.unwrap().first_offset, 0);
+    assert_eq!(disk.run(&mut log).unwrap().result.unwrap().first_offset, 1);
+}
+
+#[test]
+fn a_failed_first_commit_recreates_the_file_instead_of_repairing() {
+    let mut disk = MemDisk {
+        file: Vec::new(),
+        fail_sync: true,
+        corrupt_reads: false,
+    };
+    let mut log = PartitionLog::new(key());
+    log.begin_commit(CommitId(1), NodeId(1), 0, records(2))
+        .unwrap();
+    assert!(disk.run(&mut log).unwrap().result.is_err());
+    assert!(
+        log.is_idle(),
+        "nothing to repair in a log with no committed record"
+    );
+    disk.fail_sync = false;
+    log.begin_commit(CommitId(2), NodeId(1), 0, records(2))
+        .unwrap();
+    let ops: Vec<DiskOp> = std::iter::from_fn(|| log.poll_io().map(|(_, op)| op)).collect();
+    assert!(matches!(ops[0], DiskOp::Create { .. }), "{ops:?}");
 }
 
 #[test]
