@@ -25,7 +25,13 @@ fn main() -> ExitCode {
     let result = match cli.command {
         Command::Serve(args) => {
             init_logging();
-            server::serve(args).inspect_err(|e| tracing::error!("narad serve failed: {e:#}"))
+            return match server::serve(args) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(error) => {
+                    tracing::error!("narad serve failed: {error:#}");
+                    ExitCode::FAILURE
+                }
+            };
         }
         Command::Topic(args) => client::topic(args),
         Command::Produce(args) => client::produce(args),

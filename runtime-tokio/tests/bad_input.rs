@@ -65,6 +65,8 @@ fn check_batch_produce(client: &Client) {
     );
     assert_error(client.post_json(&path, &many), 400, "batch of 1,001");
     assert_error(client.post_json(&path, &batch(vec![])), 400, "empty batch");
+    let huge = vec![b' '; 16 * 1024 * 1024 + 1];
+    assert_error(client.post(&path, &huge), 413, "batch body over 16 MiB");
     let mut one_bad: Vec<Value> = (0..10)
         .map(|i| json!({ "payload": format!("m{i}") }))
         .collect();

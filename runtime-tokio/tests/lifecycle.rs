@@ -117,3 +117,42 @@ fn a_second_process_cannot_share_the_data_dir() {
         second.log()
     );
 }
+
+#[test]
+fn recovery_refuses_a_corrupt_wal() {
+    let (_tmp, dir) = data_dir();
+    let mut node = TestNode::start(&dir);
+    let client = node.client();
+    client.create_topic("fragile", 2);
+    for i in 0..50 {
+        let body = format!("fragile message number {i}");
+        assert_eq!(
+            client.post("/v1/topics/fragile/produce", body.as_bytes()).0,
+            202
+        );
+    }
+    node.kill9();
+    let segment = std::fs::read_dir(dir.join("wal"))
+        .expect("wal dir")
+        .map(|e| e.expect("entry").path())
+        .find(|p| p.extension().is_some_and(|e| e == "wal"))
+        .expect("a WAL segment");
+    let mut bytes = std::fs::read(&segment).expect("read segment");
+    let middle = bytes.len() / 2;
+    bytes[middle] ^= 0xff;
+    std::fs::write(&segment, &bytes).expect("corrupt segment");
+
+    let mut node = TestNode::spawn(&dir);
+    let status = node
+        .wait_exit(Duration::from_secs(20))
+        .expect("node must refuse to start");
+    assert!(
+        !status.success(),
+        "recovery must fail on corruption followed by valid data"
+    );
+    let log = node.log();
+    assert!(
+        log.contains("RECOVERY FAILED") && log.contains("corrupt"),
+        "log:\n{log}"
+    );
+}

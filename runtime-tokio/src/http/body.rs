@@ -2,6 +2,10 @@
 //! to a raw `Body`; we enforce SPEC.md's limits ourselves, answer 413 with our JSON error, and
 //! never buffer more than the limit plus one frame. A body that arrives as one frame (the common
 //! case for small produces) is passed on without a copy.
+//!
+//! An oversized body is read to its end (and dropped) before we answer 413, up to a bound: closing
+//! a socket with unread request bytes makes the kernel send a reset, and the client may then lose
+//! our 413 before it reads it.
 
 use axum::body::Body;
 use axum::http::{HeaderMap, header};
@@ -9,6 +13,9 @@ use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 
 use super::ApiError;
+
+/// Bytes past the limit we read and discard so that a 413 reaches the client intact.
+const DRAIN_BYTES: u64 = 8 * 1024 * 1024;
 
 /// Reads the whole body, failing with 413 once it exceeds `limit` bytes.
 pub async fn read_limited(
@@ -20,8 +27,9 @@ pub async fn read_limited(
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|len| len > limit as u64) {
-        return Err(too_large(limit));
+    let limit_bytes = limit as u64;
+    if declared.is_some_and(|len| len > limit_bytes + DRAIN_BYTES) {
+        return Err(too_large(limit)); // Too much to drain: the connection just closes.
     }
     let mut body = body;
     let mut total = 0usize;
@@ -34,12 +42,13 @@ pub async fn read_limited(
         }; // Trailers carry no payload.
         total += chunk.len();
         if total > limit {
+            drain(&mut body, total as u64 - limit_bytes).await;
             return Err(too_large(limit));
         }
         match (&first, &mut rest) {
             (None, _) => first = Some(chunk),
             (Some(head), None) => {
-                let capacity = declared.map_or(total, |d| d as usize).max(total);
+                let capacity = declared.map_or(total, |d| d as usize).clamp(total, limit);
                 let mut buf = BytesMut::with_capacity(capacity);
                 buf.extend_from_slice(head);
                 buf.extend_from_slice(&chunk);
@@ -52,6 +61,16 @@ pub async fn read_limited(
         Some(buf) => buf.freeze(),
         None => first.unwrap_or_default(),
     })
+}
+
+/// Reads and drops the rest of a body, giving up after `DRAIN_BYTES` past the limit.
+async fn drain(body: &mut Body, mut past_limit: u64) {
+    while let Some(Ok(frame)) = body.frame().await {
+        past_limit += frame.data_ref().map_or(0, |d| d.len() as u64);
+        if past_limit > DRAIN_BYTES {
+            return;
+        }
+    }
 }
 
 fn too_large(limit: usize) -> ApiError {
