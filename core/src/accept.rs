@@ -9,7 +9,7 @@ use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
 use crate::api::{ClientError, ProduceMessage, TopicInfo};
-use crate::constants::{MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_MESSAGE_BYTES};
+use crate::constants::{MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_KEY_BYTES, MAX_MESSAGE_BYTES};
 use crate::fnv::fnv1a_32;
 use crate::ids::TopicId;
 use crate::wal::Draft;
@@ -104,6 +104,11 @@ fn check_message(topic: &TopicInfo, message: &ProduceMessage) -> Result<(), Clie
         return Err(ClientError::TooLarge(format!(
             "payload of {} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit",
             message.payload.len()
+        )));
+    }
+    if message.key.as_ref().is_some_and(|key| key.len() > MAX_KEY_BYTES) {
+        return Err(ClientError::BadRequest(format!(
+            "key longer than the {MAX_KEY_BYTES}-byte limit"
         )));
     }
     if let Some(partition) = message.partition

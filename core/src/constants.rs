@@ -48,5 +48,8 @@ pub const MAX_TOPIC_NAME_BYTES: usize = 200;
 pub const MAX_CONSUME_RECORDS: u32 = 1_000;
 /// Most payload bytes one consume reads (at least one record is always returned).
 pub const MAX_CONSUME_BYTES: u64 = 8 * 1024 * 1024;
-/// Size of one read the dispatcher issues against a WAL segment.
-pub const WAL_READ_CHUNK_BYTES: u64 = 1024 * 1024;
+/// Size of one read the dispatcher issues against a WAL segment: larger than the largest frame
+/// (1 MiB payload + key + envelope), so every read holds at least one whole record.
+pub const WAL_READ_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
+/// Longest record key.
+pub const MAX_KEY_BYTES: usize = 4_096;

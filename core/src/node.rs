@@ -231,12 +231,11 @@ impl Node {
         self.wal.is_repaired() && self.catalog.is_repaired()
     }
 
-    /// True once, after `Input::BeginShutdown`, nothing is in flight and the checkpoint is durable.
+    /// True once, after `Input::BeginShutdown`, no disk operation is outstanding: every group
+    /// commit has answered, the dispatcher committed what it could (a clean restart re-dispatches
+    /// nothing unless a destination was failing), and the checkpoint is durable.
     pub fn is_shut_down(&self) -> bool {
-        self.shutting_down
-            && self.wal.is_idle()
-            && self.catalog.is_idle()
-            && self.dispatcher.commits_in_flight() == 0
+        self.shutting_down && self.io.is_empty()
     }
 
     /// Counters and gauges.
@@ -302,9 +301,7 @@ impl Node {
                     .min(self.dispatcher.read_upto() + self.dispatcher.room() as u64),
             );
         }
-        if !self.shutting_down {
-            self.start_commits();
-        }
+        self.start_commits();
         self.confirm_discards();
         self.advance_checkpoint();
         self.collect_io();

@@ -321,3 +321,83 @@ fn replay_after_crash_above_checkpoint_lands_no_duplicates() {
         "idempotent commits: no second copy"
     );
 }
+
+#[test]
+fn a_max_size_record_is_dispatched_from_disk_after_restart() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 1);
+    h.fault = Some(Box::new(|op| {
+        matches!(
+            op,
+            DiskOp::Sync {
+                file: FileId::PartitionLog(_)
+            }
+        )
+        .then(|| DiskError::Io("EIO".into()))
+    }));
+    let big = ProduceMessage {
+        key: Some(Bytes::from(vec![b'k'; crate::constants::MAX_KEY_BYTES])),
+        partition: None,
+        payload: Bytes::from(vec![0xAB; crate::constants::MAX_MESSAGE_BYTES]),
+    };
+    let small = message("after", None, None);
+    assert!(matches!(
+        produce(&mut h, "t", vec![big, small]),
+        ClientReply::Produced { .. }
+    ));
+    assert_eq!(
+        h.node.stats().dispatch_backlog,
+        2,
+        "commits fail: both wait in the WAL"
+    );
+    let mut h = h.restart();
+    h.run();
+    assert_eq!(
+        h.node.stats().dispatch_backlog,
+        0,
+        "read back from the WAL in one chunk"
+    );
+    let reply = h.call(ClientOp::Consume {
+        topic: "t".into(),
+        partition: 0,
+        offset: 0,
+        max: 2,
+    });
+    let ClientReply::Records(records) = reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(records.len(), 2);
+    assert_eq!(
+        records[0].payload.len(),
+        crate::constants::MAX_MESSAGE_BYTES
+    );
+}
+
+#[test]
+fn shutdown_drains_dispatch_and_flushes_the_checkpoint() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 3);
+    let messages = (0..30)
+        .map(|i| message(&format!("m{i}"), None, None))
+        .collect();
+    h.submit(ClientOp::Produce {
+        topic: "t".into(),
+        messages,
+        batch: true,
+    });
+    h.node.handle_input(h.now, crate::io::Input::BeginShutdown);
+    h.run_io_only();
+    assert!(h.node.is_shut_down());
+    let stats = h.node.stats();
+    assert_eq!(
+        (stats.dispatch_backlog, stats.wal_checkpoint),
+        (0, 30),
+        "{stats:?}"
+    );
+    let reply = h.call(ClientOp::Produce {
+        topic: "t".into(),
+        messages: vec![message("late", None, None)],
+        batch: false,
+    });
+    assert_eq!(reply, ClientReply::Error(ClientError::ShuttingDown));
+}
