@@ -10,6 +10,7 @@ pub mod checker;
 pub mod outcome;
 pub mod payload;
 pub mod scenarios;
+pub mod seeds;
 pub mod schedule;
 pub mod sim;
 pub mod swarm;

@@ -72,6 +72,13 @@ fn run(seed: u64, json: bool) -> bool {
 
 fn replay(seed: u64, trace: bool) -> Result<bool> {
     let outcome = run_seed_catching(seed, trace);
+    match print_replay(&outcome) {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(outcome.passed),
+        other => other.map(|()| outcome.passed).map_err(Into::into),
+    }
+}
+
+fn print_replay(outcome: &RunOutcome) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for record in &outcome.full_trace {
         writeln!(out, "{record}")?;
@@ -81,7 +88,7 @@ fn replay(seed: u64, trace: bool) -> Result<bool> {
     }
     writeln!(out, "{}", outcome.summary_line())?;
     writeln!(out, "trace_hash {}", outcome.trace_hash)?;
-    Ok(outcome.passed)
+    out.flush()
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64)> {

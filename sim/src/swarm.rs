@@ -138,11 +138,20 @@ impl SwarmConfig {
     /// The configuration seed `seed` draws.
     pub fn draw(seed: u64) -> SwarmConfig {
         let mut rng = component_rng(seed, Component::Swarm);
-        let workload = draw_workload(&mut rng);
+        let mut workload = draw_workload(&mut rng);
         let faults = draw_faults(&mut rng);
         let horizon_ms = rng.random_range(300..2_500);
+        workload.think_max_us = think_for(&workload, horizon_ms);
         SwarmConfig { faults, workload, horizon_ms }
     }
+}
+
+/// The longest think time that spreads the workload's requests over about `horizon_ms`, so
+/// scheduled faults strike while clients are busy.
+fn think_for(w: &WorkloadConfig, horizon_ms: u64) -> u64 {
+    let per_request = 1.0 + w.batch_prob * f64::from(w.max_batch) / 2.0;
+    let requests_per_producer = w.messages as f64 / per_request / f64::from(w.producers.max(1));
+    (2.0 * horizon_ms as f64 * 1_000.0 / requests_per_producer.max(1.0)) as u64
 }
 
 fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {

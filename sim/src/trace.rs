@@ -32,11 +32,30 @@ impl OpKind {
     }
 }
 
+/// How a disk operation ended, compactly.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DoneCode {
+    Ok,
+    NoSpace,
+    Io,
+}
+
+impl DoneCode {
+    /// The code of `result`.
+    pub fn of<T>(result: &Result<T, narad_core::DiskError>) -> DoneCode {
+        match result {
+            Ok(_) => DoneCode::Ok,
+            Err(narad_core::DiskError::NoSpace) => DoneCode::NoSpace,
+            Err(narad_core::DiskError::Io(_)) => DoneCode::Io,
+        }
+    }
+}
+
 /// What happened.
 #[derive(Clone, Copy, Debug)]
 pub enum What {
     DiskIssue { token: u64, kind: OpKind, file: FileId, offset: u64, len: u64, at: u64 },
-    DiskDone { token: u64, kind: OpKind, file: FileId, ok: bool },
+    DiskDone { token: u64, kind: OpKind, file: FileId, result: DoneCode },
     Timer,
     Request { request: u64, op: &'static str },
     Refused { client: u32 },
@@ -132,8 +151,8 @@ fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
             h.words(&[1, token, kind as u64, offset, len, at]);
             h.words(&file_word(&file));
         }
-        What::DiskDone { token, kind, file, ok } => {
-            h.words(&[2, token, kind as u64, u64::from(ok)]);
+        What::DiskDone { token, kind, file, result } => {
+            h.words(&[2, token, kind as u64, result as u64]);
             h.words(&file_word(&file));
         }
         What::Timer => h.word(3),
@@ -167,11 +186,15 @@ impl fmt::Display for TraceRecord {
         match self.what {
             What::DiskIssue { token, kind, file, offset, len, at } => write!(
                 f,
-                "disk issue #{token} {kind:?} {} off={offset} len={len} done_at={at}",
+                "disk issue #{token} {kind:?} {} off={offset} len={len} latency={at}us",
                 file.relative_path()
             ),
-            What::DiskDone { token, kind, file, ok } => {
-                let result = if ok { "ok" } else { "ERR" };
+            What::DiskDone { token, kind, file, result } => {
+                let result = match result {
+                    DoneCode::Ok => "ok",
+                    DoneCode::NoSpace => "ERR ENOSPC",
+                    DoneCode::Io => "ERR EIO",
+                };
                 write!(f, "disk done  #{token} {kind:?} {} {result}", file.relative_path())
             }
             What::Timer => write!(f, "timer"),

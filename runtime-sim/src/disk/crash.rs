@@ -24,8 +24,14 @@ impl SimDisk {
         let ids: Vec<FileId> = self.files.keys().copied().collect();
         for id in ids {
             if !self.files[&id].entry_durable {
-                self.files.remove(&id);
+                let file = self.files.remove(&id).expect("invariant: listed above");
                 self.hits.hit(FaultClass::MissingDirFsync);
+                if file.lied {
+                    // A lying sync never made the entry durable either: the node loses bytes
+                    // it was told were safe.
+                    let bytes = file.data().to_vec();
+                    self.damage.push(Damage { file: id, class: FaultClass::LyingFsync, bytes });
+                }
                 continue;
             }
             if self.files[&id].lied {

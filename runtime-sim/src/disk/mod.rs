@@ -177,6 +177,11 @@ impl SimDisk {
             || (rate > 0.0 && self.rng.random_bool(rate))
         {
             self.hits.hit(FaultClass::FsyncError);
+            if self.files[&file].lied {
+                // Bytes an earlier lying sync claimed durable are dropped with the dirty pages.
+                let bytes = self.files[&file].unsynced_write_bytes();
+                self.damage.push(Damage { file, class: FaultClass::LyingFsync, bytes });
+            }
             self.file_mut(file).revert_unsynced();
             return Err(DiskError::Io("fsync failed: dirty pages dropped".into()));
         }

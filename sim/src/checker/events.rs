@@ -74,6 +74,14 @@ impl Checker {
         self.checkpoint_floor = checkpoint;
     }
 
+    /// Records the recovering node finds committed in its partition logs count as done (their
+    /// commit may have landed durably while a crash hid its answer).
+    pub fn recovered_origins(&mut self, seqs: &[u64]) {
+        for &seq in seqs {
+            self.mark_done(seq);
+        }
+    }
+
     /// The process died: nothing is latched any more once it restarts.
     pub fn on_crash(&mut self) {
         self.latched = false;

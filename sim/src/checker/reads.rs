@@ -22,6 +22,10 @@ impl Checker {
     /// Records read from `key` starting at `from` (the request's offset).
     pub fn consumed(&mut self, key: PartitionKey, from: u64, records: &[ConsumedRecord], kind: ReadKind) {
         self.counters.records_read += records.len() as u64;
+        if self.is_deleted(key.topic) {
+            // A delete was sent after this read: the topic's state is no longer tracked.
+            return;
+        }
         let hwm = self.known_hwm(key);
         for (i, record) in records.iter().enumerate() {
             let offset = from + i as u64;

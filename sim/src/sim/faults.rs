@@ -2,6 +2,11 @@
 //! graceful restarts, disk switches, and the damage reports corruption-class faults file with
 //! the checker (which records they hit and which partition logs forgot acknowledged bytes).
 
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use narad_core::codec;
+use narad_core::partition::PartitionRecord;
 use narad_core::{FileId, Input, Instant};
 use narad_sim_runtime::FaultClass;
 
@@ -83,6 +88,7 @@ impl Simulation {
         }
         let now = self.world.queue.now();
         let files = self.world.disks[n].snapshot();
+        self.world.checker.recovered_origins(&recovered_origins(&files));
         match self.hosts[n].start(now, files, &mut self.world) {
             Ok(()) => {
                 self.world.record(n as u32, What::Started { ok: true });
@@ -127,11 +133,29 @@ impl Simulation {
         for damage in self.world.disks[n].take_damage() {
             let ids = ids_in(&damage.bytes);
             self.world.checker.damaged(&ids);
-            if let (FaultClass::LyingFsync, FileId::PartitionLog(key)) = (damage.class, damage.file) {
+            // A damaged last frame looks exactly like a torn tail, and recovery truncates it: the
+            // log may legitimately come back shorter.
+            if let FileId::PartitionLog(key) = damage.file {
                 self.world.checker.amnesia(key);
             }
         }
     }
+}
+
+/// WAL sequence numbers of every record found in a valid frame of a partition log: the node
+/// will treat them as committed (a commit can land durably while the crash hides its answer).
+fn recovered_origins(files: &BTreeMap<FileId, Bytes>) -> Vec<u64> {
+    let mut seqs = Vec::new();
+    for (file, bytes) in files {
+        if let FileId::PartitionLog(_) = file {
+            for frame in codec::scan(bytes).frames {
+                if let Some(record) = PartitionRecord::decode(frame.body(bytes)) {
+                    seqs.push(record.origin_seq);
+                }
+            }
+        }
+    }
+    seqs
 }
 
 /// Trace name of a fault action.

@@ -14,16 +14,17 @@ use narad_sim_runtime::{
 
 use crate::checker::{Checker, inv};
 use crate::outcome::RunOutcome;
-use crate::schedule::{ScheduledFault, draw_schedule};
+use crate::schedule::{FaultAction, ScheduledFault, draw_schedule};
+use rand::RngExt;
 use crate::swarm::SwarmConfig;
-use crate::trace::{OpKind, Trace, What};
+use crate::trace::{DoneCode, OpKind, Trace, What};
 use crate::workload::{Wake, Workload};
 pub use world::{Event, World};
 
 /// Simulated start time: 2026-01-01T00:00:00Z in microseconds.
 pub const START: Instant = Instant(1_767_225_600_000_000);
 /// The active phase ends after this long even if clients are not done.
-const ACTIVE_CAP_MICROS: u64 = 120_000_000;
+const ACTIVE_CAP_MICROS: u64 = 30_000_000;
 /// A run with more events than this is stopped as a livelock.
 const MAX_EVENTS: u64 = 5_000_000;
 /// Events at one instant beyond this are a livelock (a timer re-armed in the past forever).
@@ -168,7 +169,7 @@ impl Simulation {
         let result = self.world.disks[n].complete(&op);
         let (kind, _, _) = OpKind::of(&op);
         let file = op.file();
-        self.world.record(node, What::DiskDone { token: token.0, kind, file, ok: result.is_ok() });
+        self.world.record(node, What::DiskDone { token: token.0, kind, file, result: DoneCode::of(&result) });
         self.collect_damage(n);
         if let Some((target, m, power)) = self.world.crash_after_sync
             && target == node
@@ -179,6 +180,9 @@ impl Simulation {
             self.world.crash_after_sync = None;
             self.world.record(node, What::Fault { action: "crash-after-sync" });
             self.crash(n, power, true);
+            let down = self.world.fault_rng.random_range(1_000..800_000);
+            let action = FaultAction::Restart;
+            self.world.queue.push_after(down, Event::Fault { node, action, scheduled: true });
             return;
         }
         let now = self.world.queue.now();

@@ -58,7 +58,8 @@ pub struct World {
 impl World {
     /// Appends a trace line for `node` at the current time.
     pub fn record(&mut self, node: u32, what: What) {
-        let record = TraceRecord { t: self.queue.now().0, e: self.queue.popped(), node, what };
+        let t = self.queue.now().0 - super::START.0;
+        let record = TraceRecord { t, e: self.queue.popped(), node, what };
         self.trace.push(record);
     }
 
@@ -107,7 +108,8 @@ impl HostRuntime for World {
         let at = self.disks[node as usize].schedule(now, &op);
         let (kind, offset, len) = OpKind::of(&op);
         let file = op.file();
-        self.record(node, What::DiskIssue { token: token.0, kind, file, offset, len, at: at.0 });
+        let done_in = at.0 - now.0;
+        self.record(node, What::DiskIssue { token: token.0, kind, file, offset, len, at: done_in });
         self.queue.push_at(at, Event::Disk { node, epoch, token, op });
     }
 

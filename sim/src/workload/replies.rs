@@ -82,8 +82,9 @@ impl Workload {
 
     fn handle(&mut self, pending: &Pending, reply: Option<&ClientReply>, checker: &mut Checker) -> Next {
         match pending {
-            Pending::Produce { ids, invalid, topic, .. } => {
-                self.produce_answer(ids, *invalid, topic, reply, checker)
+            Pending::Produce { ids, invalid, topic, inc, .. } => {
+                let live = self.topics.live_id(topic) == Some(*inc);
+                self.produce_answer(ids, *invalid, (topic, live), reply, checker)
             }
             Pending::Create { name, partitions } => self.create_answer(name, *partitions, reply, checker),
             Pending::Lookup { name } => self.lookup_answer(name, reply, checker),
@@ -100,7 +101,9 @@ impl Workload {
                         checker.consumed(*key, *offset, records, ReadKind::Live);
                         self.cursors.insert(*key, offset + records.len() as u64);
                     }
-                    Some(ClientReply::Error(ClientError::NotFound(e))) if self.topics.live_id(name).is_some() => {
+                    Some(ClientReply::Error(ClientError::NotFound(e)))
+                        if self.topics.live_id(name) == Some(key.topic) =>
+                    {
                         checker.violation(inv::TOPIC_LOST, format!("consume of live topic {name}: {e}"));
                     }
                     Some(ClientReply::Error(_)) | None => checker.counters.consume_errors += 1,
@@ -115,7 +118,7 @@ impl Workload {
         &mut self,
         ids: &[u64],
         invalid: bool,
-        topic: &str,
+        (topic, live): (&str, bool),
         reply: Option<&ClientReply>,
         checker: &mut Checker,
     ) -> Next {
@@ -144,7 +147,7 @@ impl Workload {
             }
             503 => Next::Retry { ambiguous: false },
             400 if invalid => Next::Finished,
-            404 if self.topics.live_id(topic).is_none() => Next::Finished,
+            404 if !live => Next::Finished,
             404 => {
                 checker.violation(inv::TOPIC_LOST, format!("produce to live topic {topic}: {error}"));
                 Next::Finished
