@@ -8,6 +8,7 @@
 
 mod client;
 mod commit;
+mod owner;
 mod routing;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -82,7 +83,9 @@ pub struct Node {
     partitions: BTreeMap<PartitionKey, PartitionLog>,
     dispatcher: Dispatcher,
     resolver: Resolver,
-    local_commits: BTreeMap<PartitionKey, CommitId>,
+    jobs: BTreeMap<CommitId, owner::Job>,
+    commit_queue: BTreeMap<PartitionKey, Vec<crate::partition::CommitPart>>,
+    next_job: u64,
     io: BTreeMap<IoToken, IoPurpose>,
     next_token: u64,
     effects: VecDeque<Effect>,
@@ -145,7 +148,9 @@ impl Node {
             catalog,
             partitions: BTreeMap::new(),
             dispatcher,
-            local_commits: BTreeMap::new(),
+            jobs: BTreeMap::new(),
+            commit_queue: BTreeMap::new(),
+            next_job: 1,
             io: BTreeMap::new(),
             next_token: 1,
             effects: VecDeque::new(),

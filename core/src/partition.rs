@@ -40,6 +40,16 @@ pub struct CommitOutcome {
     pub result: Result<Landed, String>,
 }
 
+/// One request's share of a commit: records from one origin node's WAL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommitPart {
+    pub id: CommitId,
+    pub origin: NodeId,
+    /// The origin's durable WAL checkpoint: it never re-sends a sequence below it.
+    pub origin_checkpoint: u64,
+    pub records: Vec<PartitionRecord>,
+}
+
 /// Records a successful commit made visible. Records the partition already held (a retried or
 /// replayed commit) are not written again and are not listed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -57,12 +67,17 @@ enum Stage {
     Verifying,
 }
 
-struct Commit {
+/// One part of a combined commit: the fresh records of one request.
+struct WrittenPart {
     id: CommitId,
-    data: Bytes,
-    count: u64,
     origin: NodeId,
     origin_seqs: Vec<u64>,
+}
+
+struct Commit {
+    data: Bytes,
+    count: u64,
+    parts: Vec<WrittenPart>,
     stage: Stage,
     ios_left: u32,
     error: Option<String>,
@@ -167,117 +182,95 @@ impl PartitionLog {
         self.size
     }
 
+    /// A commit may be started now: the log is idle, or poisoned (starting one begins the repair).
+    pub fn can_start_commit(&self) -> bool {
+        matches!(self.state, LogState::Idle | LogState::Poisoned)
+    }
+
     /// True while no commit or repair runs (a new commit may start).
     pub fn is_idle(&self) -> bool {
         matches!(self.state, LogState::Idle)
     }
 
-    /// Starts `commit_durable` for `records`, all from `origin` (offsets are assigned here).
-    /// Records this partition already holds are skipped (idempotent commits); if none is left the
-    /// outcome is returned at once. `origin_checkpoint` is the origin's durable WAL checkpoint:
-    /// it never re-sends anything below it. Fails at once if a commit or repair is running, or
-    /// the log is poisoned (a repair then starts).
-    pub fn begin_commit(
-        &mut self,
-        id: CommitId,
-        origin: NodeId,
-        origin_checkpoint: u64,
-        records: Vec<PartitionRecord>,
-    ) -> Result<Option<CommitOutcome>, String> {
+    /// Starts `commit_durable` for several requests at once: their records go out in one write
+    /// and one fsync (offsets are assigned here, in part order). Records this partition already
+    /// holds are skipped (idempotent commits); parts left with nothing to write are decided at
+    /// once and returned. Fails every part at once if a commit or repair is running, or the log
+    /// is poisoned (a repair then starts).
+    pub fn begin_commit(&mut self, parts: Vec<CommitPart>) -> Result<Vec<CommitOutcome>, String> {
         match self.state {
             LogState::Idle => {}
             LogState::Poisoned => {
                 self.start_repair();
-                return Err(format!(
-                    "{}: poisoned by an earlier failure, repairing",
-                    self.key
-                ));
+                return Err(format!("{}: poisoned by an earlier failure, repairing", self.key));
             }
             _ => return Err(format!("{}: busy", self.key)),
         }
-        assert!(
-            !records.is_empty(),
-            "invariant: commits carry at least one record"
-        );
-        assert!(
-            records.iter().all(|r| r.origin_node == origin),
-            "one origin per commit"
-        );
-        self.origins.prune_below(origin, origin_checkpoint);
-        let fresh: Vec<PartitionRecord> = records
-            .into_iter()
-            .filter(|r| !self.origins.contains(origin, r.origin_seq))
-            .collect();
-        if fresh.is_empty() {
-            let landed = Landed {
-                first_offset: self.high_watermark(),
-                origin_seqs: Vec::new(),
-            };
-            return Ok(Some(CommitOutcome {
-                id,
-                result: Ok(landed),
-            }));
+        let mut decided = Vec::new();
+        let mut fresh_parts = Vec::new();
+        for part in parts {
+            assert!(part.records.iter().all(|r| r.origin_node == part.origin), "one origin a part");
+            self.origins.prune_below(part.origin, part.origin_checkpoint);
+            let origins = &self.origins;
+            let fresh: Vec<PartitionRecord> = part
+                .records
+                .into_iter()
+                .filter(|r| !origins.contains(part.origin, r.origin_seq))
+                .collect();
+            if fresh.is_empty() {
+                let landed = Landed { first_offset: self.high_watermark(), origin_seqs: Vec::new() };
+                decided.push(CommitOutcome { id: part.id, result: Ok(landed) });
+            } else {
+                fresh_parts.push((part.id, part.origin, fresh));
+            }
         }
-        self.start_write(id, origin, fresh);
-        Ok(None)
+        if !fresh_parts.is_empty() {
+            self.start_write(fresh_parts);
+        }
+        Ok(decided)
     }
 
-    fn start_write(&mut self, id: CommitId, origin: NodeId, records: Vec<PartitionRecord>) {
+    fn start_write(&mut self, fresh_parts: Vec<(CommitId, NodeId, Vec<PartitionRecord>)>) {
         let mut data = Vec::new();
-        let count = records.len() as u64;
-        let origin_seqs = records.iter().map(|r| r.origin_seq).collect();
-        for (index, mut record) in records.into_iter().enumerate() {
-            record.offset = self.high_watermark() + index as u64;
-            record.encode_into(&mut data);
+        let mut count = 0;
+        let mut parts = Vec::with_capacity(fresh_parts.len());
+        for (id, origin, records) in fresh_parts {
+            let origin_seqs = records.iter().map(|r| r.origin_seq).collect();
+            for mut record in records {
+                record.offset = self.high_watermark() + count;
+                record.encode_into(&mut data);
+                count += 1;
+            }
+            parts.push(WrittenPart { id, origin, origin_seqs });
         }
         let file = FileId::PartitionLog(self.key);
         let mut ios_left = 2;
         if !self.file_exists {
-            self.outbox
-                .push_back((PartIo::Commit, DiskOp::Create { file }));
+            self.outbox.push_back((PartIo::Commit, DiskOp::Create { file }));
             self.file_exists = true;
             ios_left += 1;
         }
         let data = Bytes::from(data);
-        let write = DiskOp::Write {
-            file,
-            offset: self.size,
-            data: data.clone(),
-        };
+        let write = DiskOp::Write { file, offset: self.size, data: data.clone() };
         self.outbox.push_back((PartIo::Commit, write));
-        self.outbox
-            .push_back((PartIo::Commit, DiskOp::Sync { file }));
+        self.outbox.push_back((PartIo::Commit, DiskOp::Sync { file }));
         self.fsyncs += 1;
         let stage = Stage::Persisting;
-        let commit = Commit {
-            id,
-            data,
-            count,
-            origin,
-            origin_seqs,
-            stage,
-            ios_left,
-            error: None,
-        };
-        self.state = LogState::Committing(commit);
+        self.state = LogState::Committing(Commit { data, count, parts, stage, ios_left, error: None });
     }
 
-    /// Handles a completion; returns the commit's outcome when it is decided.
-    pub fn on_io(
-        &mut self,
-        io: PartIo,
-        result: Result<DiskDone, DiskError>,
-    ) -> Option<CommitOutcome> {
+    /// Handles a completion; returns the outcome of every part once the commit is decided.
+    pub fn on_io(&mut self, io: PartIo, result: Result<DiskDone, DiskError>) -> Vec<CommitOutcome> {
         match io {
             PartIo::Repair => {
                 self.on_repair_io(result);
-                None
+                Vec::new()
             }
             PartIo::Commit => self.on_commit_io(result),
         }
     }
 
-    fn on_commit_io(&mut self, result: Result<DiskDone, DiskError>) -> Option<CommitOutcome> {
+    fn on_commit_io(&mut self, result: Result<DiskDone, DiskError>) -> Vec<CommitOutcome> {
         let LogState::Committing(commit) = &mut self.state else {
             panic!("invariant: commit io only while committing");
         };
@@ -291,90 +284,76 @@ impl PartitionLog {
             Ok(DiskDone::Done) => None,
         };
         if commit.ios_left > 0 {
-            return None;
+            return Vec::new();
         }
         if let Some(error) = commit.error.take() {
-            return Some(self.fail_commit(error));
+            return self.fail_commit(error);
         }
         match commit.stage {
             Stage::Persisting => {
                 let file = FileId::PartitionLog(self.key);
                 let len = commit.data.len() as u64;
-                self.outbox.push_back((
-                    PartIo::Commit,
-                    DiskOp::Read {
-                        file,
-                        offset: self.size,
-                        len,
-                    },
-                ));
+                let read = DiskOp::Read { file, offset: self.size, len };
+                self.outbox.push_back((PartIo::Commit, read));
                 commit.stage = Stage::Verifying;
                 commit.ios_left = 1;
-                None
+                Vec::new()
             }
-            Stage::Verifying => {
-                let read = data.unwrap_or_default();
-                Some(self.verify_and_publish(&read))
-            }
+            Stage::Verifying => self.verify_and_publish(&data.unwrap_or_default()),
         }
     }
 
     /// Read-back check: every frame must be intact, carry the expected offsets, and equal what
     /// we wrote. Only then do the records become visible.
-    fn verify_and_publish(&mut self, read: &[u8]) -> CommitOutcome {
-        let LogState::Committing(commit) = &self.state else {
-            unreachable!("checked by caller")
-        };
-        let (id, count) = (commit.id, commit.count);
+    fn verify_and_publish(&mut self, read: &[u8]) -> Vec<CommitOutcome> {
+        let LogState::Committing(commit) = &self.state else { unreachable!("checked by caller") };
         if read != &commit.data[..] {
             return self.fail_commit("read-back differs from the bytes written".to_string());
         }
         let mut pos = 0;
-        let mut positions = Vec::with_capacity(count as usize);
+        let mut positions = Vec::with_capacity(commit.count as usize);
         while let Some(found) = frame_at(read, pos) {
             positions.push(self.size + pos as u64);
             pos = found.end();
         }
-        if positions.len() as u64 != count || pos != read.len() {
+        if positions.len() as u64 != commit.count || pos != read.len() {
             return self.fail_commit("read-back CRC check failed".to_string());
         }
-        let first_offset = self.high_watermark();
+        let mut first_offset = self.high_watermark();
         self.positions.extend(positions);
         self.size += read.len() as u64;
-        let LogState::Committing(commit) = std::mem::replace(&mut self.state, LogState::Idle)
-        else {
+        let LogState::Committing(commit) = std::mem::replace(&mut self.state, LogState::Idle) else {
             unreachable!("checked above")
         };
-        for &seq in &commit.origin_seqs {
-            self.origins.insert(commit.origin, seq);
+        let mut outcomes = Vec::with_capacity(commit.parts.len());
+        for part in commit.parts {
+            for &seq in &part.origin_seqs {
+                self.origins.insert(part.origin, seq);
+            }
+            let landed_count = part.origin_seqs.len() as u64;
+            let landed = Landed { first_offset, origin_seqs: part.origin_seqs };
+            outcomes.push(CommitOutcome { id: part.id, result: Ok(landed) });
+            first_offset += landed_count;
         }
-        let landed = Landed {
-            first_offset,
-            origin_seqs: commit.origin_seqs,
-        };
-        CommitOutcome {
-            id,
-            result: Ok(landed),
-        }
+        outcomes
     }
 
-    fn fail_commit(&mut self, error: String) -> CommitOutcome {
-        let LogState::Committing(commit) = &self.state else {
-            unreachable!("checked by caller")
-        };
-        let id = commit.id;
+    fn fail_commit(&mut self, error: String) -> Vec<CommitOutcome> {
+        let state = std::mem::replace(&mut self.state, LogState::Idle);
+        let LogState::Committing(commit) = state else { unreachable!("checked by caller") };
         if self.size == 0 {
             // Nothing committed yet: the next commit re-creates the file, which truncates it, so
             // whatever this one left behind can never be read or re-synced.
             self.file_exists = false;
-            self.state = LogState::Idle;
         } else {
             self.start_repair();
         }
-        CommitOutcome {
-            id,
-            result: Err(format!("{}: {error}", self.key)),
-        }
+        let reason = format!("{}: {error}", self.key);
+        commit
+            .parts
+            .into_iter()
+            .map(|part| CommitOutcome { id: part.id, result: Err(reason.clone()) })
+            .collect()
     }
 
     /// Truncates the file back to the committed size and syncs it, discarding whatever a failed

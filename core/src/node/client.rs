@@ -106,18 +106,12 @@ impl Node {
     /// Forgets the partition logs of a deleted incarnation and deletes their files. Commits in
     /// flight to them end as `TopicGone` (their records are discarded after confirmation).
     fn drop_partitions(&mut self, topic: crate::ids::TopicId, partitions: u32) {
+        self.abandon_jobs_of(topic);
         for partition in 0..partitions {
             let key = PartitionKey { topic, partition };
-            if let Some(id) = self.local_commits.remove(&key) {
-                self.finish_commit(id, crate::dispatch::CommitResult::TopicGone);
-            }
             if self.partitions.remove(&key).is_some() {
-                self.emit(
-                    IoPurpose::FileDelete,
-                    DiskOp::Delete {
-                        file: FileId::PartitionLog(key),
-                    },
-                );
+                let file = FileId::PartitionLog(key);
+                self.emit(IoPurpose::FileDelete, DiskOp::Delete { file });
             }
         }
     }

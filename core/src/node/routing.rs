@@ -86,8 +86,9 @@ impl Node {
         let Some(log) = self.partitions.get_mut(&key) else {
             return; // the topic was deleted meanwhile; its commit already ended as TopicGone
         };
-        if let Some(outcome) = log.on_io(io, result) {
-            self.on_partition_outcome(key, outcome);
+        for outcome in log.on_io(io, result) {
+            self.on_commit_outcome(outcome);
         }
+        self.start_queued_commits();
     }
 }

@@ -12,14 +12,13 @@ struct MemDisk {
 
 impl MemDisk {
     fn run(&mut self, log: &mut PartitionLog) -> Option<CommitOutcome> {
-        let mut outcome = None;
+        let mut outcomes = Vec::new();
         while let Some((io, op)) = log.poll_io() {
             let result = self.execute(op);
-            if let Some(done) = log.on_io(io, result) {
-                outcome = Some(done);
-            }
+            outcomes.extend(log.on_io(io, result));
         }
-        outcome
+        assert!(outcomes.len() <= 1, "one part per commit in these tests");
+        outcomes.pop()
     }
 
     fn execute(&mut self, op: DiskOp) -> Result<DiskDone, DiskError> {
@@ -68,6 +67,30 @@ fn records_from(first_seq: u64, n: u64) -> Vec<PartitionRecord> {
         .collect()
 }
 
+/// Starts a one-part commit; `Ok(Some(outcome))` when it was decided without writing.
+fn begin(
+    log: &mut PartitionLog,
+    id: u64,
+    origin: u32,
+    records: Vec<PartitionRecord>,
+) -> Result<Option<CommitOutcome>, String> {
+    let records = records
+        .into_iter()
+        .map(|r| PartitionRecord {
+            origin_node: NodeId(origin),
+            ..r
+        })
+        .collect();
+    let part = CommitPart {
+        id: CommitId(id),
+        origin: NodeId(origin),
+        origin_checkpoint: 0,
+        records,
+    };
+    log.begin_commit(vec![part])
+        .map(|mut decided| decided.pop())
+}
+
 fn key() -> PartitionKey {
     PartitionKey {
         topic: TopicId(1),
@@ -83,8 +106,7 @@ fn commit_becomes_visible_only_after_verified_read_back() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), NodeId(1), 0, records(3))
-        .unwrap();
+    begin(&mut log, 1, 1, records(3)).unwrap();
     assert_eq!(
         log.high_watermark(),
         0,
@@ -117,14 +139,12 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), NodeId(1), 0, records(2))
-        .unwrap();
+    begin(&mut log, 1, 1, records(2)).unwrap();
     disk.run(&mut log).unwrap();
     let committed_len = disk.file.len();
 
     disk.corrupt_reads = true;
-    log.begin_commit(CommitId(2), NodeId(1), 0, records_from(2, 4))
-        .unwrap();
+    begin(&mut log, 2, 1, records_from(2, 4)).unwrap();
     let outcome = disk.run(&mut log).unwrap();
     assert!(outcome.result.is_err(), "{outcome:?}");
     assert_eq!(
@@ -140,8 +160,7 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
     assert!(log.is_idle());
 
     disk.corrupt_reads = false;
-    log.begin_commit(CommitId(3), NodeId(1), 0, records_from(2, 4))
-        .unwrap();
+    begin(&mut log, 3, 1, records_from(2, 4)).unwrap();
     let landed = disk.run(&mut log).unwrap().result.unwrap();
     assert_eq!(landed.first_offset, 2, "a retry lands one copy");
     assert_eq!(log.high_watermark(), 6);
@@ -157,23 +176,17 @@ fn fsync_failure_fails_the_commit_and_repair_failure_poisons() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), NodeId(1), 0, records(1))
-        .unwrap();
+    begin(&mut log, 1, 1, records(1)).unwrap();
     disk.run(&mut log).unwrap().result.unwrap();
     disk.fail_sync = true;
-    log.begin_commit(CommitId(2), NodeId(1), 0, records_from(1, 1))
-        .unwrap();
+    begin(&mut log, 2, 1, records_from(1, 1)).unwrap();
     assert!(disk.run(&mut log).unwrap().result.is_err());
     assert_eq!(log.high_watermark(), 1);
     // The repair's own sync failed too: poisoned; the next attempt repairs instead of committing.
-    assert!(
-        log.begin_commit(CommitId(3), NodeId(1), 0, records_from(1, 1))
-            .is_err()
-    );
+    assert!(begin(&mut log, 3, 1, records_from(1, 1)).is_err());
     disk.fail_sync = false;
     assert_eq!(disk.run(&mut log), None);
-    log.begin_commit(CommitId(4), NodeId(1), 0, records_from(1, 1))
-        .unwrap();
+    begin(&mut log, 4, 1, records_from(1, 1)).unwrap();
     assert_eq!(disk.run(&mut log).unwrap().result.unwrap().first_offset, 1);
 }
 
@@ -185,16 +198,14 @@ fn a_failed_first_commit_recreates_the_file_instead_of_repairing() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), NodeId(1), 0, records(2))
-        .unwrap();
+    begin(&mut log, 1, 1, records(2)).unwrap();
     assert!(disk.run(&mut log).unwrap().result.is_err());
     assert!(
         log.is_idle(),
         "nothing to repair in a log with no committed record"
     );
     disk.fail_sync = false;
-    log.begin_commit(CommitId(2), NodeId(1), 0, records(2))
-        .unwrap();
+    begin(&mut log, 2, 1, records(2)).unwrap();
     let ops: Vec<DiskOp> = std::iter::from_fn(|| log.poll_io().map(|(_, op)| op)).collect();
     assert!(matches!(ops[0], DiskOp::Create { .. }), "{ops:?}");
 }
@@ -207,8 +218,7 @@ fn recovery_truncates_a_torn_tail() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), NodeId(1), 0, records(3))
-        .unwrap();
+    begin(&mut log, 1, 1, records(3)).unwrap();
     disk.run(&mut log).unwrap();
     let mut bytes = disk.file.clone();
     bytes.truncate(bytes.len() - 3);
@@ -228,12 +238,10 @@ fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
         corrupt_reads: false,
     };
     let mut log = PartitionLog::new(key());
-    log.begin_commit(CommitId(1), NodeId(1), 0, records(3))
-        .unwrap();
+    begin(&mut log, 1, 1, records(3)).unwrap();
     disk.run(&mut log).unwrap();
     // Seqs 1-2 again plus a new one: only seq 3 lands.
-    log.begin_commit(CommitId(2), NodeId(1), 0, records_from(1, 3))
-        .unwrap();
+    begin(&mut log, 2, 1, records_from(1, 3)).unwrap();
     let landed = disk.run(&mut log).unwrap().result.unwrap();
     assert_eq!(
         landed,
@@ -243,9 +251,7 @@ fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
         }
     );
     let mut log = PartitionLog::recover(key(), &disk.file).unwrap();
-    let done = log
-        .begin_commit(CommitId(3), NodeId(1), 0, records(4))
-        .unwrap();
+    let done = begin(&mut log, 3, 1, records(4)).unwrap();
     assert_eq!(
         done.unwrap().result.unwrap().origin_seqs,
         Vec::<u64>::new(),
@@ -260,9 +266,43 @@ fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
             ..r
         })
         .collect();
-    assert!(
-        log.begin_commit(CommitId(4), NodeId(2), 0, other)
-            .unwrap()
-            .is_none()
-    );
+    assert!(begin(&mut log, 4, 2, other).unwrap().is_none());
+}
+
+#[test]
+fn concurrent_requests_share_one_write_and_fsync() {
+    let mut disk = MemDisk {
+        file: Vec::new(),
+        fail_sync: false,
+        corrupt_reads: false,
+    };
+    let mut log = PartitionLog::new(key());
+    let part = |id: u64, origin: u32, seqs: std::ops::Range<u64>| CommitPart {
+        id: CommitId(id),
+        origin: NodeId(origin),
+        origin_checkpoint: 0,
+        records: records_from(seqs.start, seqs.end - seqs.start)
+            .into_iter()
+            .map(|r| PartitionRecord {
+                origin_node: NodeId(origin),
+                ..r
+            })
+            .collect(),
+    };
+    let decided = log
+        .begin_commit(vec![part(1, 1, 0..3), part(2, 2, 0..2)])
+        .unwrap();
+    assert!(decided.is_empty());
+    let mut outcomes = Vec::new();
+    while let Some((io, op)) = log.poll_io() {
+        let result = disk.execute(op);
+        outcomes.extend(log.on_io(io, result));
+    }
+    assert_eq!(log.fsyncs, 1, "one fsync for both requests");
+    let landed: Vec<(u64, Vec<u64>)> = outcomes
+        .into_iter()
+        .map(|o| o.result.map(|l| (l.first_offset, l.origin_seqs)).unwrap())
+        .collect();
+    assert_eq!(landed, vec![(0, vec![0, 1, 2]), (3, vec![0, 1])]);
+    assert_eq!(log.high_watermark(), 5);
 }
