@@ -11,6 +11,7 @@ use axum::serve::ListenerExt;
 use narad_core::{Config, Node, NodeId, Stats};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
+use tracing::Instrument;
 
 use crate::cli::ServeArgs;
 use crate::clock::Clock;
@@ -70,7 +71,8 @@ async fn run(
     let disk = DiskExecutor::start(&args.data_dir, done_tx).context("starting disk threads")?;
     let (driver, handle) = Driver::new(node, clock, disk, done_rx);
     let (stop_tx, stop_rx) = watch::channel(false);
-    let mut driver = tokio::spawn(driver.run(stop_rx.clone()));
+    let span = tracing::info_span!("node", id = args.node_id);
+    let mut driver = tokio::spawn(driver.run(stop_rx.clone()).instrument(span));
 
     let listener = tokio::net::TcpListener::from_std(listener)?;
     let addr = listener.local_addr()?;
