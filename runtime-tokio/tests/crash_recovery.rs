@@ -272,3 +272,72 @@ fn check_read_back(acked: &HashMap<Vec<u8>, Sent>, read: &[(u32, Value)]) {
         &duplicates[..duplicates.len().min(10)]
     );
 }
+
+/// SIGKILL while 16 clients are still producing: answers in flight are lost (ambiguous), but
+/// every 202 that did arrive must be readable after the restart, exactly once.
+#[test]
+fn kill_9_under_load_loses_nothing_acknowledged() {
+    let (_tmp, dir) = data_dir();
+    let mut node = TestNode::start(&dir);
+    let client = node.client();
+    client.create_topic("midflight", 3);
+    let acked: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let sent: Arc<Mutex<Vec<Vec<u8>>>> = Arc::default();
+    let workers: Vec<_> = (0..16)
+        .map(|t| {
+            let (client, acked, sent) = (client.clone(), Arc::clone(&acked), Arc::clone(&sent));
+            thread::spawn(move || {
+                for i in 0.. {
+                    let body = format!("midflight {t} {i}").into_bytes();
+                    sent.lock().expect("lock").push(body.clone());
+                    match client.post("/v1/topics/midflight/produce", &body).0 {
+                        202 => acked.lock().expect("lock").push(body),
+                        0 => return, // The node died under us: this answer is ambiguous.
+                        other => panic!("unexpected status {other}"),
+                    }
+                }
+            })
+        })
+        .collect();
+    let enough = common::wait_until(Duration::from_secs(30), || {
+        acked.lock().expect("lock").len() >= 1_000
+    });
+    assert!(enough, "producers too slow; log:\n{}", node.log());
+    node.kill9();
+    for worker in workers {
+        worker.join().expect("producer");
+    }
+
+    let acked = acked.lock().expect("lock").clone();
+    let sent: std::collections::HashSet<Vec<u8>> =
+        sent.lock().expect("lock").iter().cloned().collect();
+    let node = TestNode::start(&dir);
+    let client = node.client();
+    let drained = common::wait_drained(
+        &client,
+        "midflight",
+        acked.len() as u64,
+        Duration::from_secs(60),
+    );
+    assert!(
+        drained,
+        "acknowledged records not visible; log:\n{}",
+        node.log()
+    );
+    let read: Vec<Vec<u8>> = (0..3)
+        .flat_map(|p| client.read_partition("midflight", p))
+        .map(|m| payload_bytes(&m))
+        .collect();
+    let read_set: std::collections::HashSet<&Vec<u8>> = read.iter().collect();
+    assert!(read.iter().all(|r| sent.contains(r)), "phantom record");
+    assert!(
+        acked.iter().all(|a| read_set.contains(a)),
+        "acknowledged record lost"
+    );
+    assert_eq!(read_set.len(), read.len(), "duplicates after kill -9");
+    eprintln!(
+        "{} acknowledged, {} visible after restart",
+        acked.len(),
+        read.len()
+    );
+}
