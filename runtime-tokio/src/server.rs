@@ -9,6 +9,7 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use axum::serve::ListenerExt;
 use narad_core::{Config, Node, NodeId, Stats};
+use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
@@ -67,6 +68,7 @@ async fn run(
     node: Node,
     clock: Clock,
 ) -> anyhow::Result<()> {
+    let mut signals = Signals::register()?;
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let disk = DiskExecutor::start(&args.data_dir, done_tx).context("starting disk threads")?;
     let (driver, handle) = Driver::new(node, clock, disk, done_rx);
@@ -86,7 +88,7 @@ async fn run(
     tracing::info!(%addr, data_dir = %args.data_dir.display(), "narad listening");
 
     tokio::select! {
-        signal = shutdown_signal() => tracing::info!(signal, "shutdown requested: no new connections"),
+        signal = signals.next() => tracing::info!(signal, "shutdown requested: no new connections"),
         result = &mut driver => {
             let _ = stop_tx.send(true);
             bail!("node driver stopped unexpectedly: {}", describe_exit(result));
@@ -94,7 +96,7 @@ async fn run(
         result = &mut server => bail!("HTTP server stopped unexpectedly: {result:?}"),
     }
     let _ = stop_tx.send(true);
-    let stats = finish_node(&mut driver).await?;
+    let stats = finish_node(&mut driver, &mut signals).await?;
     tracing::info!(
         checkpoint = stats.wal_checkpoint,
         backlog = stats.dispatch_backlog,
@@ -110,7 +112,10 @@ async fn run(
 }
 
 /// Waits (bounded) for the driver to finish shutting down; a second signal cuts it short.
-async fn finish_node(driver: &mut JoinHandle<Stats>) -> anyhow::Result<Stats> {
+async fn finish_node(
+    driver: &mut JoinHandle<Stats>,
+    signals: &mut Signals,
+) -> anyhow::Result<Stats> {
     tokio::select! {
         result = tokio::time::timeout(SHUTDOWN_GRACE, &mut *driver) => match result {
             Ok(Ok(stats)) => Ok(stats),
@@ -120,7 +125,7 @@ async fn finish_node(driver: &mut JoinHandle<Stats>) -> anyhow::Result<Stats> {
                 bail!("shutdown timed out after {SHUTDOWN_GRACE:?}");
             }
         },
-        signal = shutdown_signal() => {
+        signal = signals.next() => {
             tracing::warn!(signal, "second signal: exiting without waiting for the node");
             bail!("shutdown interrupted by a second {signal}");
         }
@@ -139,14 +144,26 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
     let _ = stop.wait_for(|stop| *stop).await;
 }
 
-/// Resolves with the name of the first SIGTERM or SIGINT (Ctrl-C).
-async fn shutdown_signal() -> &'static str {
-    use tokio::signal::unix::{SignalKind, signal};
-    let mut term = signal(SignalKind::terminate()).expect("invariant: SIGTERM can be handled");
-    let mut int = signal(SignalKind::interrupt()).expect("invariant: SIGINT can be handled");
-    tokio::select! {
-        _ = term.recv() => "SIGTERM",
-        _ = int.recv() => "SIGINT",
+/// SIGTERM and SIGINT (Ctrl-C) listeners, registered before the node serves anything so that an
+/// early signal is never handled by the default action (instant death).
+struct Signals {
+    term: Signal,
+    int: Signal,
+}
+
+impl Signals {
+    fn register() -> anyhow::Result<Signals> {
+        let term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
+        let int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
+        Ok(Signals { term, int })
+    }
+
+    /// Resolves with the name of the next signal.
+    async fn next(&mut self) -> &'static str {
+        tokio::select! {
+            _ = self.term.recv() => "SIGTERM",
+            _ = self.int.recv() => "SIGINT",
+        }
     }
 }
 
