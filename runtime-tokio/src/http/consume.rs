@@ -2,8 +2,8 @@
 //! Without `max` the answer is one message object; with it, `{"messages":[...]}`. Nothing at the
 //! offset yet (at or past the high watermark) is 204 in both forms.
 
-use axum::extract::{Path, RawQuery, State};
-use axum::http::StatusCode;
+use axum::extract::{Path, State};
+use axum::http::{StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use narad_core::{ClientOp, ClientReply, ConsumedRecord};
 
@@ -16,9 +16,9 @@ use crate::payload_json::write_record;
 pub async fn consume(
     State(node): State<NodeHandle>,
     Path(topic): Path<String>,
-    RawQuery(query): RawQuery,
+    uri: Uri,
 ) -> Result<Response, ApiError> {
-    let params = consume_params(query.as_deref())?;
+    let params = consume_params(uri.query())?;
     let op = ClientOp::Consume {
         topic,
         partition: params.partition,

@@ -3,8 +3,8 @@
 //! ingress WAL and answers only after the group commit that holds them is durable (202).
 
 use axum::body::Body;
-use axum::extract::{Path, RawQuery, State};
-use axum::http::{HeaderMap, StatusCode};
+use axum::extract::{Path, State};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use narad_core::constants::{MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_MESSAGE_BYTES};
 use narad_core::{ClientOp, ClientReply, ProduceMessage};
@@ -21,11 +21,11 @@ use crate::payload_json::{key_from_json, payload_from_json};
 pub async fn single(
     State(node): State<NodeHandle>,
     Path(topic): Path<String>,
-    RawQuery(query): RawQuery,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<StatusCode, ApiError> {
-    let params = produce_params(query.as_deref())?;
+    let params = produce_params(uri.query())?;
     let payload = read_limited(&headers, body, MAX_MESSAGE_BYTES).await?;
     if payload.is_empty() {
         return Err(ApiError::bad_request(
