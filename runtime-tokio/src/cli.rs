@@ -9,12 +9,19 @@ use clap::{Args, Parser, Subcommand};
 /// The default address of a node's HTTP API.
 pub const DEFAULT_URL: &str = "http://127.0.0.1:7942";
 
+/// Examples shown under `narad --help`.
+const EXAMPLES: &str = "Examples:
+  narad serve                                   # one node on 127.0.0.1:7942, data in ./narad-data
+  narad topic create orders --partitions 4
+  echo '{\"id\": 1}' | narad produce orders --key customer-7
+  narad consume orders --partition 0 --offset 0 --max 10";
+
 /// Narad: a durable, HTTP-first message broker.
 ///
 /// Every produce is fsynced (group-committed) into the node's ingress WAL before it is answered
 /// 202, then dispatched to its partition log, where consumers read it by offset.
 #[derive(Debug, Parser)]
-#[command(name = "narad", version, propagate_version = true)]
+#[command(name = "narad", version, propagate_version = true, after_help = EXAMPLES)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
