@@ -78,7 +78,10 @@ impl NodeHost {
         files: BTreeMap<FileId, Bytes>,
         rt: &mut impl HostRuntime,
     ) -> Result<(), RecoveryError> {
-        assert!(self.node.is_none(), "invariant: start only a stopped process");
+        assert!(
+            self.node.is_none(),
+            "invariant: start only a stopped process"
+        );
         self.node = Some(Node::recover(self.config.clone(), now, files)?);
         self.paused = false;
         self.drain(rt);
@@ -155,7 +158,10 @@ impl NodeHost {
     }
 
     fn step(&mut self, now: Instant, input: Option<Input>, rt: &mut impl HostRuntime) {
-        let node = self.node.as_mut().expect("invariant: step only a running node");
+        let node = self
+            .node
+            .as_mut()
+            .expect("invariant: step only a running node");
         match input {
             Some(input) => node.handle_input(now, input),
             None => node.handle_timeout(now),
@@ -166,7 +172,10 @@ impl NodeHost {
     /// Events are drained before effects: a checker then learns of a commit (watermark) or a
     /// latch before it sees replies produced by the same input.
     fn drain(&mut self, rt: &mut impl HostRuntime) {
-        let node = self.node.as_mut().expect("invariant: drain only a running node");
+        let node = self
+            .node
+            .as_mut()
+            .expect("invariant: drain only a running node");
         while let Some(event) = node.poll_event() {
             rt.event(self.index, event);
         }

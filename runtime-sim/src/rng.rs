@@ -62,6 +62,9 @@ mod tests {
         let mut again = component_rng(7, Component::Workload);
         let zs: Vec<u64> = (0..4).map(|_| again.random()).collect();
         assert_eq!(xs, zs);
-        assert_ne!(component_seed(7, Component::Node(1)), component_seed(8, Component::Node(1)));
+        assert_ne!(
+            component_seed(7, Component::Node(1)),
+            component_seed(8, Component::Node(1))
+        );
     }
 }

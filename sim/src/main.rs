@@ -11,7 +11,10 @@ use indicatif::{ProgressBar, ProgressStyle};
 use narad_sim::{RunOutcome, parse_seed, run_seed_catching, sweep::sweep};
 
 #[derive(Parser)]
-#[command(name = "narad-sim", about = "Deterministic simulator of the Narad broker")]
+#[command(
+    name = "narad-sim",
+    about = "Deterministic simulator of the Narad broker"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -37,6 +40,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Run a named scenario (`--list` to list them).
+    Scenario {
+        name: Option<String>,
+        #[arg(long)]
+        list: bool,
+        /// Print every event.
+        #[arg(long)]
+        trace: bool,
+    },
     /// Run one seed again, printing its event trace; ends with the same hash as `run`.
     Replay {
         #[arg(long, value_parser = parse_seed)]
@@ -53,6 +65,7 @@ fn main() -> Result<()> {
         Command::Run { seed, json } => run(seed, json),
         Command::Sweep { seeds, jobs, json } => run_sweep(&seeds, jobs, json)?,
         Command::Replay { seed, trace } => replay(seed, trace)?,
+        Command::Scenario { name, list, trace } => scenario(name.as_deref(), list, trace)?,
     };
     std::process::exit(if passed { 0 } else { 1 });
 }
@@ -78,6 +91,23 @@ fn replay(seed: u64, trace: bool) -> Result<bool> {
     }
 }
 
+fn scenario(name: Option<&str>, list: bool, trace: bool) -> Result<bool> {
+    if list || name.is_none() {
+        for s in narad_sim::scenarios::catalog::all() {
+            println!("{:40} {}", s.name, s.story);
+        }
+        return Ok(true);
+    }
+    let name = name.expect("invariant: checked above");
+    let Some(s) = narad_sim::scenarios::by_name(name) else {
+        bail!("no scenario named {name}")
+    };
+    let outcome = s.run(trace);
+    print_replay(&outcome)?;
+    print!("{}", narad_sim::scenarios::summary(&s, &outcome));
+    Ok(outcome.passed)
+}
+
 fn print_replay(outcome: &RunOutcome) -> std::io::Result<()> {
     let mut out = std::io::BufWriter::new(std::io::stdout().lock());
     for record in &outcome.full_trace {
@@ -92,7 +122,9 @@ fn print_replay(outcome: &RunOutcome) -> std::io::Result<()> {
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64)> {
-    let (a, b) = text.split_once("..").context("--seeds takes a range A..B")?;
+    let (a, b) = text
+        .split_once("..")
+        .context("--seeds takes a range A..B")?;
     let from = parse_seed(a).map_err(anyhow::Error::msg)?;
     let to = parse_seed(b).map_err(anyhow::Error::msg)?;
     if to < from {
@@ -106,8 +138,9 @@ fn run_sweep(seeds: &str, jobs: Option<usize>, json: bool) -> Result<bool> {
     let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let bar = if std::io::stderr().is_terminal() {
         let bar = ProgressBar::new(to - from);
-        let style = ProgressStyle::with_template("{bar:40} {pos}/{len} seeds {per_sec} eta {eta} {msg}")
-            .expect("invariant: template is valid");
+        let style =
+            ProgressStyle::with_template("{bar:40} {pos}/{len} seeds {per_sec} eta {eta} {msg}")
+                .expect("invariant: template is valid");
         bar.set_style(style);
         bar
     } else {

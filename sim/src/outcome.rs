@@ -86,7 +86,11 @@ impl RunOutcome {
 
     /// Fault hits as a JSON object (class name → hits), every class listed.
     pub fn faults_json(hits: &FaultHits) -> Value {
-        Value::Object(hits.iter().map(|(c, n)| (c.name().to_string(), json!(n))).collect())
+        Value::Object(
+            hits.iter()
+                .map(|(c, n)| (c.name().to_string(), json!(n)))
+                .collect(),
+        )
     }
 
     /// The one-line JSON summary (`run --json`).
@@ -132,8 +136,12 @@ impl RunOutcome {
         let mut out = String::new();
         out.push_str(&format!("FAILED seed {:#x} ({})\n", self.seed, self.seed));
         out.push_str(&format!("faults on: {}\n", self.faults_on.join(", ")));
-        let hits: Vec<String> =
-            self.faults.iter().filter(|(_, n)| *n > 0).map(|(c, n)| format!("{}={n}", c.name())).collect();
+        let hits: Vec<String> = self
+            .faults
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(c, n)| format!("{}={n}", c.name()))
+            .collect();
         out.push_str(&format!("fault hits: {}\n", hits.join(" ")));
         out.push_str(&format!("{} violation(s):\n", self.violation_count));
         for v in &self.violations {

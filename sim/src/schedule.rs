@@ -39,7 +39,10 @@ pub enum FaultAction {
     Failing(Option<FileMatch>),
     /// Crash right after the next successful sync of a matching file lands, before the node
     /// hears of it (`power`: power loss instead of a process crash).
-    CrashAfterNextSync { target: FileMatch, power: bool },
+    CrashAfterNextSync {
+        target: FileMatch,
+        power: bool,
+    },
     /// The admin client deletes this topic.
     DeleteTopic(String),
 }
@@ -55,42 +58,81 @@ pub struct ScheduledFault {
 impl ScheduledFault {
     /// `action` at `at_ms` against node 0.
     pub fn at(at_ms: u64, action: FaultAction) -> ScheduledFault {
-        ScheduledFault { at_ms, node: 0, action }
+        ScheduledFault {
+            at_ms,
+            node: 0,
+            action,
+        }
     }
 }
 
 /// Draws the timed faults of `plan` within `horizon_ms`.
-pub fn draw_schedule(plan: &FaultPlan, horizon_ms: u64, rng: &mut ChaCha8Rng) -> Vec<ScheduledFault> {
+pub fn draw_schedule(
+    plan: &FaultPlan,
+    horizon_ms: u64,
+    rng: &mut ChaCha8Rng,
+) -> Vec<ScheduledFault> {
     let mut out = Vec::new();
     let at = |rng: &mut ChaCha8Rng| rng.random_range(20..horizon_ms.max(21));
     for _ in 0..plan.process_crashes {
         let t = at(rng);
         out.push(ScheduledFault::at(t, FaultAction::ProcessCrash));
-        out.push(ScheduledFault::at(t + rng.random_range(1..800), FaultAction::Restart));
+        out.push(ScheduledFault::at(
+            t + rng.random_range(1..800),
+            FaultAction::Restart,
+        ));
     }
     for _ in 0..plan.power_losses {
         let t = at(rng);
         let down = rng.random_range(1..1_500);
         out.push(ScheduledFault::at(t, FaultAction::PowerLoss));
         for _ in 0..plan.bit_flips {
-            out.push(ScheduledFault::at(t + rng.random_range(0..down), FaultAction::BitFlip));
+            out.push(ScheduledFault::at(
+                t + rng.random_range(0..down),
+                FaultAction::BitFlip,
+            ));
         }
         out.push(ScheduledFault::at(t + down, FaultAction::Restart));
     }
     for _ in 0..plan.precise_crashes {
-        let class = if rng.random_bool(0.5) { FileClass::Wal } else { FileClass::Partition };
+        let class = if rng.random_bool(0.5) {
+            FileClass::Wal
+        } else {
+            FileClass::Partition
+        };
         let action = FaultAction::CrashAfterNextSync {
             target: FileMatch::class(class),
             power: rng.random_bool(0.5),
         };
         out.push(ScheduledFault::at(at(rng), action));
     }
-    windows(&mut out, rng, plan.disk_full_windows, horizon_ms, FaultAction::DiskFull(true), FaultAction::DiskFull(false));
+    windows(
+        &mut out,
+        rng,
+        plan.disk_full_windows,
+        horizon_ms,
+        FaultAction::DiskFull(true),
+        FaultAction::DiskFull(false),
+    );
     for _ in 0..plan.slow_windows {
         let factor = rng.random_range(5..200);
-        windows(&mut out, rng, 1, horizon_ms, FaultAction::Slow(factor), FaultAction::Slow(1));
+        windows(
+            &mut out,
+            rng,
+            1,
+            horizon_ms,
+            FaultAction::Slow(factor),
+            FaultAction::Slow(1),
+        );
     }
-    windows(&mut out, rng, plan.pauses, horizon_ms, FaultAction::Pause, FaultAction::Resume);
+    windows(
+        &mut out,
+        rng,
+        plan.pauses,
+        horizon_ms,
+        FaultAction::Pause,
+        FaultAction::Resume,
+    );
     out.sort_by_key(|f| f.at_ms);
     out
 }
@@ -118,7 +160,12 @@ mod tests {
 
     #[test]
     fn every_crash_is_followed_by_a_restart() {
-        let plan = FaultPlan { process_crashes: 2, power_losses: 1, pauses: 1, ..FaultPlan::default() };
+        let plan = FaultPlan {
+            process_crashes: 2,
+            power_losses: 1,
+            pauses: 1,
+            ..FaultPlan::default()
+        };
         let mut rng = component_rng(3, Component::Faults);
         let schedule = draw_schedule(&plan, 1_000, &mut rng);
         let count = |a: &FaultAction| schedule.iter().filter(|f| &f.action == a).count();

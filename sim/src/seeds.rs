@@ -23,7 +23,11 @@ pub fn parse_corpus(text: &str, file: &str) -> Result<Vec<RegressionSeed>, Strin
         }
         let origin = format!("{file}:{}", index + 1);
         let seed = parse_seed(value).map_err(|e| format!("{origin}: {e}"))?;
-        seeds.push(RegressionSeed { seed, note: note.trim().to_string(), origin });
+        seeds.push(RegressionSeed {
+            seed,
+            note: note.trim().to_string(),
+            origin,
+        });
     }
     Ok(seeds)
 }
@@ -39,7 +43,8 @@ pub fn load_corpus(dir: &Path) -> Result<Vec<RegressionSeed>, String> {
     files.sort();
     let mut seeds = Vec::new();
     for path in files {
-        let text = std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
+        let text =
+            std::fs::read_to_string(&path).map_err(|e| format!("{}: {e}", path.display()))?;
         seeds.extend(parse_corpus(&text, &path.display().to_string())?);
     }
     Ok(seeds)

@@ -64,7 +64,11 @@ impl FaultPlan {
             (self.bit_flips > 0, "bit_flip"),
             (self.final_power_loss, "final_power_loss"),
         ];
-        flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect()
+        flags
+            .into_iter()
+            .filter(|(on, _)| *on)
+            .map(|(_, name)| name)
+            .collect()
     }
 }
 
@@ -132,7 +136,11 @@ pub struct SwarmConfig {
 impl SwarmConfig {
     /// A healthy run with the given workload.
     pub fn quiet(workload: WorkloadConfig) -> SwarmConfig {
-        SwarmConfig { faults: FaultPlan::default(), workload, horizon_ms: 2_000 }
+        SwarmConfig {
+            faults: FaultPlan::default(),
+            workload,
+            horizon_ms: 2_000,
+        }
     }
 
     /// The configuration seed `seed` draws.
@@ -142,7 +150,11 @@ impl SwarmConfig {
         let faults = draw_faults(&mut rng);
         let horizon_ms = rng.random_range(300..2_500);
         workload.think_max_us = think_for(&workload, horizon_ms);
-        SwarmConfig { faults, workload, horizon_ms }
+        SwarmConfig {
+            faults,
+            workload,
+            horizon_ms,
+        }
     }
 }
 
@@ -166,11 +178,19 @@ fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         max_batch: rng.random_range(2..=32),
         keyed_prob: rng.random_range(0.0..0.6),
         pinned_prob: rng.random_range(0.0..0.3),
-        large_prob: if big { rng.random_range(0.05..0.3) } else { 0.0 },
+        large_prob: if big {
+            rng.random_range(0.05..0.3)
+        } else {
+            0.0
+        },
         small_max: rng.random_range(16..=400),
         large_max: 64 * 1024,
         think_max_us: rng.random_range(0..=3_000),
-        churn_prob: if rng.random_bool(0.2) { rng.random_range(0.05..0.3) } else { 0.0 },
+        churn_prob: if rng.random_bool(0.2) {
+            rng.random_range(0.05..0.3)
+        } else {
+            0.0
+        },
         invalid_prob: if rng.random_bool(0.3) { 0.03 } else { 0.0 },
         request_timeout_ms: rng.random_range(1_000..=3_000),
         max_attempts: 8,
@@ -190,10 +210,26 @@ fn draw_faults(rng: &mut ChaCha8Rng) -> FaultPlan {
         power_losses: if power { rng.random_range(1..=3) } else { 0 },
         precise_crashes: if precise { rng.random_range(1..=2) } else { 0 },
         torn_at_power_loss: torn,
-        fsync_error_rate: if fsync { rng.random_range(0.002..0.03) } else { 0.0 },
-        read_error_rate: if read { rng.random_range(0.005..0.05) } else { 0.0 },
-        read_corruption_rate: if read_corrupt { rng.random_range(0.005..0.05) } else { 0.0 },
-        torn_live_rate: if torn_live { rng.random_range(0.005..0.05) } else { 0.0 },
+        fsync_error_rate: if fsync {
+            rng.random_range(0.002..0.03)
+        } else {
+            0.0
+        },
+        read_error_rate: if read {
+            rng.random_range(0.005..0.05)
+        } else {
+            0.0
+        },
+        read_corruption_rate: if read_corrupt {
+            rng.random_range(0.005..0.05)
+        } else {
+            0.0
+        },
+        torn_live_rate: if torn_live {
+            rng.random_range(0.005..0.05)
+        } else {
+            0.0
+        },
         missing_dir_fsync: dir,
         disk_full_windows: if full { rng.random_range(1..=3) } else { 0 },
         slow_windows: if slow { rng.random_range(1..=3) } else { 0 },
@@ -225,7 +261,12 @@ mod tests {
         let b = SwarmConfig::draw(1);
         assert_eq!(a.faults.names(), b.faults.names());
         assert_eq!(a.workload.messages, b.workload.messages);
-        let corrupt = (0..1000).filter(|&s| SwarmConfig::draw(s).faults.corruption_class()).count();
-        assert!((30..200).contains(&corrupt), "{corrupt} of 1000 seeds with corruption faults");
+        let corrupt = (0..1000)
+            .filter(|&s| SwarmConfig::draw(s).faults.corruption_class())
+            .count();
+        assert!(
+            (30..200).contains(&corrupt),
+            "{corrupt} of 1000 seeds with corruption faults"
+        );
     }
 }

@@ -59,7 +59,11 @@ impl SweepReport {
 
     /// The JSON summary (`sweep --json`).
     pub fn to_json(&self) -> Value {
-        let failing: Vec<String> = self.failures.iter().map(|o| format!("{:#x}", o.seed)).collect();
+        let failing: Vec<String> = self
+            .failures
+            .iter()
+            .map(|o| format!("{:#x}", o.seed))
+            .collect();
         json!({
             "seeds": self.seeds,
             "passed": self.passed,
@@ -82,7 +86,12 @@ impl SweepReport {
 }
 
 /// Runs seeds `from..to` on `jobs` threads; `progress` is called after each seed.
-pub fn sweep(from: u64, to: u64, jobs: usize, progress: &(dyn Fn(&RunOutcome) + Sync)) -> SweepReport {
+pub fn sweep(
+    from: u64,
+    to: u64,
+    jobs: usize,
+    progress: &(dyn Fn(&RunOutcome) + Sync),
+) -> SweepReport {
     let next = AtomicU64::new(from);
     let report = Mutex::new(SweepReport::default());
     let started = WallClock::now();
@@ -96,7 +105,10 @@ pub fn sweep(from: u64, to: u64, jobs: usize, progress: &(dyn Fn(&RunOutcome) + 
                     }
                     let outcome = run_seed_catching(seed, false);
                     progress(&outcome);
-                    report.lock().expect("invariant: no worker panics while holding the lock").add(outcome);
+                    report
+                        .lock()
+                        .expect("invariant: no worker panics while holding the lock")
+                        .add(outcome);
                 }
             });
         }

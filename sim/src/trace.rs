@@ -54,21 +54,61 @@ impl DoneCode {
 /// What happened.
 #[derive(Clone, Copy, Debug)]
 pub enum What {
-    DiskIssue { token: u64, kind: OpKind, file: FileId, offset: u64, len: u64, at: u64 },
-    DiskDone { token: u64, kind: OpKind, file: FileId, result: DoneCode },
+    DiskIssue {
+        token: u64,
+        kind: OpKind,
+        file: FileId,
+        offset: u64,
+        len: u64,
+        at: u64,
+    },
+    DiskDone {
+        token: u64,
+        kind: OpKind,
+        file: FileId,
+        result: DoneCode,
+    },
     Timer,
-    Request { request: u64, op: &'static str },
-    Refused { client: u32 },
-    Reply { request: u64, status: u16, count: u64 },
-    Timeout { request: u64 },
-    Committed { key: PartitionKey, first: u64, count: u64 },
-    Checkpoint { checkpoint: u64 },
-    Discarded { seq: u64, topic: u64 },
+    Request {
+        request: u64,
+        op: &'static str,
+    },
+    Refused {
+        client: u32,
+    },
+    Reply {
+        request: u64,
+        status: u16,
+        count: u64,
+    },
+    Timeout {
+        request: u64,
+    },
+    Committed {
+        key: PartitionKey,
+        first: u64,
+        count: u64,
+    },
+    Checkpoint {
+        checkpoint: u64,
+    },
+    Discarded {
+        seq: u64,
+        topic: u64,
+    },
     Latched,
-    CommitFailed { key: PartitionKey },
-    Fault { action: &'static str },
-    Started { ok: bool },
-    Phase { name: &'static str },
+    CommitFailed {
+        key: PartitionKey,
+    },
+    Fault {
+        action: &'static str,
+    },
+    Started {
+        ok: bool,
+    },
+    Phase {
+        name: &'static str,
+    },
 }
 
 /// One trace line.
@@ -93,7 +133,12 @@ pub struct Trace {
 impl Trace {
     /// A trace that keeps every record when `keep_all`.
     pub fn new(keep_all: bool) -> Trace {
-        Trace { hash: TraceHash::default(), ring: Vec::with_capacity(RING), next: 0, full: keep_all.then(Vec::new) }
+        Trace {
+            hash: TraceHash::default(),
+            ring: Vec::with_capacity(RING),
+            next: 0,
+            full: keep_all.then(Vec::new),
+        }
     }
 
     /// Records one line.
@@ -120,7 +165,11 @@ impl Trace {
         if self.ring.len() < RING {
             return self.ring.clone();
         }
-        self.ring[self.next..].iter().chain(&self.ring[..self.next]).copied().collect()
+        self.ring[self.next..]
+            .iter()
+            .chain(&self.ring[..self.next])
+            .copied()
+            .collect()
     }
 
     /// Every record (if kept).
@@ -147,11 +196,23 @@ fn key_word(key: &PartitionKey) -> u64 {
 fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
     h.words(&[r.t, r.e, u64::from(r.node)]);
     match r.what {
-        What::DiskIssue { token, kind, file, offset, len, at } => {
+        What::DiskIssue {
+            token,
+            kind,
+            file,
+            offset,
+            len,
+            at,
+        } => {
             h.words(&[1, token, kind as u64, offset, len, at]);
             h.words(&file_word(&file));
         }
-        What::DiskDone { token, kind, file, result } => {
+        What::DiskDone {
+            token,
+            kind,
+            file,
+            result,
+        } => {
             h.words(&[2, token, kind as u64, result as u64]);
             h.words(&file_word(&file));
         }
@@ -161,7 +222,11 @@ fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
             h.bytes(op.as_bytes());
         }
         What::Refused { client } => h.words(&[5, u64::from(client)]),
-        What::Reply { request, status, count } => h.words(&[6, request, u64::from(status), count]),
+        What::Reply {
+            request,
+            status,
+            count,
+        } => h.words(&[6, request, u64::from(status), count]),
         What::Timeout { request } => h.words(&[7, request]),
         What::Committed { key, first, count } => h.words(&[8, key_word(&key), first, count]),
         What::Checkpoint { checkpoint } => h.words(&[9, checkpoint]),
@@ -184,23 +249,43 @@ impl fmt::Display for TraceRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[t={} e={}] n{} ", self.t, self.e, self.node)?;
         match self.what {
-            What::DiskIssue { token, kind, file, offset, len, at } => write!(
+            What::DiskIssue {
+                token,
+                kind,
+                file,
+                offset,
+                len,
+                at,
+            } => write!(
                 f,
                 "disk issue #{token} {kind:?} {} off={offset} len={len} latency={at}us",
                 file.relative_path()
             ),
-            What::DiskDone { token, kind, file, result } => {
+            What::DiskDone {
+                token,
+                kind,
+                file,
+                result,
+            } => {
                 let result = match result {
                     DoneCode::Ok => "ok",
                     DoneCode::NoSpace => "ERR ENOSPC",
                     DoneCode::Io => "ERR EIO",
                 };
-                write!(f, "disk done  #{token} {kind:?} {} {result}", file.relative_path())
+                write!(
+                    f,
+                    "disk done  #{token} {kind:?} {} {result}",
+                    file.relative_path()
+                )
             }
             What::Timer => write!(f, "timer"),
             What::Request { request, op } => write!(f, "request r{request} {op}"),
             What::Refused { client } => write!(f, "client c{client} refused: node down"),
-            What::Reply { request, status, count } => write!(f, "reply r{request} {status} n={count}"),
+            What::Reply {
+                request,
+                status,
+                count,
+            } => write!(f, "reply r{request} {status} n={count}"),
             What::Timeout { request } => write!(f, "timeout r{request} (ambiguous)"),
             What::Committed { key, first, count } => write!(f, "committed {key} @{first} +{count}"),
             What::Checkpoint { checkpoint } => write!(f, "checkpoint durable {checkpoint}"),
@@ -208,7 +293,11 @@ impl fmt::Display for TraceRecord {
             What::Latched => write!(f, "WAL LATCHED"),
             What::CommitFailed { key } => write!(f, "commit failed {key}"),
             What::Fault { action } => write!(f, "FAULT {action}"),
-            What::Started { ok } => write!(f, "process start: {}", if ok { "recovered" } else { "REFUSED" }),
+            What::Started { ok } => write!(
+                f,
+                "process start: {}",
+                if ok { "recovered" } else { "REFUSED" }
+            ),
             What::Phase { name } => write!(f, "phase {name}"),
         }
     }
@@ -222,7 +311,12 @@ mod tests {
     fn ring_keeps_the_last_records_in_order() {
         let mut trace = Trace::new(false);
         for e in 0..100 {
-            trace.push(TraceRecord { t: e, e, node: 0, what: What::Timer });
+            trace.push(TraceRecord {
+                t: e,
+                e,
+                node: 0,
+                what: What::Timer,
+            });
         }
         let tail = trace.tail();
         assert_eq!(tail.len(), RING);

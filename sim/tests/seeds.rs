@@ -15,9 +15,21 @@ fn every_regression_seed_passes() {
     for entry in &corpus {
         let outcome = run_seed_catching(entry.seed, false);
         if !outcome.passed {
-            eprintln!("{} ({}): {}\n{}", entry.origin, entry.note, outcome.summary_line(), outcome.failure_report());
+            eprintln!(
+                "{} ({}): {}\n{}",
+                entry.origin,
+                entry.note,
+                outcome.summary_line(),
+                outcome.failure_report()
+            );
             failures.push(format!("{:#x} ({})", entry.seed, entry.note));
         }
     }
-    assert!(failures.is_empty(), "{} of {} regression seeds fail:\n{}", failures.len(), corpus.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} of {} regression seeds fail:\n{}",
+        failures.len(),
+        corpus.len(),
+        failures.join("\n")
+    );
 }

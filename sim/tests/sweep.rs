@@ -8,7 +8,10 @@ const DEFAULT_SEEDS: u64 = 4_000;
 const DEFAULT_BASE: u64 = 0x5eed_0000;
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| narad_sim::parse_seed(&v).ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| narad_sim::parse_seed(&v).ok())
+        .unwrap_or(default)
 }
 
 #[test]
@@ -32,6 +35,15 @@ fn fresh_seeds_pass_every_invariant() {
         eprintln!("{}", failure.failure_report());
     }
     let failing: Vec<String> = report.failures.iter().map(|o| o.replay_command()).collect();
-    assert!(report.failed == 0, "{} seeds failed:\n{}", report.failed, failing.join("\n"));
-    assert!(report.faults.classes_hit() >= 12, "only {} fault classes were hit", report.faults.classes_hit());
+    assert!(
+        report.failed == 0,
+        "{} seeds failed:\n{}",
+        report.failed,
+        failing.join("\n")
+    );
+    assert!(
+        report.faults.classes_hit() >= 12,
+        "only {} fault classes were hit",
+        report.faults.classes_hit()
+    );
 }

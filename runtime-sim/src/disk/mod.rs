@@ -102,7 +102,8 @@ impl SimDisk {
             self.hits.hit(FaultClass::DiskFull);
             return Err(DiskError::NoSpace);
         }
-        self.files.insert(file, SimFile::new(!self.faults.missing_dir_fsync));
+        self.files
+            .insert(file, SimFile::new(!self.faults.missing_dir_fsync));
         Ok(DiskDone::Done)
     }
 
@@ -144,7 +145,11 @@ impl SimDisk {
         let rate = self.faults.misdirect_rate;
         if FileClass::of(file).holds_records() && rate > 0.0 && self.rng.random_bool(rate) {
             let sectors: i64 = self.rng.random_range(1..=8);
-            return Some(if self.rng.random_bool(0.5) { sectors } else { -sectors });
+            return Some(if self.rng.random_bool(0.5) {
+                sectors
+            } else {
+                -sectors
+            });
         }
         None
     }
@@ -180,7 +185,11 @@ impl SimDisk {
             if self.files[&file].lied {
                 // Bytes an earlier lying sync claimed durable are dropped with the dirty pages.
                 let bytes = self.files[&file].unsynced_write_bytes();
-                self.damage.push(Damage { file, class: FaultClass::LyingFsync, bytes });
+                self.damage.push(Damage {
+                    file,
+                    class: FaultClass::LyingFsync,
+                    bytes,
+                });
             }
             self.file_mut(file).revert_unsynced();
             return Err(DiskError::Io("fsync failed: dirty pages dropped".into()));
@@ -209,8 +218,14 @@ impl SimDisk {
             self.hits.hit(FaultClass::ReadError);
             return Err(DiskError::Io("read failed".into()));
         }
-        let Some(bytes) = offset.checked_add(len).and_then(|end| f.data().get(offset as usize..end as usize)) else {
-            return Err(DiskError::Io(format!("short read: {len} bytes at {offset} of {}", f.len())));
+        let Some(bytes) = offset
+            .checked_add(len)
+            .and_then(|end| f.data().get(offset as usize..end as usize))
+        else {
+            return Err(DiskError::Io(format!(
+                "short read: {len} bytes at {offset} of {}",
+                f.len()
+            )));
         };
         let mut bytes = bytes.to_vec();
         let rate = self.faults.read_corruption_rate;
@@ -235,7 +250,9 @@ impl SimDisk {
     }
 
     fn file_mut(&mut self, file: FileId) -> &mut SimFile {
-        self.files.get_mut(&file).expect("invariant: caller checked the file exists")
+        self.files
+            .get_mut(&file)
+            .expect("invariant: caller checked the file exists")
     }
 
     /// The file, if it exists.
@@ -250,7 +267,10 @@ impl SimDisk {
 
     /// What a restarting process finds: the current content of every file.
     pub fn snapshot(&self) -> BTreeMap<FileId, Bytes> {
-        self.files.iter().map(|(id, f)| (*id, Bytes::copy_from_slice(f.data()))).collect()
+        self.files
+            .iter()
+            .map(|(id, f)| (*id, Bytes::copy_from_slice(f.data())))
+            .collect()
     }
 
     /// Damage reports since the last call.

@@ -10,14 +10,21 @@ impl Checker {
     /// A node event, in the order the node reported it.
     pub fn on_event(&mut self, event: &NodeEvent) {
         match event {
-            NodeEvent::Committed { key, first_offset, origins } => {
+            NodeEvent::Committed {
+                key,
+                first_offset,
+                origins,
+            } => {
                 self.on_committed(*key, *first_offset, origins);
             }
             NodeEvent::CheckpointDurable { checkpoint } => self.on_checkpoint(*checkpoint),
             NodeEvent::Discarded { seq, topic } => {
                 self.counters.discarded += 1;
                 if !self.is_deleted(*topic) {
-                    let detail = format!("seq {seq} of topic#{} discarded, delete never asked", topic.0);
+                    let detail = format!(
+                        "seq {seq} of topic#{} discarded, delete never asked",
+                        topic.0
+                    );
                     self.violation(inv::DISCARD, detail);
                 }
                 self.mark_done(*seq);
@@ -42,7 +49,11 @@ impl Checker {
         state.hwm = first_offset + origins.len() as u64;
         state.amnesia = false;
         if first_offset != hwm && !amnesia {
-            let what = if first_offset < hwm { "below" } else { "leaving a gap above" };
+            let what = if first_offset < hwm {
+                "below"
+            } else {
+                "leaving a gap above"
+            };
             let detail = format!("{key}: commit at offset {first_offset} {what} watermark {hwm}");
             self.violation(inv::WATERMARK, detail);
         }
@@ -59,7 +70,10 @@ impl Checker {
     fn on_checkpoint(&mut self, checkpoint: u64) {
         if checkpoint < self.checkpoint_floor {
             if !self.corruption_hit {
-                let detail = format!("durable checkpoint {checkpoint} < earlier {}", self.checkpoint_floor);
+                let detail = format!(
+                    "durable checkpoint {checkpoint} < earlier {}",
+                    self.checkpoint_floor
+                );
                 self.violation(inv::CHECKPOINT, detail);
             }
             self.checkpoint_floor = checkpoint;
@@ -68,7 +82,8 @@ impl Checker {
         let first_missing = (self.checkpoint_floor..checkpoint)
             .find(|&seq| !self.done.get(seq as usize).copied().unwrap_or(false));
         if let Some(seq) = first_missing {
-            let detail = format!("checkpoint {checkpoint} passed seq {seq}, never committed or discarded");
+            let detail =
+                format!("checkpoint {checkpoint} passed seq {seq}, never committed or discarded");
             self.violation(inv::CHECKPOINT, detail);
         }
         self.checkpoint_floor = checkpoint;
@@ -92,17 +107,23 @@ impl Checker {
         self.counters.restarts += 1;
         self.latched = false;
         for (name, partition, hwm, _) in &stats.partitions {
-            let Some(&topic) = self.by_name.get(name) else { continue };
+            let Some(&topic) = self.by_name.get(name) else {
+                continue;
+            };
             if self.is_deleted(topic) {
                 continue;
             }
-            let key = PartitionKey { topic, partition: *partition };
+            let key = PartitionKey {
+                topic,
+                partition: *partition,
+            };
             let state = self.parts.entry(key).or_default();
             let (before, amnesia) = (state.hwm, state.amnesia);
             state.hwm = *hwm;
             state.amnesia = false;
             if *hwm < before && !amnesia {
-                let detail = format!("{key}: watermark {before} before the crash, {hwm} after recovery");
+                let detail =
+                    format!("{key}: watermark {before} before the crash, {hwm} after recovery");
                 self.violation(inv::VISIBLE_THEN_GONE, detail);
             }
         }
@@ -112,8 +133,11 @@ impl Checker {
     /// offsets may be reused.
     pub fn amnesia(&mut self, key: PartitionKey) {
         self.parts.entry(key).or_default().amnesia = true;
-        let stale: Vec<(PartitionKey, u64)> =
-            self.seen.range((key, 0)..=(key, u64::MAX)).map(|(k, _)| *k).collect();
+        let stale: Vec<(PartitionKey, u64)> = self
+            .seen
+            .range((key, 0)..=(key, u64::MAX))
+            .map(|(k, _)| *k)
+            .collect();
         for k in stale {
             self.seen.remove(&k);
         }
@@ -122,7 +146,10 @@ impl Checker {
     /// Recovery refused to start.
     pub fn recovery_failed(&mut self, error: String) {
         if !self.corruption_hit {
-            self.violation(inv::RECOVERY, format!("no disk lied, yet recovery refused: {error}"));
+            self.violation(
+                inv::RECOVERY,
+                format!("no disk lied, yet recovery refused: {error}"),
+            );
         }
         self.recovery_refused = Some(error);
     }

@@ -88,6 +88,8 @@ pub struct Counters {
     pub restarts: u64,
     pub consume_errors: u64,
     pub records_read: u64,
+    /// Produce attempts that ended ambiguously (5xx, timeout, connection reset).
+    pub ambiguous_attempts: u64,
 }
 
 const MAX_VIOLATIONS: usize = 64;
@@ -124,7 +126,11 @@ impl Checker {
     pub fn violation(&mut self, invariant: &'static str, detail: String) {
         self.violation_count += 1;
         if self.violations.len() < MAX_VIOLATIONS {
-            self.violations.push(Violation { at: self.now, invariant, detail });
+            self.violations.push(Violation {
+                at: self.now,
+                invariant,
+                detail,
+            });
         }
     }
 
@@ -136,7 +142,10 @@ impl Checker {
     /// A topic create was acknowledged (or the topic was found by lookup).
     pub fn topic_live(&mut self, name: &str, id: TopicId) {
         let name = name.to_string();
-        self.incarnations.entry(id).or_insert(Incarnation { name: name.clone(), delete_requested: false });
+        self.incarnations.entry(id).or_insert(Incarnation {
+            name: name.clone(),
+            delete_requested: false,
+        });
         self.by_name.insert(name, id);
     }
 
@@ -149,7 +158,9 @@ impl Checker {
     }
 
     fn is_deleted(&self, id: TopicId) -> bool {
-        self.incarnations.get(&id).is_none_or(|inc| inc.delete_requested)
+        self.incarnations
+            .get(&id)
+            .is_none_or(|inc| inc.delete_requested)
     }
 
     /// Registers a new message; returns its id.
@@ -188,7 +199,10 @@ impl Checker {
     /// An attempt carrying `ids` was answered 202 with `accepted`.
     pub fn acked(&mut self, ids: &[u64], accepted: usize) {
         if self.latched {
-            self.violation(inv::LATCH, format!("202 for {} records after WalLatched", ids.len()));
+            self.violation(
+                inv::LATCH,
+                format!("202 for {} records after WalLatched", ids.len()),
+            );
         }
         if accepted != ids.len() {
             let detail = format!("202 accepted {accepted} of {} messages", ids.len());
@@ -201,6 +215,7 @@ impl Checker {
 
     /// An attempt carrying `ids` ended ambiguously.
     pub fn ambiguous(&mut self, ids: &[u64]) {
+        self.counters.ambiguous_attempts += 1;
         for &id in ids {
             self.msgs[id as usize].ambiguous = true;
         }

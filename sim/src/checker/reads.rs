@@ -20,7 +20,13 @@ pub enum ReadKind {
 
 impl Checker {
     /// Records read from `key` starting at `from` (the request's offset).
-    pub fn consumed(&mut self, key: PartitionKey, from: u64, records: &[ConsumedRecord], kind: ReadKind) {
+    pub fn consumed(
+        &mut self,
+        key: PartitionKey,
+        from: u64,
+        records: &[ConsumedRecord],
+        kind: ReadKind,
+    ) {
         self.counters.records_read += records.len() as u64;
         if self.is_deleted(key.topic) {
             // A delete was sent after this read: the topic's state is no longer tracked.
@@ -41,7 +47,9 @@ impl Checker {
                 let detail = format!("{key}: offset {offset} served, watermark is {hwm}");
                 self.violation(inv::ABOVE_WATERMARK, detail);
             }
-            let Some(id) = self.check_record(key, record) else { continue };
+            let Some(id) = self.check_record(key, record) else {
+                continue;
+            };
             if kind == ReadKind::Final {
                 self.msgs[id as usize].visible += 1;
             }
@@ -58,18 +66,30 @@ impl Checker {
     fn check_record(&mut self, key: PartitionKey, record: &ConsumedRecord) -> Option<u64> {
         let at = format!("{key}@{}", record.offset);
         let Some(id) = parse_id(&record.payload).filter(|&id| id < self.msgs.len() as u64) else {
-            self.violation(inv::PHANTOM, format!("{at}: payload is no message the workload made"));
+            self.violation(
+                inv::PHANTOM,
+                format!("{at}: payload is no message the workload made"),
+            );
             return None;
         };
         let msg = &self.msgs[id as usize];
         let problem = if msg.payload != record.payload || msg.key != record.key {
-            Some((inv::CORRUPT, "payload or key differs from what was produced"))
+            Some((
+                inv::CORRUPT,
+                "payload or key differs from what was produced",
+            ))
         } else if msg.topic != key.topic {
-            Some((inv::PHANTOM, "message was produced to another topic incarnation"))
+            Some((
+                inv::PHANTOM,
+                "message was produced to another topic incarnation",
+            ))
         } else if !msg.sent {
             Some((inv::PHANTOM, "message was never sent"))
         } else if !msg.acked && !msg.ambiguous {
-            Some((inv::HALF_APPLIED, "every attempt was rejected, yet the record is visible"))
+            Some((
+                inv::HALF_APPLIED,
+                "every attempt was rejected, yet the record is visible",
+            ))
         } else {
             None
         };

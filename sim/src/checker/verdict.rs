@@ -54,11 +54,17 @@ impl Checker {
         for id in lost_ids.iter().take(5) {
             let msg = &self.msgs[*id];
             let topic = self.topic_name(msg.topic).unwrap_or("?").to_string();
-            let detail = format!("message {id} (topic {topic}#{}) acked, not visible after drain", msg.topic.0);
+            let detail = format!(
+                "message {id} (topic {topic}#{}) acked, not visible after drain",
+                msg.topic.0
+            );
             self.violation(inv::LOST, detail);
         }
         if lost_ids.len() > 5 {
-            self.violation(inv::LOST, format!("... {} lost writes in all", lost_ids.len()));
+            self.violation(
+                inv::LOST,
+                format!("... {} lost writes in all", lost_ids.len()),
+            );
         }
         v
     }

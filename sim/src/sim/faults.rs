@@ -19,7 +19,12 @@ use crate::trace::What;
 impl Simulation {
     pub(super) fn apply_fault(&mut self, node: u32, action: FaultAction) {
         let n = node as usize;
-        self.world.record(node, What::Fault { action: action_name(&action) });
+        self.world.record(
+            node,
+            What::Fault {
+                action: action_name(&action),
+            },
+        );
         let disk = &mut self.world.disks[n].faults;
         match action {
             FaultAction::ProcessCrash => self.crash(n, false, true),
@@ -40,7 +45,9 @@ impl Simulation {
             FaultAction::Slow(factor) => disk.slow_factor = factor,
             FaultAction::FailNextSync(m) => disk.fail_next_sync = Some(m),
             FaultAction::TornNextWrite(m) => disk.torn_next_write = Some(m),
-            FaultAction::MisdirectNextWrite(m, sectors) => disk.misdirect_next_write = Some((m, sectors)),
+            FaultAction::MisdirectNextWrite(m, sectors) => {
+                disk.misdirect_next_write = Some((m, sectors))
+            }
             FaultAction::LieOn(m) => disk.lie_on = m,
             FaultAction::Failing(m) => disk.failing = m,
             FaultAction::BitFlip => {
@@ -64,7 +71,11 @@ impl Simulation {
             return;
         }
         if count {
-            self.world.hit(if power { FaultClass::PowerLoss } else { FaultClass::ProcessCrash });
+            self.world.hit(if power {
+                FaultClass::PowerLoss
+            } else {
+                FaultClass::ProcessCrash
+            });
         }
         self.hosts[n].crash();
         self.world.disks[n].process_crash();
@@ -88,11 +99,16 @@ impl Simulation {
         }
         let now = self.world.queue.now();
         let files = self.world.disks[n].snapshot();
-        self.world.checker.recovered_origins(&recovered_origins(&files));
+        self.world
+            .checker
+            .recovered_origins(&recovered_origins(&files));
         match self.hosts[n].start(now, files, &mut self.world) {
             Ok(()) => {
                 self.world.record(n as u32, What::Started { ok: true });
-                let stats = self.hosts[n].node().expect("invariant: just started").stats();
+                let stats = self.hosts[n]
+                    .node()
+                    .expect("invariant: just started")
+                    .stats();
                 self.world.checker.on_restart(&stats);
             }
             Err(e) => {
@@ -110,19 +126,32 @@ impl Simulation {
         let now = self.world.queue.now();
         self.hosts[n].deliver(now, Input::BeginShutdown, &mut self.world);
         let deadline = Instant(now.0 + 10_000_000);
-        self.world.queue.push_after(1_000, Event::ShutdownCheck { node: n as u32, deadline });
+        self.world.queue.push_after(
+            1_000,
+            Event::ShutdownCheck {
+                node: n as u32,
+                deadline,
+            },
+        );
     }
 
     pub(super) fn shutdown_check(&mut self, node: u32, deadline: Instant) {
         let n = node as usize;
-        let Some(state) = self.hosts[n].node() else { return };
+        let Some(state) = self.hosts[n].node() else {
+            return;
+        };
         let shut_down = state.is_shut_down();
         if !shut_down && self.world.queue.now() < deadline {
-            self.world.queue.push_after(5_000, Event::ShutdownCheck { node, deadline });
+            self.world
+                .queue
+                .push_after(5_000, Event::ShutdownCheck { node, deadline });
             return;
         }
         if !shut_down && self.world.healed {
-            self.world.checker.violation(inv::LIVENESS, "graceful shutdown did not finish in 10 s".into());
+            self.world.checker.violation(
+                inv::LIVENESS,
+                "graceful shutdown did not finish in 10 s".into(),
+            );
         }
         self.crash(n, false, false);
         self.restart(n);

@@ -28,7 +28,9 @@ impl Simulation {
             return false;
         }
         if !drained && !self.world.checker.corruption_hit {
-            let backlog = self.hosts[0].node().map_or(0, |n| n.stats().dispatch_backlog);
+            let backlog = self.hosts[0]
+                .node()
+                .map_or(0, |n| n.stats().dispatch_backlog);
             let detail = format!("dispatch backlog still {backlog} 60 s after faults healed");
             self.world.checker.violation(inv::LIVENESS, detail);
         }
@@ -40,7 +42,12 @@ impl Simulation {
         self.world.record(0, What::Phase { name: "final-read" });
         self.final_read(ReadKind::Final);
         if self.cfg.faults.final_power_loss && self.hosts[0].is_up() {
-            self.world.record(0, What::Phase { name: "final-power-loss" });
+            self.world.record(
+                0,
+                What::Phase {
+                    name: "final-power-loss",
+                },
+            );
             self.crash(0, true, true);
             self.restart(0);
             let now = self.world.queue.now();
@@ -67,9 +74,14 @@ impl Simulation {
         if self.world.checker.is_latched() && self.hosts[0].is_up() {
             self.hosts[0].deliver(now, Input::BeginShutdown, &mut self.world);
             let deadline = Instant(now.0 + 10_000_000);
-            let shut = self.run_until(deadline, 1_000, |s| s.hosts[0].node().is_none_or(|n| n.is_shut_down()));
+            let shut = self.run_until(deadline, 1_000, |s| {
+                s.hosts[0].node().is_none_or(|n| n.is_shut_down())
+            });
             if !shut {
-                self.world.checker.violation(inv::LIVENESS, "graceful shutdown did not finish in 10 s".into());
+                self.world.checker.violation(
+                    inv::LIVENESS,
+                    "graceful shutdown did not finish in 10 s".into(),
+                );
             }
             self.crash(0, false, false);
             self.restart(0);
@@ -81,7 +93,9 @@ impl Simulation {
     }
 
     fn drained(&self) -> bool {
-        self.hosts[0].node().is_none_or(|n| n.is_ready() && n.stats().dispatch_backlog == 0)
+        self.hosts[0]
+            .node()
+            .is_none_or(|n| n.is_ready() && n.stats().dispatch_backlog == 0)
     }
 
     /// Invariant 8: after the drain, the WAL is < 1 MiB plus one segment in rotation.
@@ -93,7 +107,10 @@ impl Simulation {
             .collect();
         let newest = segments.last().copied().unwrap_or(0);
         if segments.len() > 2 || newest >= WAL_ROTATE_DISPATCHED_BYTES {
-            let detail = format!("after drain: {} WAL segments, sizes {segments:?}", segments.len());
+            let detail = format!(
+                "after drain: {} WAL segments, sizes {segments:?}",
+                segments.len()
+            );
             self.world.checker.violation(inv::WAL_BOUND, detail);
         }
     }
@@ -108,7 +125,13 @@ impl Simulation {
         self.world.harness_request = Some(request);
         self.world.harness_reply = None;
         let now = self.world.queue.now();
-        self.world.record(0, What::Request { request: request.0, op: super::world::op_name(&op) });
+        self.world.record(
+            0,
+            What::Request {
+                request: request.0,
+                op: super::world::op_name(&op),
+            },
+        );
         self.hosts[0].deliver(now, Input::Client { request, op }, &mut self.world);
         let deadline = Instant(now.0 + CALL_TIMEOUT_MICROS);
         while self.world.harness_reply.is_none() && !self.aborted {
@@ -135,13 +158,21 @@ impl Simulation {
                 continue;
             };
             if info.id != inc {
-                let detail = format!("topic {name} is incarnation {}, expected {}", info.id.0, inc.0);
+                let detail = format!(
+                    "topic {name} is incarnation {}, expected {}",
+                    info.id.0, inc.0
+                );
                 self.world.checker.violation(inv::TOPIC_LOST, detail);
                 continue;
             }
             for stats in partitions {
-                let key = PartitionKey { topic: inc, partition: stats.index };
-                self.world.checker.final_watermark(key, stats.high_watermark);
+                let key = PartitionKey {
+                    topic: inc,
+                    partition: stats.index,
+                };
+                self.world
+                    .checker
+                    .final_watermark(key, stats.high_watermark);
                 self.read_partition(&name, key, stats.high_watermark, kind);
             }
         }
@@ -151,7 +182,12 @@ impl Simulation {
         let mut offset = 0;
         let mut errors = 0;
         while offset < hwm && errors < 64 {
-            let op = ClientOp::Consume { topic: name.to_string(), partition: key.partition, offset, max: 1_000 };
+            let op = ClientOp::Consume {
+                topic: name.to_string(),
+                partition: key.partition,
+                offset,
+                max: 1_000,
+            };
             match self.call(op) {
                 Some(ClientReply::Records(records)) if !records.is_empty() => {
                     self.world.checker.consumed(key, offset, &records, kind);
@@ -164,7 +200,9 @@ impl Simulation {
                     offset += 1;
                 }
                 other => {
-                    let detail = format!("{key}: final read at offset {offset} below watermark {hwm}: {other:?}");
+                    let detail = format!(
+                        "{key}: final read at offset {offset} below watermark {hwm}: {other:?}"
+                    );
                     self.world.checker.violation(inv::PROTOCOL, detail);
                     return;
                 }
@@ -174,7 +212,9 @@ impl Simulation {
 
     fn check_topic_list(&mut self) {
         let Some(ClientReply::Topics(listed)) = self.call(ClientOp::ListTopics) else {
-            self.world.checker.violation(inv::PROTOCOL, "final ListTopics failed".into());
+            self.world
+                .checker
+                .violation(inv::PROTOCOL, "final ListTopics failed".into());
             return;
         };
         for (name, inc, _) in self.world.workload.topics.live() {

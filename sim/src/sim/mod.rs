@@ -7,7 +7,7 @@ mod faults;
 mod final_phase;
 pub mod world;
 
-use narad_core::{Config, Input, Instant, IoToken, NodeId, DiskOp};
+use narad_core::{Config, DiskOp, Input, Instant, IoToken, NodeId};
 use narad_sim_runtime::{
     Component, EventQueue, FaultHits, NodeHost, SimDisk, component_rng, component_seed,
 };
@@ -15,10 +15,10 @@ use narad_sim_runtime::{
 use crate::checker::{Checker, inv};
 use crate::outcome::RunOutcome;
 use crate::schedule::{FaultAction, ScheduledFault, draw_schedule};
-use rand::RngExt;
 use crate::swarm::SwarmConfig;
 use crate::trace::{DoneCode, OpKind, Trace, What};
 use crate::workload::{Wake, Workload};
+use rand::RngExt;
 pub use world::{Event, World};
 
 /// Simulated start time: 2026-01-01T00:00:00Z in microseconds.
@@ -52,11 +52,22 @@ impl Simulation {
     }
 
     /// A run with an explicit configuration and fault schedule (scenarios).
-    pub fn new(seed: u64, cfg: SwarmConfig, schedule: Vec<ScheduledFault>, keep_trace: bool) -> Simulation {
-        let node_config = Config { node_id: NodeId(1), seed: component_seed(seed, Component::Node(1)) };
+    pub fn new(
+        seed: u64,
+        cfg: SwarmConfig,
+        schedule: Vec<ScheduledFault>,
+        keep_trace: bool,
+    ) -> Simulation {
+        let node_config = Config {
+            node_id: NodeId(1),
+            seed: component_seed(seed, Component::Node(1)),
+        };
         let mut disk = SimDisk::new(component_rng(seed, Component::Disk(1)));
         apply_rates(&mut disk, &cfg);
-        let workload = Workload::new(cfg.workload.clone(), component_rng(seed, Component::Workload));
+        let workload = Workload::new(
+            cfg.workload.clone(),
+            component_rng(seed, Component::Workload),
+        );
         let world = World {
             queue: EventQueue::new(START),
             disks: vec![disk],
@@ -92,10 +103,16 @@ impl Simulation {
             if self.world.queue.now().0 >= START.0 + ACTIVE_CAP_MICROS {
                 break;
             }
-            let Some(event) = self.world.queue.pop() else { break };
+            let Some(event) = self.world.queue.pop() else {
+                break;
+            };
             self.step(event);
         }
-        let read_complete = if self.aborted { false } else { self.final_phase() };
+        let read_complete = if self.aborted {
+            false
+        } else {
+            self.final_phase()
+        };
         let verdict = self.world.checker.verdict(read_complete);
         let mut outcome = RunOutcome::build(&self, verdict);
         outcome.full_trace = self.world.trace.take_full();
@@ -107,7 +124,9 @@ impl Simulation {
         let now = self.world.queue.now();
         let started = self.hosts[0].start(now, Default::default(), &mut self.world);
         if let Err(e) = started {
-            self.world.checker.recovery_failed(format!("fresh node: {e}"));
+            self.world
+                .checker
+                .recovery_failed(format!("fresh node: {e}"));
         }
         for client in 0..self.world.workload.clients() {
             let delay = self.world.workload.think();
@@ -115,7 +134,11 @@ impl Simulation {
         }
         for fault in std::mem::take(&mut self.schedule) {
             let at = Instant(START.0 + fault.at_ms * 1_000);
-            let event = Event::Fault { node: fault.node, action: fault.action, scheduled: true };
+            let event = Event::Fault {
+                node: fault.node,
+                action: fault.action,
+                scheduled: true,
+            };
             self.world.queue.push_at(at, event);
         }
     }
@@ -126,19 +149,32 @@ impl Simulation {
         self.world.checker.set_now(now);
         self.guard_livelock(now);
         match event {
-            Event::Disk { node, epoch, token, op } => self.disk_done(node, epoch, token, op),
+            Event::Disk {
+                node,
+                epoch,
+                token,
+                op,
+            } => self.disk_done(node, epoch, token, op),
             Event::Timer { node, generation } => {
                 self.world.record(node, What::Timer);
                 self.hosts[node as usize].fire_timer(now, generation, &mut self.world);
             }
             Event::ClientWake { client } => self.client_wake(client as usize),
             Event::ClientTimeout { request } => {
-                if let Some((client, delay)) = self.world.workload.on_timeout(request, &mut self.world.checker) {
+                if let Some((client, delay)) = self
+                    .world
+                    .workload
+                    .on_timeout(request, &mut self.world.checker)
+                {
                     self.world.record(0, What::Timeout { request: request.0 });
                     self.world.wake_client(client, delay);
                 }
             }
-            Event::Fault { node, action, scheduled } => {
+            Event::Fault {
+                node,
+                action,
+                scheduled,
+            } => {
                 if !(scheduled && self.world.healed) {
                     self.apply_fault(node, action);
                 }
@@ -156,7 +192,12 @@ impl Simulation {
         let stuck = self.same_instant.1 > MAX_EVENTS_AT_ONE_INSTANT;
         if (stuck || self.world.queue.popped() > MAX_EVENTS) && !self.aborted {
             self.aborted = true;
-            let detail = format!("livelock: {} events, {} at t={}", self.world.queue.popped(), self.same_instant.1, now.0);
+            let detail = format!(
+                "livelock: {} events, {} at t={}",
+                self.world.queue.popped(),
+                self.same_instant.1,
+                now.0
+            );
             self.world.checker.violation(inv::LIVENESS, detail);
         }
     }
@@ -169,7 +210,15 @@ impl Simulation {
         let result = self.world.disks[n].complete(&op);
         let (kind, _, _) = OpKind::of(&op);
         let file = op.file();
-        self.world.record(node, What::DiskDone { token: token.0, kind, file, result: DoneCode::of(&result) });
+        self.world.record(
+            node,
+            What::DiskDone {
+                token: token.0,
+                kind,
+                file,
+                result: DoneCode::of(&result),
+            },
+        );
         self.collect_damage(n);
         if let Some((target, m, power)) = self.world.crash_after_sync
             && target == node
@@ -178,11 +227,23 @@ impl Simulation {
             && m.matches(&file)
         {
             self.world.crash_after_sync = None;
-            self.world.record(node, What::Fault { action: "crash-after-sync" });
+            self.world.record(
+                node,
+                What::Fault {
+                    action: "crash-after-sync",
+                },
+            );
             self.crash(n, power, true);
             let down = self.world.fault_rng.random_range(1_000..800_000);
             let action = FaultAction::Restart;
-            self.world.queue.push_after(down, Event::Fault { node, action, scheduled: true });
+            self.world.queue.push_after(
+                down,
+                Event::Fault {
+                    node,
+                    action,
+                    scheduled: true,
+                },
+            );
             return;
         }
         let now = self.world.queue.now();
@@ -194,13 +255,28 @@ impl Simulation {
         match self.world.workload.wake(client, &mut self.world.checker) {
             Wake::Send { request, op } => {
                 if self.hosts[0].is_up() {
-                    self.world.record(0, What::Request { request: request.0, op: world::op_name(&op) });
-                    self.world.workload.delivered(client, request, &mut self.world.checker);
+                    self.world.record(
+                        0,
+                        What::Request {
+                            request: request.0,
+                            op: world::op_name(&op),
+                        },
+                    );
+                    self.world
+                        .workload
+                        .delivered(client, request, &mut self.world.checker);
                     let timeout = self.world.workload.timeout_micros();
-                    self.world.queue.push_after(timeout, Event::ClientTimeout { request });
+                    self.world
+                        .queue
+                        .push_after(timeout, Event::ClientTimeout { request });
                     self.hosts[0].deliver(now, Input::Client { request, op }, &mut self.world);
                 } else {
-                    self.world.record(0, What::Refused { client: client as u32 });
+                    self.world.record(
+                        0,
+                        What::Refused {
+                            client: client as u32,
+                        },
+                    );
                     let delay = self.world.workload.refused(client);
                     self.world.wake_client(client, delay);
                 }
@@ -222,7 +298,12 @@ impl Simulation {
     }
 
     /// Runs until `done` holds (checked every `every_micros`) or `deadline`; true if it held.
-    fn run_until(&mut self, deadline: Instant, every_micros: u64, done: impl Fn(&Simulation) -> bool) -> bool {
+    fn run_until(
+        &mut self,
+        deadline: Instant,
+        every_micros: u64,
+        done: impl Fn(&Simulation) -> bool,
+    ) -> bool {
         loop {
             if done(self) {
                 return true;

@@ -2,9 +2,7 @@
 //! workload, the checker and the trace. It implements `HostRuntime`, so a host's effects become
 //! scheduled events, replies reach the clients and node events reach the checker.
 
-use narad_core::{
-    ClientOp, ClientReply, DiskOp, Instant, IoToken, NodeEvent, RequestId,
-};
+use narad_core::{ClientOp, ClientReply, DiskOp, Instant, IoToken, NodeEvent, RequestId};
 use narad_sim_runtime::{EventQueue, FaultClass, FaultHits, FileMatch, HostRuntime, SimDisk};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
@@ -18,7 +16,12 @@ use crate::workload::Workload;
 #[derive(Clone, Debug)]
 pub enum Event {
     /// A disk operation of incarnation `epoch` of `node` completes.
-    Disk { node: u32, epoch: u32, token: IoToken, op: DiskOp },
+    Disk {
+        node: u32,
+        epoch: u32,
+        token: IoToken,
+        op: DiskOp,
+    },
     /// A node's timer fires.
     Timer { node: u32, generation: u64 },
     /// A client wakes up.
@@ -26,7 +29,11 @@ pub enum Event {
     /// A request has waited too long.
     ClientTimeout { request: RequestId },
     /// A fault strikes (`scheduled` ones are dropped once faults are healed).
-    Fault { node: u32, action: FaultAction, scheduled: bool },
+    Fault {
+        node: u32,
+        action: FaultAction,
+        scheduled: bool,
+    },
     /// Poll whether a graceful shutdown finished.
     ShutdownCheck { node: u32, deadline: Instant },
 }
@@ -59,7 +66,12 @@ impl World {
     /// Appends a trace line for `node` at the current time.
     pub fn record(&mut self, node: u32, what: What) {
         let t = self.queue.now().0 - super::START.0;
-        let record = TraceRecord { t, e: self.queue.popped(), node, what };
+        let record = TraceRecord {
+            t,
+            e: self.queue.popped(),
+            node,
+            what,
+        };
         self.trace.push(record);
     }
 
@@ -70,7 +82,12 @@ impl World {
 
     /// Wakes `client` after `delay` microseconds.
     pub fn wake_client(&mut self, client: usize, delay: u64) {
-        self.queue.push_after(delay, Event::ClientWake { client: client as u32 });
+        self.queue.push_after(
+            delay,
+            Event::ClientWake {
+                client: client as u32,
+            },
+        );
     }
 }
 
@@ -109,13 +126,38 @@ impl HostRuntime for World {
         let (kind, offset, len) = OpKind::of(&op);
         let file = op.file();
         let done_in = at.0 - now.0;
-        self.record(node, What::DiskIssue { token: token.0, kind, file, offset, len, at: done_in });
-        self.queue.push_at(at, Event::Disk { node, epoch, token, op });
+        self.record(
+            node,
+            What::DiskIssue {
+                token: token.0,
+                kind,
+                file,
+                offset,
+                len,
+                at: done_in,
+            },
+        );
+        self.queue.push_at(
+            at,
+            Event::Disk {
+                node,
+                epoch,
+                token,
+                op,
+            },
+        );
     }
 
     fn reply(&mut self, node: u32, request: RequestId, reply: ClientReply) {
         let (status, count) = status_of(&reply);
-        self.record(node, What::Reply { request: request.0, status, count });
+        self.record(
+            node,
+            What::Reply {
+                request: request.0,
+                status,
+                count,
+            },
+        );
         if Some(request) == self.harness_request {
             self.harness_request = None;
             self.harness_reply = Some(reply);
@@ -128,11 +170,22 @@ impl HostRuntime for World {
 
     fn event(&mut self, node: u32, event: NodeEvent) {
         let what = match &event {
-            NodeEvent::Committed { key, first_offset, origins } => {
-                What::Committed { key: *key, first: *first_offset, count: origins.len() as u64 }
-            }
-            NodeEvent::CheckpointDurable { checkpoint } => What::Checkpoint { checkpoint: *checkpoint },
-            NodeEvent::Discarded { seq, topic } => What::Discarded { seq: *seq, topic: topic.0 },
+            NodeEvent::Committed {
+                key,
+                first_offset,
+                origins,
+            } => What::Committed {
+                key: *key,
+                first: *first_offset,
+                count: origins.len() as u64,
+            },
+            NodeEvent::CheckpointDurable { checkpoint } => What::Checkpoint {
+                checkpoint: *checkpoint,
+            },
+            NodeEvent::Discarded { seq, topic } => What::Discarded {
+                seq: *seq,
+                topic: topic.0,
+            },
             NodeEvent::WalLatched => What::Latched,
             NodeEvent::CommitFailed { key, .. } => What::CommitFailed { key: *key },
         };
@@ -146,7 +199,14 @@ impl HostRuntime for World {
             self.latch_restart_pending = true;
             let delay = self.fault_rng.random_range(20_000..500_000);
             let action = FaultAction::GracefulRestart;
-            self.queue.push_after(delay, Event::Fault { node, action, scheduled: true });
+            self.queue.push_after(
+                delay,
+                Event::Fault {
+                    node,
+                    action,
+                    scheduled: true,
+                },
+            );
         }
     }
 

@@ -37,25 +37,59 @@ enum Role {
 /// A request a client is making (kept whole so it can be retried).
 #[derive(Clone, Debug)]
 enum Pending {
-    Produce { topic: String, inc: TopicId, ids: Vec<u64>, messages: Vec<ProduceMessage>, batch: bool, invalid: bool },
-    Create { name: String, partitions: u32 },
-    Lookup { name: String },
-    Delete { name: String, inc: TopicId },
-    Consume { key: PartitionKey, name: String, offset: u64, max: u32 },
+    Produce {
+        topic: String,
+        inc: TopicId,
+        ids: Vec<u64>,
+        messages: Vec<ProduceMessage>,
+        batch: bool,
+        invalid: bool,
+    },
+    Create {
+        name: String,
+        partitions: u32,
+    },
+    Lookup {
+        name: String,
+    },
+    Delete {
+        name: String,
+        inc: TopicId,
+    },
+    Consume {
+        key: PartitionKey,
+        name: String,
+        offset: u64,
+        max: u32,
+    },
 }
 
 impl Pending {
     fn op(&self) -> ClientOp {
         match self {
-            Pending::Produce { topic, messages, batch, .. } => {
-                ClientOp::Produce { topic: topic.clone(), messages: messages.clone(), batch: *batch }
-            }
-            Pending::Create { name, partitions } => {
-                ClientOp::CreateTopic { name: name.clone(), partitions: Some(*partitions), retention_ms: None }
-            }
+            Pending::Produce {
+                topic,
+                messages,
+                batch,
+                ..
+            } => ClientOp::Produce {
+                topic: topic.clone(),
+                messages: messages.clone(),
+                batch: *batch,
+            },
+            Pending::Create { name, partitions } => ClientOp::CreateTopic {
+                name: name.clone(),
+                partitions: Some(*partitions),
+                retention_ms: None,
+            },
             Pending::Lookup { name } => ClientOp::GetTopic { name: name.clone() },
             Pending::Delete { name, .. } => ClientOp::DeleteTopic { name: name.clone() },
-            Pending::Consume { key, name, offset, max } => ClientOp::Consume {
+            Pending::Consume {
+                key,
+                name,
+                offset,
+                max,
+            } => ClientOp::Consume {
                 topic: name.clone(),
                 partition: key.partition,
                 offset: *offset,
@@ -151,7 +185,11 @@ impl Workload {
 
     fn producers_finished(&self) -> bool {
         self.messages_left == 0
-            && self.clients.iter().filter(|c| c.role == Role::Producer).all(|c| c.done)
+            && self
+                .clients
+                .iter()
+                .filter(|c| c.role == Role::Producer)
+                .all(|c| c.done)
     }
 
     /// Client `client` wakes up: what does it do?
@@ -183,7 +221,10 @@ impl Workload {
                 }
             }
         }
-        let pending = self.clients[client].next.as_ref().expect("invariant: decided above");
+        let pending = self.clients[client]
+            .next
+            .as_ref()
+            .expect("invariant: decided above");
         let op = pending.op();
         let request = RequestId(self.next_request);
         self.next_request += 1;
@@ -251,7 +292,13 @@ impl Workload {
     fn create_pending(&mut self, name: Option<String>) -> Pending {
         let name = name.unwrap_or_else(|| self.topics.fresh_name());
         let partitions = self.rng.random_range(1..=self.cfg.max_partitions.max(1));
-        self.topics.set(&name, TopicState::Creating { partitions, ambiguous: false });
+        self.topics.set(
+            &name,
+            TopicState::Creating {
+                partitions,
+                ambiguous: false,
+            },
+        );
         Pending::Create { name, partitions }
     }
 
@@ -269,10 +316,18 @@ impl Workload {
             return Err(Wake::Sleep(5_000));
         }
         let (name, inc, partitions) = live[self.rng.random_range(0..live.len())].clone();
-        let key = PartitionKey { topic: inc, partition: self.rng.random_range(0..partitions) };
+        let key = PartitionKey {
+            topic: inc,
+            partition: self.rng.random_range(0..partitions),
+        };
         let offset = self.cursors.get(&key).copied().unwrap_or(0);
         let max = self.rng.random_range(1..=100);
-        Ok(Pending::Consume { key, name, offset, max })
+        Ok(Pending::Consume {
+            key,
+            name,
+            offset,
+            max,
+        })
     }
 
     fn produce_next(&mut self, checker: &mut Checker) -> Result<Pending, Wake> {
@@ -285,7 +340,11 @@ impl Workload {
         }
         let (topic, inc, partitions) = live[self.rng.random_range(0..live.len())].clone();
         let batch = self.rng.random_bool(self.cfg.batch_prob);
-        let wanted = if batch { self.rng.random_range(1..=self.cfg.max_batch.max(1)) } else { 1 };
+        let wanted = if batch {
+            self.rng.random_range(1..=self.cfg.max_batch.max(1))
+        } else {
+            1
+        };
         let count = u64::from(wanted).min(self.messages_left);
         let invalid = self.rng.random_bool(self.cfg.invalid_prob);
         let mut ids = Vec::with_capacity(count as usize);
@@ -300,16 +359,30 @@ impl Workload {
             messages[at].partition = Some(partitions + self.rng.random_range(0..3));
         }
         self.messages_left -= count;
-        Ok(Pending::Produce { topic, inc, ids, messages, batch, invalid })
+        Ok(Pending::Produce {
+            topic,
+            inc,
+            ids,
+            messages,
+            batch,
+            invalid,
+        })
     }
 
-    fn new_message(&mut self, inc: TopicId, partitions: u32, checker: &mut Checker) -> (u64, ProduceMessage) {
+    fn new_message(
+        &mut self,
+        inc: TopicId,
+        partitions: u32,
+        checker: &mut Checker,
+    ) -> (u64, ProduceMessage) {
         let key = self
             .rng
             .random_bool(self.cfg.keyed_prob)
             .then(|| bytes::Bytes::from(format!("k{}", self.rng.random_range(0..16))));
-        let partition =
-            self.rng.random_bool(self.cfg.pinned_prob).then(|| self.rng.random_range(0..partitions));
+        let partition = self
+            .rng
+            .random_bool(self.cfg.pinned_prob)
+            .then(|| self.rng.random_range(0..partitions));
         let len = if self.cfg.large_prob > 0.0 && self.rng.random_bool(self.cfg.large_prob) {
             self.rng.random_range(16..=self.cfg.large_max)
         } else {
@@ -319,10 +392,24 @@ impl Workload {
         let payload = payload(id, len);
         let assigned = checker.new_message(inc, key.clone(), payload.clone());
         debug_assert_eq!(assigned, id);
-        (id, ProduceMessage { key, partition, payload })
+        (
+            id,
+            ProduceMessage {
+                key,
+                partition,
+                payload,
+            },
+        )
     }
 }
 
 fn new_client(role: Role) -> Client {
-    Client { role, waiting: None, next: None, ambiguous_tries: 0, tries: 0, done: false }
+    Client {
+        role,
+        waiting: None,
+        next: None,
+        ambiguous_tries: 0,
+        tries: 0,
+        done: false,
+    }
 }

@@ -16,20 +16,35 @@ enum Next {
 
 impl Workload {
     /// An answer to `request`. Returns the client to wake and after how long.
-    pub fn on_reply(&mut self, request: RequestId, reply: &ClientReply, checker: &mut Checker) -> Option<(usize, u64)> {
+    pub fn on_reply(
+        &mut self,
+        request: RequestId,
+        reply: &ClientReply,
+        checker: &mut Checker,
+    ) -> Option<(usize, u64)> {
         let Some(client) = self.waiting_client(request) else {
             self.late_reply(request, reply, checker);
             return None;
         };
-        let (_, pending) = self.clients[client].waiting.take().expect("invariant: found waiting");
+        let (_, pending) = self.clients[client]
+            .waiting
+            .take()
+            .expect("invariant: found waiting");
         let next = self.handle(&pending, Some(reply), checker);
         Some((client, self.after(client, pending, next)))
     }
 
     /// `request` got no answer in time: ambiguous.
-    pub fn on_timeout(&mut self, request: RequestId, checker: &mut Checker) -> Option<(usize, u64)> {
+    pub fn on_timeout(
+        &mut self,
+        request: RequestId,
+        checker: &mut Checker,
+    ) -> Option<(usize, u64)> {
         let client = self.waiting_client(request)?;
-        let (_, pending) = self.clients[client].waiting.take().expect("invariant: found waiting");
+        let (_, pending) = self.clients[client]
+            .waiting
+            .take()
+            .expect("invariant: found waiting");
         if let Pending::Produce { ids, .. } = &pending {
             self.late.insert(request, ids.clone());
         }
@@ -39,13 +54,21 @@ impl Workload {
 
     /// The node went down: every request in flight ends with a connection reset (ambiguous).
     pub fn on_node_down(&mut self, checker: &mut Checker) -> Vec<(usize, u64)> {
-        let waiting: Vec<RequestId> =
-            self.clients.iter().filter_map(|c| c.waiting.as_ref().map(|(r, _)| *r)).collect();
-        waiting.into_iter().filter_map(|r| self.on_timeout(r, checker)).collect()
+        let waiting: Vec<RequestId> = self
+            .clients
+            .iter()
+            .filter_map(|c| c.waiting.as_ref().map(|(r, _)| *r))
+            .collect();
+        waiting
+            .into_iter()
+            .filter_map(|r| self.on_timeout(r, checker))
+            .collect()
     }
 
     fn waiting_client(&self, request: RequestId) -> Option<usize> {
-        self.clients.iter().position(|c| c.waiting.as_ref().is_some_and(|(r, _)| *r == request))
+        self.clients
+            .iter()
+            .position(|c| c.waiting.as_ref().is_some_and(|(r, _)| *r == request))
     }
 
     /// A 202 that arrived after its client gave up still counts: the node promised durability.
@@ -80,22 +103,38 @@ impl Workload {
         }
     }
 
-    fn handle(&mut self, pending: &Pending, reply: Option<&ClientReply>, checker: &mut Checker) -> Next {
+    fn handle(
+        &mut self,
+        pending: &Pending,
+        reply: Option<&ClientReply>,
+        checker: &mut Checker,
+    ) -> Next {
         match pending {
-            Pending::Produce { ids, invalid, topic, inc, .. } => {
+            Pending::Produce {
+                ids,
+                invalid,
+                topic,
+                inc,
+                ..
+            } => {
                 let live = self.topics.live_id(topic) == Some(*inc);
                 self.produce_answer(ids, *invalid, (topic, live), reply, checker)
             }
-            Pending::Create { name, partitions } => self.create_answer(name, *partitions, reply, checker),
+            Pending::Create { name, partitions } => {
+                self.create_answer(name, *partitions, reply, checker)
+            }
             Pending::Lookup { name } => self.lookup_answer(name, reply, checker),
             Pending::Delete { name, .. } => match reply {
-                Some(ClientReply::TopicDeleted) | Some(ClientReply::Error(ClientError::NotFound(_))) => {
+                Some(ClientReply::TopicDeleted)
+                | Some(ClientReply::Error(ClientError::NotFound(_))) => {
                     self.topics.set(name, TopicState::Gone);
                     Next::Finished
                 }
                 _ => Next::Retry { ambiguous: true },
             },
-            Pending::Consume { key, name, offset, .. } => {
+            Pending::Consume {
+                key, name, offset, ..
+            } => {
                 match reply {
                     Some(ClientReply::Records(records)) => {
                         checker.consumed(*key, *offset, records, ReadKind::Live);
@@ -104,7 +143,10 @@ impl Workload {
                     Some(ClientReply::Error(ClientError::NotFound(e)))
                         if self.topics.live_id(name) == Some(key.topic) =>
                     {
-                        checker.violation(inv::TOPIC_LOST, format!("consume of live topic {name}: {e}"));
+                        checker.violation(
+                            inv::TOPIC_LOST,
+                            format!("consume of live topic {name}: {e}"),
+                        );
                     }
                     Some(ClientReply::Error(_)) | None => checker.counters.consume_errors += 1,
                     Some(other) => unexpected(checker, "consume", other),
@@ -130,7 +172,10 @@ impl Workload {
             Some(ClientReply::Produced { accepted }) => {
                 checker.acked(ids, *accepted);
                 if invalid {
-                    checker.violation(inv::HALF_APPLIED, format!("invalid produce of {} messages accepted", ids.len()));
+                    checker.violation(
+                        inv::HALF_APPLIED,
+                        format!("invalid produce of {} messages accepted", ids.len()),
+                    );
                 }
                 return Next::Finished;
             }
@@ -149,20 +194,38 @@ impl Workload {
             400 if invalid => Next::Finished,
             404 if !live => Next::Finished,
             404 => {
-                checker.violation(inv::TOPIC_LOST, format!("produce to live topic {topic}: {error}"));
+                checker.violation(
+                    inv::TOPIC_LOST,
+                    format!("produce to live topic {topic}: {error}"),
+                );
                 Next::Finished
             }
             _ => {
-                checker.violation(inv::PROTOCOL, format!("produce of {} messages rejected: {error}", ids.len()));
+                checker.violation(
+                    inv::PROTOCOL,
+                    format!("produce of {} messages rejected: {error}", ids.len()),
+                );
                 Next::Finished
             }
         }
     }
 
-    fn create_answer(&mut self, name: &str, partitions: u32, reply: Option<&ClientReply>, checker: &mut Checker) -> Next {
+    fn create_answer(
+        &mut self,
+        name: &str,
+        partitions: u32,
+        reply: Option<&ClientReply>,
+        checker: &mut Checker,
+    ) -> Next {
         match reply {
             Some(ClientReply::TopicCreated(info)) => {
-                self.topics.set(name, TopicState::Live { id: info.id, partitions: info.partitions });
+                self.topics.set(
+                    name,
+                    TopicState::Live {
+                        id: info.id,
+                        partitions: info.partitions,
+                    },
+                );
                 checker.topic_live(name, info.id);
             }
             Some(ClientReply::Error(e)) if matches!(e.http_status(), 400 | 413) => {
@@ -170,15 +233,32 @@ impl Workload {
                 self.topics.set(name, TopicState::Gone);
             }
             // 409 (an earlier ambiguous attempt made it), 5xx, timeout: look it up.
-            _ => self.topics.set(name, TopicState::Creating { partitions, ambiguous: true }),
+            _ => self.topics.set(
+                name,
+                TopicState::Creating {
+                    partitions,
+                    ambiguous: true,
+                },
+            ),
         }
         Next::Finished
     }
 
-    fn lookup_answer(&mut self, name: &str, reply: Option<&ClientReply>, checker: &mut Checker) -> Next {
+    fn lookup_answer(
+        &mut self,
+        name: &str,
+        reply: Option<&ClientReply>,
+        checker: &mut Checker,
+    ) -> Next {
         match reply {
             Some(ClientReply::Topic(info, _)) => {
-                self.topics.set(name, TopicState::Live { id: info.id, partitions: info.partitions });
+                self.topics.set(
+                    name,
+                    TopicState::Live {
+                        id: info.id,
+                        partitions: info.partitions,
+                    },
+                );
                 checker.topic_live(name, info.id);
                 Next::Finished
             }
@@ -189,7 +269,10 @@ impl Workload {
                     _ => 1,
                 };
                 if let Some(admin) = self.clients.iter_mut().find(|c| c.role == Role::Admin) {
-                    admin.next = Some(Pending::Create { name: name.to_string(), partitions });
+                    admin.next = Some(Pending::Create {
+                        name: name.to_string(),
+                        partitions,
+                    });
                 }
                 Next::Finished
             }
@@ -199,5 +282,8 @@ impl Workload {
 }
 
 fn unexpected(checker: &mut Checker, what: &str, reply: &ClientReply) {
-    checker.violation(inv::PROTOCOL, format!("unexpected answer to {what}: {reply:?}"));
+    checker.violation(
+        inv::PROTOCOL,
+        format!("unexpected answer to {what}: {reply:?}"),
+    );
 }
