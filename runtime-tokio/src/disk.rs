@@ -2,9 +2,10 @@
 //!
 //! The core's contract (core/src/io.rs): operations on the same file complete in the order they
 //! were emitted; different files may run concurrently. We honour it by routing every `FileId` to a
-//! fixed thread: the ingress WAL (segments and checkpoint) has a dedicated thread, so its
-//! write + fdatasync is never queued behind partition-log work, and everything else is spread over
-//! a small pool by a stable hash of the file. Each thread keeps its own cache of open files, so the
+//! fixed thread: the ingress WAL segments have a dedicated thread, so a group commit's write +
+//! fdatasync is never queued behind anything but the previous group commit (PERF-NOTES.md), and
+//! everything else (the WAL checkpoint, the catalogue, partition logs) is spread over a small pool
+//! by a stable hash of the file. Each thread keeps its own cache of open files, so the
 //! hot path is one positional syscall per operation. Completions travel back to the driver as
 //! `Input::Disk` over an unbounded channel (sending never blocks a disk thread).
 
@@ -50,7 +51,7 @@ impl DiskExecutor {
     /// Queues `op`; its completion arrives later as `Input::Disk { token, .. }`.
     pub fn submit(&self, token: IoToken, op: DiskOp) {
         let lane = match op.file() {
-            FileId::WalSegment { .. } | FileId::WalCheckpoint => &self.wal,
+            FileId::WalSegment { .. } => &self.wal,
             other => &self.pool[pool_index(other, self.pool.len())],
         };
         lane.send(Job { token, op })
