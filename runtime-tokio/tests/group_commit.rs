@@ -1,11 +1,13 @@
 //! Acceptance item 5 of issue 2: with 64 concurrent producers, one WAL fsync serves many
-//! produces (group commit), while every 202 still waited for its own fsync.
+//! produces (group commit), while every 202 still waited for its own fsync. The producers use
+//! bare keep-alive connections so that the (debug-built) test client is not the bottleneck.
 
 mod common;
 
+use std::sync::{Arc, Barrier};
 use std::thread;
 
-use common::{TestNode, data_dir};
+use common::{RawConn, TestNode, data_dir};
 
 const PRODUCERS: usize = 64;
 const PER_PRODUCER: usize = 50;
@@ -16,13 +18,18 @@ fn group_commit_shares_fsyncs() {
     let node = TestNode::start(&dir);
     let client = node.client();
     client.create_topic("gc", 8);
+    // Rounds start together (a barrier), as a burst of concurrent clients would: the produces
+    // that arrive while one group commit's fsync runs all share the next one.
+    let barrier = Arc::new(Barrier::new(PRODUCERS));
     let workers: Vec<_> = (0..PRODUCERS)
         .map(|worker| {
-            let client = client.clone();
+            let (url, barrier) = (node.url.clone(), Arc::clone(&barrier));
             thread::spawn(move || {
+                let mut conn = RawConn::connect(&url);
                 for i in 0..PER_PRODUCER {
                     let body = format!("producer {worker} message {i} {}", "x".repeat(200));
-                    let (status, _) = client.post("/v1/topics/gc/produce", body.as_bytes());
+                    barrier.wait();
+                    let status = conn.post("/v1/topics/gc/produce", body.as_bytes());
                     assert_eq!(status, 202, "producer {worker} message {i}");
                 }
             })
@@ -47,8 +54,10 @@ fn group_commit_shares_fsyncs() {
         commits >= 1.0 && records >= produces,
         "every record went through a group commit"
     );
+    // Measured here: 0.04-0.07 fsyncs per produce. A quarter leaves room for a slow machine
+    // while still failing if each produce (or every other one) got its own fsync.
     assert!(
-        fsyncs < produces,
-        "group commit must share fsyncs: {fsyncs} >= {produces}"
+        fsyncs < produces / 4.0,
+        "group commit must share fsyncs: {fsyncs} fsyncs for {produces} produces"
     );
 }

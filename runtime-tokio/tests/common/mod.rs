@@ -336,3 +336,62 @@ pub fn wait_drained(client: &Client, topic: &str, expected: u64, timeout: Durati
     }
     drained
 }
+
+/// A bare keep-alive HTTP/1.1 connection for load tests: a pre-built request is one `write`,
+/// so a debug-built test client stays far cheaper than the server it loads.
+pub struct RawConn {
+    stream: std::net::TcpStream,
+    host: String,
+}
+
+impl RawConn {
+    pub fn connect(url: &str) -> RawConn {
+        let host = url.trim_start_matches("http://").to_string();
+        let stream = std::net::TcpStream::connect(&host).expect("connect to the node");
+        stream.set_nodelay(true).expect("nodelay");
+        stream
+            .set_read_timeout(Some(REQUEST_TIMEOUT))
+            .expect("read timeout");
+        RawConn { stream, host }
+    }
+
+    /// POSTs `body` to `path`; returns the status (the response body is read and dropped).
+    pub fn post(&mut self, path: &str, body: &[u8]) -> u16 {
+        use std::io::Write;
+        let mut request = format!(
+            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Length: {}\r\n\r\n",
+            self.host,
+            body.len()
+        )
+        .into_bytes();
+        request.extend_from_slice(body);
+        self.stream.write_all(&request).expect("send request");
+        self.read_response()
+    }
+
+    fn read_response(&mut self) -> u16 {
+        use std::io::Read;
+        let mut head = Vec::new();
+        let mut byte = [0u8; 1];
+        while !head.ends_with(b"\r\n\r\n") {
+            let n = self.stream.read(&mut byte).expect("read response head");
+            assert_eq!(n, 1, "connection closed mid-response");
+            head.push(byte[0]);
+        }
+        let head = String::from_utf8(head).expect("ASCII head");
+        let status = head[9..12].parse().expect("status code");
+        let length: usize = head
+            .lines()
+            .find_map(|l| {
+                let (name, value) = l.split_once(':')?;
+                name.eq_ignore_ascii_case("content-length")
+                    .then(|| value.trim().parse().ok())?
+            })
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        self.stream
+            .read_exact(&mut body)
+            .expect("read response body");
+        status
+    }
+}
