@@ -56,6 +56,10 @@ enum Command {
         /// Print every event (not only the summary and, on failure, the last events).
         #[arg(long)]
         trace: bool,
+        /// Also print the core's own log lines (a `tracing` filter, e.g. `debug`), stamped
+        /// with simulated time and interleaved with the events.
+        #[arg(long, value_name = "FILTER")]
+        logs: Option<String>,
     },
 }
 
@@ -64,7 +68,7 @@ fn main() -> Result<()> {
     let passed = match cli.command {
         Command::Run { seed, json } => run(seed, json),
         Command::Sweep { seeds, jobs, json } => run_sweep(&seeds, jobs, json)?,
-        Command::Replay { seed, trace } => replay(seed, trace)?,
+        Command::Replay { seed, trace, logs } => replay(seed, trace, logs.as_deref())?,
         Command::Scenario { name, list, trace } => scenario(name.as_deref(), list, trace)?,
     };
     std::process::exit(if passed { 0 } else { 1 });
@@ -83,8 +87,22 @@ fn run(seed: u64, json: bool) -> bool {
     outcome.passed
 }
 
-fn replay(seed: u64, trace: bool) -> Result<bool> {
-    let outcome = run_seed_catching(seed, trace);
+fn replay(seed: u64, trace: bool, logs: Option<&str>) -> Result<bool> {
+    if let Some(filter) = logs {
+        tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_timer(narad_sim::trace::SimTime)
+            .with_ansi(false)
+            .with_writer(std::io::stdout)
+            .init();
+    }
+    let outcome = if trace || logs.is_some() {
+        let sim = narad_sim::Simulation::from_seed(seed, false);
+        let sim = if trace { sim.print_trace_live() } else { sim };
+        sim.run()
+    } else {
+        run_seed_catching(seed, false)
+    };
     match print_replay(&outcome) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(outcome.passed),
         other => other.map(|()| outcome.passed).map_err(Into::into),

@@ -171,7 +171,7 @@ fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
     WorkloadConfig {
         producers: rng.random_range(1..=4),
         readers: rng.random_range(0..=2),
-        messages: rng.random_range(80..=300),
+        messages: rng.random_range(100..=500),
         initial_topics: rng.random_range(1..=3),
         max_partitions: rng.random_range(1..=6),
         batch_prob: rng.random_range(0.0..0.4),

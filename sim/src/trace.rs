@@ -2,6 +2,7 @@
 //! record is hashed into the run's trace hash (determinism: same seed, same hash, bit for bit);
 //! the last records are kept in a ring for failure reports, and the full trace only on request.
 
+use std::cell::Cell;
 use std::fmt;
 
 use narad_core::{DiskOp, FileId, PartitionKey};
@@ -122,12 +123,35 @@ pub struct TraceRecord {
 
 const RING: usize = 40;
 
-/// Hash, tail ring and optional full trace.
+thread_local! {
+    /// The simulated time and event number of the record being processed on this thread, for
+    /// log lines the core emits through `tracing` (see [`SimTime`]).
+    static STAMP: Cell<(u64, u64)> = const { Cell::new((0, 0)) };
+}
+
+/// Sets the stamp later log lines of this thread carry.
+pub fn set_stamp(t: u64, e: u64) {
+    STAMP.set((t, e));
+}
+
+/// A `tracing-subscriber` timer that prints the simulated stamp `[t=<sim µs> e=<n>]` instead of
+/// the wall clock, so a seed gives byte-identical logs.
+pub struct SimTime;
+
+impl tracing_subscriber::fmt::time::FormatTime for SimTime {
+    fn format_time(&self, w: &mut tracing_subscriber::fmt::format::Writer<'_>) -> fmt::Result {
+        let (t, e) = STAMP.get();
+        write!(w, "[t={t} e={e}]")
+    }
+}
+
+/// Hash, tail ring and optional full trace (kept, or printed as it happens).
 pub struct Trace {
     hash: TraceHash,
     ring: Vec<TraceRecord>,
     next: usize,
     full: Option<Vec<TraceRecord>>,
+    live: bool,
 }
 
 impl Trace {
@@ -138,6 +162,15 @@ impl Trace {
             ring: Vec::with_capacity(RING),
             next: 0,
             full: keep_all.then(Vec::new),
+            live: false,
+        }
+    }
+
+    /// A trace that prints every record to stdout as it happens (interleaved with core logs).
+    pub fn live() -> Trace {
+        Trace {
+            live: true,
+            ..Trace::new(false)
         }
     }
 
@@ -152,6 +185,10 @@ impl Trace {
         self.next = (self.next + 1) % RING;
         if let Some(full) = &mut self.full {
             full.push(record);
+        }
+        if self.live {
+            set_stamp(record.t, record.e);
+            println!("{record}");
         }
     }
 

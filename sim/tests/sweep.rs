@@ -4,7 +4,7 @@
 
 use narad_sim::sweep::sweep;
 
-const DEFAULT_SEEDS: u64 = 4_000;
+const DEFAULT_SEEDS: u64 = 5_000;
 const DEFAULT_BASE: u64 = 0x5eed_0000;
 
 fn env_u64(name: &str, default: u64) -> u64 {

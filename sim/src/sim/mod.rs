@@ -51,6 +51,12 @@ impl Simulation {
         Simulation::new(seed, cfg, schedule, keep_trace)
     }
 
+    /// Prints every trace record as it happens instead of keeping them (`replay --trace`).
+    pub fn print_trace_live(mut self) -> Simulation {
+        self.world.trace = Trace::live();
+        self
+    }
+
     /// A run with an explicit configuration and fault schedule (scenarios).
     pub fn new(
         seed: u64,
@@ -147,6 +153,7 @@ impl Simulation {
     fn step(&mut self, event: Event) {
         let now = self.world.queue.now();
         self.world.checker.set_now(now);
+        crate::trace::set_stamp(now.0 - START.0, self.world.queue.popped());
         self.guard_livelock(now);
         match event {
             Event::Disk {
