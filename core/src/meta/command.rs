@@ -1,0 +1,167 @@
+//! Commands of the metastore: what a proposal asks for, what applying it did, and the bytes a
+//! command travels as inside a Raft entry. Decoders never panic: a committed entry that does not
+//! decode is applied as a no-op (identically on every replica) and counted.
+
+use crate::api::TopicInfo;
+use crate::codec::Reader;
+use crate::ids::NodeId;
+
+/// A change to the replicated state, proposed through Raft.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum MetaCommand {
+    /// Create a topic; its partitions are assigned round-robin over the live members.
+    CreateTopic {
+        name: String,
+        partitions: Option<u32>,
+        retention_ms: Option<u64>,
+        now_ms: u64,
+    },
+    /// Delete a topic (its incarnation id is never reused).
+    DeleteTopic { name: String },
+    /// A member says it is alive (and where it listens). Makes it alive if it was dead.
+    Heartbeat {
+        node: NodeId,
+        http_addr: String,
+        cluster_addr: String,
+        now_ms: u64,
+    },
+    /// Proposed by the leader: the member stopped heartbeating. Applied only if no heartbeat of
+    /// `node` was applied since the leader counted `seen_heartbeats` (a heartbeat racing the
+    /// verdict in the log wins).
+    MarkDead { node: NodeId, seen_heartbeats: u64 },
+    /// Mark a member alive again (heartbeats do this by themselves; kept for operators).
+    MarkAlive { node: NodeId },
+}
+
+/// What applying a command did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Applied {
+    /// A topic was created.
+    Created(TopicInfo),
+    /// A topic was deleted.
+    Deleted(TopicInfo),
+    /// A heartbeat was recorded.
+    Heartbeat { node: NodeId },
+    /// A member's liveness changed.
+    Liveness { node: NodeId, alive: bool },
+    /// The command was valid but changed nothing (e.g. a stale `MarkDead`).
+    Unchanged,
+}
+
+// ---- Encoding -----------------------------------------------------------------------------
+
+const CMD_CREATE: u8 = 1;
+const CMD_DELETE: u8 = 2;
+const CMD_HEARTBEAT: u8 = 3;
+const CMD_MARK_DEAD: u8 = 4;
+const CMD_MARK_ALIVE: u8 = 5;
+/// Marks an absent optional `u64` (and `u32`, widened) in encodings.
+pub(super) const NONE_U64: u64 = u64::MAX;
+
+pub(super) fn put_u32(out: &mut Vec<u8>, v: u32) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+pub(super) fn put_u64(out: &mut Vec<u8>, v: u64) {
+    out.extend_from_slice(&v.to_le_bytes());
+}
+
+/// A string as `u32` length then UTF-8 bytes.
+pub(super) fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_u32(
+        out,
+        u32::try_from(s.len()).expect("invariant: strings are small"),
+    );
+    out.extend_from_slice(s.as_bytes());
+}
+
+pub(super) fn get_str(reader: &mut Reader<'_>) -> Option<String> {
+    let len = reader.u32()? as usize;
+    Some(std::str::from_utf8(reader.take(len)?).ok()?.to_string())
+}
+
+pub(super) fn get_u8(reader: &mut Reader<'_>) -> Option<u8> {
+    Some(reader.take(1)?[0])
+}
+
+/// Bytes of a command as carried in a Raft entry.
+pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
+    let mut out = Vec::new();
+    match command {
+        MetaCommand::CreateTopic {
+            name,
+            partitions,
+            retention_ms,
+            now_ms,
+        } => {
+            out.push(CMD_CREATE);
+            put_str(&mut out, name);
+            put_u64(&mut out, partitions.map_or(NONE_U64, u64::from));
+            put_u64(&mut out, retention_ms.unwrap_or(NONE_U64));
+            put_u64(&mut out, *now_ms);
+        }
+        MetaCommand::DeleteTopic { name } => {
+            out.push(CMD_DELETE);
+            put_str(&mut out, name);
+        }
+        MetaCommand::Heartbeat {
+            node,
+            http_addr,
+            cluster_addr,
+            now_ms,
+        } => {
+            out.push(CMD_HEARTBEAT);
+            put_u32(&mut out, node.0);
+            put_str(&mut out, http_addr);
+            put_str(&mut out, cluster_addr);
+            put_u64(&mut out, *now_ms);
+        }
+        MetaCommand::MarkDead {
+            node,
+            seen_heartbeats,
+        } => {
+            out.push(CMD_MARK_DEAD);
+            put_u32(&mut out, node.0);
+            put_u64(&mut out, *seen_heartbeats);
+        }
+        MetaCommand::MarkAlive { node } => {
+            out.push(CMD_MARK_ALIVE);
+            put_u32(&mut out, node.0);
+        }
+    }
+    out
+}
+
+/// Inverse of `encode_command`; `None` for bytes it did not produce.
+pub fn decode_command(bytes: &[u8]) -> Option<MetaCommand> {
+    let mut r = Reader::new(bytes);
+    let command = match get_u8(&mut r)? {
+        CMD_CREATE => MetaCommand::CreateTopic {
+            name: get_str(&mut r)?,
+            partitions: match r.u64()? {
+                NONE_U64 => None,
+                n => Some(u32::try_from(n).ok()?),
+            },
+            retention_ms: Some(r.u64()?).filter(|&v| v != NONE_U64),
+            now_ms: r.u64()?,
+        },
+        CMD_DELETE => MetaCommand::DeleteTopic {
+            name: get_str(&mut r)?,
+        },
+        CMD_HEARTBEAT => MetaCommand::Heartbeat {
+            node: NodeId(r.u32()?),
+            http_addr: get_str(&mut r)?,
+            cluster_addr: get_str(&mut r)?,
+            now_ms: r.u64()?,
+        },
+        CMD_MARK_DEAD => MetaCommand::MarkDead {
+            node: NodeId(r.u32()?),
+            seen_heartbeats: r.u64()?,
+        },
+        CMD_MARK_ALIVE => MetaCommand::MarkAlive {
+            node: NodeId(r.u32()?),
+        },
+        _ => return None,
+    };
+    r.rest().is_empty().then_some(command)
+}

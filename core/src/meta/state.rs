@@ -1,0 +1,509 @@
+//! The metastore's replicated state machine: topics with their incarnation ids and partition
+//! owners, and the cluster's members with their liveness.
+//!
+//! Every replica applies the same committed commands in the same order, so everything here is a
+//! pure function of the command sequence: validation happens at *apply* time (two proposals for
+//! the same name race in the log, and the log decides), maps are `BTreeMap`s, and no clock is read
+//! (times travel inside the commands). The byte encoding of the whole state (the snapshot image)
+//! lives here too, next to the fields it encodes.
+
+use std::collections::BTreeMap;
+
+use crate::api::{ClientError, TopicInfo};
+use crate::catalog::validate_name;
+use crate::codec::Reader;
+use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
+use crate::ids::{NodeId, PartitionKey, TopicId};
+
+use super::command::{Applied, MetaCommand, NONE_U64, get_str, get_u8, put_str, put_u32, put_u64};
+
+/// One member of the cluster as the replicated state knows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberInfo {
+    pub id: NodeId,
+    pub http_addr: String,
+    pub cluster_addr: String,
+    pub alive: bool,
+    /// The member's own clock at its last applied heartbeat (informational: liveness verdicts use
+    /// the leader's clock, so skew between nodes cannot kill anyone).
+    pub last_heartbeat_ms: u64,
+    /// Heartbeats applied so far (guards `MarkDead` against a racing heartbeat).
+    pub heartbeats: u64,
+    /// Partitions this member owns, over every live topic.
+    pub partitions_owned: u32,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Member {
+    http_addr: String,
+    cluster_addr: String,
+    alive: bool,
+    last_heartbeat_ms: u64,
+    heartbeats: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Topic {
+    info: TopicInfo,
+    /// Partition `p` is owned by `owners[p % owners.len()]` (the live members at creation,
+    /// rotated to where the cluster-wide round-robin stood). Sticky: never rewritten.
+    owners: Vec<NodeId>,
+}
+
+/// The replicated state.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MetaState {
+    topics: BTreeMap<String, Topic>,
+    names: BTreeMap<TopicId, String>,
+    /// Next incarnation id; every id below it was issued once.
+    next_topic_id: u64,
+    /// Where the round-robin over live members continues at the next topic creation.
+    cursor: u64,
+    members: BTreeMap<NodeId, Member>,
+}
+
+impl MetaState {
+    pub fn new() -> MetaState {
+        MetaState {
+            next_topic_id: 1,
+            ..MetaState::default()
+        }
+    }
+
+    pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
+        self.topics.get(name).map(|t| &t.info)
+    }
+
+    pub fn topic_by_id(&self, id: TopicId) -> Option<&TopicInfo> {
+        self.names.get(&id).and_then(|name| self.topic(name))
+    }
+
+    pub fn topics(&self) -> impl Iterator<Item = &TopicInfo> {
+        self.topics.values().map(|t| &t.info)
+    }
+
+    pub fn owner(&self, key: PartitionKey) -> Option<NodeId> {
+        let topic = self.topics.get(self.names.get(&key.topic)?)?;
+        if key.partition >= topic.info.partitions || topic.owners.is_empty() {
+            return None;
+        }
+        Some(topic.owners[key.partition as usize % topic.owners.len()])
+    }
+
+    /// True when `id` was issued and is no longer live.
+    pub fn is_gone(&self, id: TopicId) -> bool {
+        !self.names.contains_key(&id) && id.0 > 0 && id.0 < self.next_topic_id
+    }
+
+    pub fn is_alive(&self, node: NodeId) -> bool {
+        self.members.get(&node).is_some_and(|m| m.alive)
+    }
+
+    /// Heartbeats applied for `node`, if it is a member.
+    pub fn heartbeats(&self, node: NodeId) -> Option<u64> {
+        self.members.get(&node).map(|m| m.heartbeats)
+    }
+
+    /// Ids of the members currently marked alive, ascending.
+    pub fn alive_members(&self) -> impl Iterator<Item = NodeId> + '_ {
+        self.members
+            .iter()
+            .filter(|(_, m)| m.alive)
+            .map(|(id, _)| *id)
+    }
+
+    pub fn members(&self) -> Vec<MemberInfo> {
+        let mut owned: BTreeMap<NodeId, u32> = BTreeMap::new();
+        for topic in self.topics.values() {
+            for p in 0..topic.info.partitions {
+                *owned
+                    .entry(topic.owners[p as usize % topic.owners.len()])
+                    .or_default() += 1;
+            }
+        }
+        self.members
+            .iter()
+            .map(|(id, m)| MemberInfo {
+                id: *id,
+                http_addr: m.http_addr.clone(),
+                cluster_addr: m.cluster_addr.clone(),
+                alive: m.alive,
+                last_heartbeat_ms: m.last_heartbeat_ms,
+                heartbeats: m.heartbeats,
+                partitions_owned: owned.get(id).copied().unwrap_or(0),
+            })
+            .collect()
+    }
+
+    /// Applies one committed command. Deterministic: the same state and command give the same
+    /// result on every replica.
+    pub fn apply(&mut self, command: MetaCommand) -> Result<Applied, ClientError> {
+        match command {
+            MetaCommand::CreateTopic {
+                name,
+                partitions,
+                retention_ms,
+                now_ms,
+            } => self.create(name, partitions, retention_ms, now_ms),
+            MetaCommand::DeleteTopic { name } => self.delete(&name),
+            MetaCommand::Heartbeat {
+                node,
+                http_addr,
+                cluster_addr,
+                now_ms,
+            } => Ok(self.heartbeat(node, http_addr, cluster_addr, now_ms)),
+            MetaCommand::MarkDead {
+                node,
+                seen_heartbeats,
+            } => Ok(self.mark_dead(node, seen_heartbeats)),
+            MetaCommand::MarkAlive { node } => Ok(self.set_alive(node, true)),
+        }
+    }
+
+    fn create(
+        &mut self,
+        name: String,
+        partitions: Option<u32>,
+        retention_ms: Option<u64>,
+        now_ms: u64,
+    ) -> Result<Applied, ClientError> {
+        validate_name(&name)?;
+        let partitions = partitions.unwrap_or(DEFAULT_PARTITIONS);
+        if !(1..=MAX_PARTITIONS).contains(&partitions) {
+            return Err(ClientError::BadRequest(format!(
+                "partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
+            )));
+        }
+        if self.topics.contains_key(&name) {
+            return Err(ClientError::Conflict(format!(
+                "topic `{name}` already exists"
+            )));
+        }
+        let mut owners: Vec<NodeId> = self.alive_members().collect();
+        if owners.is_empty() {
+            return Err(ClientError::Unavailable(
+                "no live member to own the topic's partitions".into(),
+            ));
+        }
+        let start = (self.cursor % owners.len() as u64) as usize;
+        owners.rotate_left(start);
+        self.cursor = self.cursor.wrapping_add(u64::from(partitions));
+        let info = TopicInfo {
+            name: name.clone(),
+            id: TopicId(self.next_topic_id),
+            partitions,
+            retention_ms,
+            created_ms: now_ms,
+        };
+        self.next_topic_id += 1;
+        self.names.insert(info.id, name.clone());
+        self.topics.insert(
+            name,
+            Topic {
+                info: info.clone(),
+                owners,
+            },
+        );
+        Ok(Applied::Created(info))
+    }
+
+    fn delete(&mut self, name: &str) -> Result<Applied, ClientError> {
+        let topic = self
+            .topics
+            .remove(name)
+            .ok_or_else(|| ClientError::NotFound(format!("topic `{name}` not found")))?;
+        self.names.remove(&topic.info.id);
+        Ok(Applied::Deleted(topic.info))
+    }
+
+    fn heartbeat(
+        &mut self,
+        node: NodeId,
+        http_addr: String,
+        cluster_addr: String,
+        now_ms: u64,
+    ) -> Applied {
+        let member = self.members.entry(node).or_insert_with(|| Member {
+            http_addr: String::new(),
+            cluster_addr: String::new(),
+            alive: false,
+            last_heartbeat_ms: 0,
+            heartbeats: 0,
+        });
+        member.http_addr = http_addr;
+        member.cluster_addr = cluster_addr;
+        member.last_heartbeat_ms = now_ms;
+        member.heartbeats += 1;
+        if member.alive {
+            Applied::Heartbeat { node }
+        } else {
+            member.alive = true;
+            Applied::Liveness { node, alive: true }
+        }
+    }
+
+    fn mark_dead(&mut self, node: NodeId, seen_heartbeats: u64) -> Applied {
+        match self.members.get(&node) {
+            Some(m) if m.alive && m.heartbeats == seen_heartbeats => self.set_alive(node, false),
+            _ => Applied::Unchanged,
+        }
+    }
+
+    fn set_alive(&mut self, node: NodeId, alive: bool) -> Applied {
+        match self.members.get_mut(&node) {
+            Some(m) if m.alive != alive => {
+                m.alive = alive;
+                Applied::Liveness { node, alive }
+            }
+            _ => Applied::Unchanged,
+        }
+    }
+}
+
+// ---- Image encoding ------------------------------------------------------------------------
+
+const IMAGE_VERSION: u8 = 1;
+
+impl MetaState {
+    /// The whole state as bytes (a snapshot image).
+    pub fn encode(&self) -> Vec<u8> {
+        let mut out = vec![IMAGE_VERSION];
+        put_u64(&mut out, self.next_topic_id);
+        put_u64(&mut out, self.cursor);
+        put_u32(&mut out, self.topics.len() as u32);
+        for topic in self.topics.values() {
+            let info = &topic.info;
+            put_str(&mut out, &info.name);
+            put_u64(&mut out, info.id.0);
+            put_u32(&mut out, info.partitions);
+            put_u64(&mut out, info.retention_ms.unwrap_or(NONE_U64));
+            put_u64(&mut out, info.created_ms);
+            put_u32(&mut out, topic.owners.len() as u32);
+            for owner in &topic.owners {
+                put_u32(&mut out, owner.0);
+            }
+        }
+        put_u32(&mut out, self.members.len() as u32);
+        for (id, m) in &self.members {
+            put_u32(&mut out, id.0);
+            put_str(&mut out, &m.http_addr);
+            put_str(&mut out, &m.cluster_addr);
+            out.push(u8::from(m.alive));
+            put_u64(&mut out, m.last_heartbeat_ms);
+            put_u64(&mut out, m.heartbeats);
+        }
+        out
+    }
+
+    /// Inverse of `encode`; `None` for bytes it did not produce (never panics).
+    pub fn decode(bytes: &[u8]) -> Option<MetaState> {
+        let mut r = Reader::new(bytes);
+        if get_u8(&mut r)? != IMAGE_VERSION {
+            return None;
+        }
+        let mut state = MetaState {
+            next_topic_id: r.u64()?,
+            cursor: r.u64()?,
+            ..MetaState::default()
+        };
+        for _ in 0..r.u32()? {
+            let topic = decode_topic(&mut r)?;
+            let name = topic.info.name.clone();
+            state.names.insert(topic.info.id, name.clone());
+            state.topics.insert(name, topic);
+        }
+        for _ in 0..r.u32()? {
+            let id = NodeId(r.u32()?);
+            let member = Member {
+                http_addr: get_str(&mut r)?,
+                cluster_addr: get_str(&mut r)?,
+                alive: get_u8(&mut r)? != 0,
+                last_heartbeat_ms: r.u64()?,
+                heartbeats: r.u64()?,
+            };
+            state.members.insert(id, member);
+        }
+        r.rest().is_empty().then_some(state)
+    }
+}
+
+fn decode_topic(r: &mut Reader<'_>) -> Option<Topic> {
+    let name = get_str(r)?;
+    let id = TopicId(r.u64()?);
+    let partitions = r.u32()?;
+    let retention_ms = Some(r.u64()?).filter(|&v| v != NONE_U64);
+    let created_ms = r.u64()?;
+    let count = r.u32()?;
+    if count == 0 {
+        return None;
+    }
+    // No capacity from untrusted bytes: a short buffer ends the loop at its first missing owner.
+    let mut owners = Vec::new();
+    for _ in 0..count {
+        owners.push(NodeId(r.u32()?));
+    }
+    let info = TopicInfo {
+        name,
+        id,
+        partitions,
+        retention_ms,
+        created_ms,
+    };
+    Some(Topic { info, owners })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::meta::command::{decode_command, encode_command};
+
+    fn heartbeat(node: u32) -> MetaCommand {
+        MetaCommand::Heartbeat {
+            node: NodeId(node),
+            http_addr: format!("127.0.0.1:{}", 7940 + node),
+            cluster_addr: format!("127.0.0.1:{}", 8940 + node),
+            now_ms: 5,
+        }
+    }
+
+    fn create(name: &str, partitions: u32) -> MetaCommand {
+        MetaCommand::CreateTopic {
+            name: name.into(),
+            partitions: Some(partitions),
+            retention_ms: None,
+            now_ms: 7,
+        }
+    }
+
+    #[test]
+    fn round_robin_over_live_members_continues_across_topics_and_is_sticky() {
+        let mut state = MetaState::new();
+        for node in [3, 1, 2] {
+            state.apply(heartbeat(node)).unwrap();
+        }
+        state.apply(create("a", 4)).unwrap();
+        let a = state.topic("a").unwrap().id;
+        let owners = |s: &MetaState, t, n| -> Vec<u32> {
+            (0..n)
+                .map(|p| {
+                    s.owner(PartitionKey {
+                        topic: t,
+                        partition: p,
+                    })
+                    .unwrap()
+                    .0
+                })
+                .collect()
+        };
+        assert_eq!(owners(&state, a, 4), [1, 2, 3, 1]);
+        let dead = state.apply(MetaCommand::MarkDead {
+            node: NodeId(2),
+            seen_heartbeats: 1,
+        });
+        assert_eq!(
+            dead,
+            Ok(Applied::Liveness {
+                node: NodeId(2),
+                alive: false
+            })
+        );
+        state.apply(create("b", 3)).unwrap();
+        let b = state.topic("b").unwrap().id;
+        // The cursor stood at 4; over the live members [1, 3] that starts at 1.
+        assert_eq!(owners(&state, b, 3), [1, 3, 1]);
+        assert_eq!(owners(&state, a, 4), [1, 2, 3, 1], "sticky");
+        assert_eq!(
+            state.owner(PartitionKey {
+                topic: a,
+                partition: 4
+            }),
+            None
+        );
+    }
+
+    #[test]
+    fn validation_happens_at_apply() {
+        let mut state = MetaState::new();
+        assert!(matches!(
+            state.apply(create("t", 1)),
+            Err(ClientError::Unavailable(_))
+        ));
+        state.apply(heartbeat(1)).unwrap();
+        assert!(matches!(
+            state.apply(create("a/b", 1)),
+            Err(ClientError::BadRequest(_))
+        ));
+        assert!(matches!(
+            state.apply(create("t", 0)),
+            Err(ClientError::BadRequest(_))
+        ));
+        assert!(matches!(
+            state.apply(create("t", 4097)),
+            Err(ClientError::BadRequest(_))
+        ));
+        state.apply(create("t", 1)).unwrap();
+        assert!(matches!(
+            state.apply(create("t", 1)),
+            Err(ClientError::Conflict(_))
+        ));
+        let gone = state.topic("t").unwrap().id;
+        let delete = MetaCommand::DeleteTopic { name: "t".into() };
+        assert!(matches!(
+            state.apply(delete.clone()),
+            Ok(Applied::Deleted(_))
+        ));
+        assert!(matches!(state.apply(delete), Err(ClientError::NotFound(_))));
+        assert!(state.is_gone(gone));
+        assert!(!state.is_gone(TopicId(gone.0 + 1)), "never issued");
+        assert!(!state.is_gone(TopicId(0)));
+    }
+
+    #[test]
+    fn a_heartbeat_racing_a_dead_verdict_wins() {
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        let seen = state.heartbeats(NodeId(1)).unwrap();
+        state.apply(heartbeat(1)).unwrap();
+        let verdict = MetaCommand::MarkDead {
+            node: NodeId(1),
+            seen_heartbeats: seen,
+        };
+        assert_eq!(state.apply(verdict), Ok(Applied::Unchanged));
+        assert!(state.is_alive(NodeId(1)));
+    }
+
+    #[test]
+    fn commands_and_images_round_trip_and_garbage_is_refused() {
+        let commands = [
+            create("x", 3),
+            MetaCommand::CreateTopic {
+                name: "y".into(),
+                partitions: None,
+                retention_ms: Some(60_000),
+                now_ms: 1,
+            },
+            MetaCommand::DeleteTopic { name: "x".into() },
+            heartbeat(2),
+            MetaCommand::MarkDead {
+                node: NodeId(2),
+                seen_heartbeats: 9,
+            },
+            MetaCommand::MarkAlive { node: NodeId(2) },
+        ];
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        for command in commands {
+            let bytes = encode_command(&command);
+            assert_eq!(decode_command(&bytes), Some(command.clone()));
+            assert_eq!(decode_command(&bytes[..bytes.len() - 1]), None);
+            let _ = state.apply(command);
+        }
+        let image = state.encode();
+        assert_eq!(MetaState::decode(&image), Some(state.clone()));
+        for cut in 0..image.len() {
+            assert_eq!(MetaState::decode(&image[..cut]), None);
+        }
+        assert_eq!(decode_command(&[]), None);
+        assert_eq!(decode_command(&[99]), None);
+    }
+}

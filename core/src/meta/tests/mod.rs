@@ -1,0 +1,6 @@
+//! Multi-node tests of the metastore in a small deterministic world (`harness`).
+
+mod chaos;
+mod cluster;
+mod harness;
+mod persistence;
