@@ -142,12 +142,24 @@ fn snapshots_keep_the_log_bounded_and_a_lagging_node_catches_up_by_snapshot() {
     let host = &world.hosts[&NodeId(leader)];
     let log_len = host.synced[&FileId::MetaRaftLog].len();
     assert!(log_len < 8 * 1024, "log stays bounded: {log_len} bytes");
-    assert!(host.synced.contains_key(&FileId::MetaSnapshot));
+    let snap_len = host.synced[&FileId::MetaSnapshot].len();
+    assert!(
+        snap_len < 16 * 1024,
+        "snapshot file stays bounded: {snap_len} bytes"
+    );
     assert!(world.meta(leader).counters().snapshots_taken >= 10);
     world.cut.clear();
     let caught_up = |w: &World| w.meta(lagging).topics().count() == 50;
     assert!(world.run_until(5_000, caught_up));
     assert!(world.meta(lagging).counters().snapshots_installed >= 1);
+    let created = world.applied[&NodeId(lagging)]
+        .iter()
+        .filter(|r| matches!(r, Ok(Applied::Created(_))))
+        .count();
+    assert_eq!(
+        created, 50,
+        "an installed snapshot reports the topics it brought"
+    );
     assert_eq!(world.meta(lagging).members(), world.meta(leader).members());
     // Everyone restarts from snapshot + log and still agrees.
     world.run_for(500);
@@ -209,6 +221,38 @@ fn a_crash_between_snapshot_and_log_reset_loses_nothing() {
     world.start(NodeId(1));
     world.run_for(50);
     assert!(world.meta(1).topic("after").is_some());
+}
+
+#[test]
+fn a_damaged_newest_snapshot_that_the_log_continues_refuses_to_start() {
+    let mut c = config(1, 1, 4);
+    c.snapshot_every_entries = 8;
+    let mut world = World::with_configs(vec![c]);
+    world.run_for(5);
+    world.propose_and_wait(heartbeat(1)).unwrap();
+    for i in 0..12 {
+        world.propose_and_wait(create(&format!("t{i}"), 1)).unwrap();
+    }
+    world.run_for(50);
+    assert!(world.meta(1).counters().snapshots_taken >= 1);
+    let host = &world.hosts[&NodeId(1)];
+    let log = Bytes::from(host.synced[&FileId::MetaRaftLog].clone());
+    let mut snap = host.synced[&FileId::MetaSnapshot].clone();
+    let clean: Result<Metastore<u64>, _> = Metastore::recover(
+        config(1, 1, 4),
+        T0,
+        Some(&log),
+        Some(&Bytes::from(snap.clone())),
+    );
+    assert_eq!(clean.unwrap().topics().count(), 12);
+    let last = snap.len() - 1;
+    snap[last] ^= 0x01;
+    let damaged =
+        Metastore::<u64>::recover(config(1, 1, 4), T0, Some(&log), Some(&Bytes::from(snap)));
+    assert!(
+        matches!(damaged, Err(RecoveryError::Inconsistent { .. })),
+        "no silent rollback"
+    );
 }
 
 fn scenario(seed: u64) -> Vec<String> {
