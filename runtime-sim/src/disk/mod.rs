@@ -287,3 +287,92 @@ impl SimDisk {
 fn missing(file: &FileId) -> DiskError {
     DiskError::Io(format!("{}: no such file", file.relative_path()))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::rng::{Component, component_rng};
+
+    fn disk() -> SimDisk {
+        SimDisk::new(component_rng(9, Component::Disk(1)))
+    }
+
+    fn write(file: FileId, offset: u64, data: &'static [u8]) -> DiskOp {
+        DiskOp::Write {
+            file,
+            offset,
+            data: Bytes::from_static(data),
+        }
+    }
+
+    #[test]
+    fn operations_on_one_file_complete_in_emission_order() {
+        let mut d = disk();
+        d.faults.slow_factor = 3;
+        let mut last = Instant(0);
+        for i in 0..200u64 {
+            let op = if i % 2 == 0 {
+                write(FileId::Catalog, i, b"x")
+            } else {
+                DiskOp::Sync {
+                    file: FileId::Catalog,
+                }
+            };
+            let at = d.schedule(Instant(1_000 + i), &op);
+            assert!(
+                at >= last,
+                "op {i} completes before an earlier one on the same file"
+            );
+            last = at;
+        }
+        assert!(d.hits.get(FaultClass::SlowDisk) > 0);
+    }
+
+    #[test]
+    fn failed_fsync_drops_dirty_data_and_lying_fsync_is_reported_at_power_loss() {
+        let mut d = disk();
+        let wal = FileId::WalSegment { first_seq: 0 };
+        d.complete(&DiskOp::Create { file: wal }).expect("create");
+        d.complete(&write(wal, 0, b"durable")).expect("write");
+        d.complete(&DiskOp::Sync { file: wal }).expect("sync");
+        d.complete(&write(wal, 7, b"dirty")).expect("write");
+        d.faults.fail_next_sync = Some(FileMatch::class(FileClass::Wal));
+        assert!(d.complete(&DiskOp::Sync { file: wal }).is_err());
+        assert_eq!(d.file(&wal).map(SimFile::data), Some(&b"durable"[..]));
+        d.faults.lie_on = Some(FileMatch::class(FileClass::Wal));
+        d.complete(&write(wal, 7, b"lied")).expect("write");
+        assert_eq!(d.complete(&DiskOp::Sync { file: wal }), Ok(DiskDone::Done));
+        d.power_loss();
+        assert_eq!(d.file(&wal).map(SimFile::data), Some(&b"durable"[..]));
+        let damage = d.take_damage();
+        assert_eq!(damage.len(), 1);
+        assert_eq!(damage[0].bytes, b"lied");
+        assert_eq!(d.hits.get(FaultClass::FsyncError), 1);
+        assert_eq!(d.hits.get(FaultClass::LyingFsync), 1);
+    }
+
+    #[test]
+    fn disk_full_rejects_growth_only() {
+        let mut d = disk();
+        let f = FileId::Catalog;
+        d.complete(&DiskOp::Create { file: f }).expect("create");
+        d.complete(&write(f, 0, b"abcd")).expect("write");
+        d.faults.disk_full = true;
+        assert_eq!(d.complete(&write(f, 0, b"xy")), Ok(DiskDone::Done));
+        assert_eq!(d.complete(&write(f, 4, b"z")), Err(DiskError::NoSpace));
+        assert_eq!(
+            d.complete(&DiskOp::Create {
+                file: FileId::WalCheckpoint
+            }),
+            Err(DiskError::NoSpace)
+        );
+        assert!(
+            d.complete(&DiskOp::Read {
+                file: f,
+                offset: 2,
+                len: 10
+            })
+            .is_err()
+        );
+    }
+}
