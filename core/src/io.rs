@@ -4,7 +4,9 @@
 //!
 //! Disk contract: operations on the *same file* complete in the order they were emitted (a runtime
 //! may run operations on different files concurrently). Every operation completes exactly once
-//! with `Input::Disk { token, result }`, unless the process dies first.
+//! with `Input::Disk { token, result }`, unless the process dies first. Before `Node::recover`,
+//! the runtime makes the directory entries of the files it hands over durable (fsyncs the data
+//! directories); the node then syncs each file's contents before it trusts them.
 
 use bytes::Bytes;
 

@@ -69,6 +69,8 @@ enum IoPurpose {
         topic: String,
     },
     FileDelete,
+    /// Start-up sync of a file found on disk (see `Node::sync_found_files`).
+    StartupSync(FileId),
 }
 
 /// Bound on undrained events: the oldest are dropped past it.
@@ -91,6 +93,12 @@ pub struct Node {
     effects: VecDeque<Effect>,
     events: VecDeque<NodeEvent>,
     wal_read_retry_at: Option<Instant>,
+    /// Start-up syncs still running; nothing found on disk is used before they are done.
+    startup_syncs_left: usize,
+    /// Client requests that arrived during the start-up syncs.
+    deferred: VecDeque<(RequestId, crate::api::ClientOp)>,
+    /// Why the node cannot go on (a start-up sync failed); the runtime must stop it.
+    fatal: Option<String>,
     shutting_down: bool,
     counters: NodeCounters,
 }
@@ -156,12 +164,31 @@ impl Node {
             effects: VecDeque::new(),
             events: VecDeque::new(),
             wal_read_retry_at: None,
+            startup_syncs_left: 0,
+            deferred: VecDeque::new(),
+            fatal: None,
             shutting_down: false,
             counters: NodeCounters::default(),
         };
         node.recover_partitions(&files)?;
+        node.sync_found_files(&files);
         node.pump();
         Ok(node)
+    }
+
+    /// A file found at start-up may hold bytes that only ever reached the page cache (the
+    /// previous process crashed before syncing them). We may trust them only once they are
+    /// durable, so every file is synced before the node uses anything it read: otherwise a later
+    /// power loss could take back a record we already dispatched, committed or served.
+    fn sync_found_files(&mut self, files: &BTreeMap<FileId, Bytes>) {
+        for file in files.keys() {
+            let orphan = matches!(file, FileId::PartitionLog(key) if !self.partitions.contains_key(key));
+            let ours = !matches!(file, FileId::MetaRaftLog | FileId::MetaSnapshot);
+            if ours && !orphan {
+                self.startup_syncs_left += 1;
+                self.emit(IoPurpose::StartupSync(*file), DiskOp::Sync { file: *file });
+            }
+        }
     }
 
     /// Opens every partition log of a live topic; deletes the files of dead incarnations.
@@ -189,6 +216,9 @@ impl Node {
     pub fn handle_input(&mut self, now: Instant, input: Input) {
         self.now = self.now.max(now);
         match input {
+            Input::Client { request, op } if self.startup_syncs_left > 0 => {
+                self.deferred.push_back((request, op));
+            }
             Input::Client { request, op } => self.handle_client(request, op),
             Input::Disk { token, result } => self.handle_disk(token, result),
             Input::BeginShutdown => {
@@ -231,9 +261,18 @@ impl Node {
         .min()
     }
 
-    /// True once recovery's repairs are durable and the node serves requests.
+    /// True once recovery's syncs and repairs are durable and the node serves requests.
     pub fn is_ready(&self) -> bool {
-        self.wal.is_repaired() && self.catalog.is_repaired()
+        self.startup_syncs_left == 0
+            && self.fatal.is_none()
+            && self.wal.is_repaired()
+            && self.catalog.is_repaired()
+    }
+
+    /// Set when the node cannot safely go on (a start-up sync failed, so what it read from disk
+    /// may not be durable). The runtime must stop the process; a restart recovers.
+    pub fn fatal_error(&self) -> Option<&str> {
+        self.fatal.as_deref()
     }
 
     /// True once, after `Input::BeginShutdown`, no disk operation is outstanding: every group
@@ -294,6 +333,10 @@ impl Node {
     /// Moves every component forward: group commit, checkpoint, dispatch reads, commits,
     /// discard confirmations; then turns their disk requests into effects.
     fn pump(&mut self) {
+        if self.startup_syncs_left > 0 || self.fatal.is_some() {
+            self.collect_io();
+            return;
+        }
         let now = self.now;
         self.wal.pump(now, self.shutting_down);
         for (waiter, result) in self.catalog.pump() {

@@ -72,6 +72,7 @@ struct WrittenPart {
     id: CommitId,
     origin: NodeId,
     origin_seqs: Vec<u64>,
+    fingerprints: Vec<u32>,
 }
 
 struct Commit {
@@ -156,7 +157,7 @@ impl PartitionLog {
             match PartitionRecord::decode(found.body(bytes)) {
                 Some(record) if record.offset == expected as u64 => {
                     log.positions.push(found.pos as u64);
-                    log.origins.insert(record.origin_node, record.origin_seq);
+                    log.origins.insert(record.origin_node, record.origin_seq, record.fingerprint());
                 }
                 _ => {
                     let what = format!("frame at byte {} is not offset {expected}", found.pos);
@@ -215,7 +216,7 @@ impl PartitionLog {
             let fresh: Vec<PartitionRecord> = part
                 .records
                 .into_iter()
-                .filter(|r| !origins.contains(part.origin, r.origin_seq))
+                .filter(|r| !origins.contains(part.origin, r.origin_seq, r.fingerprint()))
                 .collect();
             if fresh.is_empty() {
                 let landed = Landed { first_offset: self.high_watermark(), origin_seqs: Vec::new() };
@@ -236,12 +237,13 @@ impl PartitionLog {
         let mut parts = Vec::with_capacity(fresh_parts.len());
         for (id, origin, records) in fresh_parts {
             let origin_seqs = records.iter().map(|r| r.origin_seq).collect();
+            let fingerprints = records.iter().map(PartitionRecord::fingerprint).collect();
             for mut record in records {
                 record.offset = self.high_watermark() + count;
                 record.encode_into(&mut data);
                 count += 1;
             }
-            parts.push(WrittenPart { id, origin, origin_seqs });
+            parts.push(WrittenPart { id, origin, origin_seqs, fingerprints });
         }
         let file = FileId::PartitionLog(self.key);
         let mut ios_left = 2;
@@ -327,8 +329,8 @@ impl PartitionLog {
         };
         let mut outcomes = Vec::with_capacity(commit.parts.len());
         for part in commit.parts {
-            for &seq in &part.origin_seqs {
-                self.origins.insert(part.origin, seq);
+            for (&seq, &fingerprint) in part.origin_seqs.iter().zip(&part.fingerprints) {
+                self.origins.insert(part.origin, seq, fingerprint);
             }
             let landed_count = part.origin_seqs.len() as u64;
             let landed = Landed { first_offset, origin_seqs: part.origin_seqs };

@@ -46,7 +46,9 @@ pub fn lock(data_dir: &Path) -> anyhow::Result<DataDirLock> {
     }
 }
 
-/// Reads every file below `data_dir` that `FileId::parse` recognises.
+/// Reads every file below `data_dir` that `FileId::parse` recognises, after making every directory
+/// entry durable (the core's contract: the files it is handed must not vanish on a power loss; it
+/// syncs their contents itself before trusting them).
 pub fn load(data_dir: &Path) -> anyhow::Result<BTreeMap<FileId, Bytes>> {
     let mut files = BTreeMap::new();
     walk(data_dir, "", &mut files)?;
@@ -54,6 +56,9 @@ pub fn load(data_dir: &Path) -> anyhow::Result<BTreeMap<FileId, Bytes>> {
 }
 
 fn walk(dir: &Path, prefix: &str, files: &mut BTreeMap<FileId, Bytes>) -> anyhow::Result<()> {
+    fs::File::open(dir)
+        .and_then(|handle| handle.sync_all())
+        .with_context(|| format!("syncing directory {}", dir.display()))?;
     let entries = fs::read_dir(dir).with_context(|| format!("listing {}", dir.display()))?;
     for entry in entries {
         let entry = entry.with_context(|| format!("listing {}", dir.display()))?;

@@ -118,6 +118,12 @@ impl Driver {
         let mut clients_open = true;
         let mut armed: Option<Instant> = None;
         loop {
+            if let Some(reason) = self.node.fatal_error() {
+                // What the node read at start-up may not be durable: it must not serve anything.
+                // A restart recovers from what is really on disk.
+                tracing::error!(%reason, "fatal: stopping the process");
+                std::process::exit(1);
+            }
             if shutting_down && self.node.is_shut_down() {
                 break;
             }

@@ -2,7 +2,7 @@
 
 use super::{IoPurpose, Node};
 use crate::ids::{IoToken, PartitionKey};
-use crate::io::{DiskDone, DiskError, NodeEvent};
+use crate::io::{DiskDone, DiskError, FileId, NodeEvent};
 use crate::partition::PartIo;
 use crate::wal::WalIo;
 
@@ -31,6 +31,7 @@ impl Node {
             } => {
                 self.answer_consume(request, key, plan, topic, result);
             }
+            IoPurpose::StartupSync(file) => self.on_startup_sync(file, result),
             IoPurpose::FileDelete => {
                 if let Err(error) = result {
                     tracing::warn!(%error, "deleting a file failed; it stays as garbage");
@@ -90,5 +91,20 @@ impl Node {
             self.on_commit_outcome(outcome);
         }
         self.start_queued_commits();
+    }
+
+    fn on_startup_sync(&mut self, file: FileId, result: Result<DiskDone, DiskError>) {
+        self.startup_syncs_left -= 1;
+        if let Err(error) = result {
+            let path = file.relative_path();
+            tracing::error!(%error, file = %path, "start-up sync failed: what was read may not be durable");
+            self.fatal.get_or_insert(format!("start-up sync of {path} failed: {error}"));
+        }
+        if self.startup_syncs_left == 0 && self.fatal.is_none() {
+            tracing::info!(deferred = self.deferred.len(), "start-up syncs done; serving");
+            while let Some((request, op)) = self.deferred.pop_front() {
+                self.handle_client(request, op);
+            }
+        }
     }
 }

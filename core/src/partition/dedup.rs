@@ -1,12 +1,17 @@
 //! Idempotent commits: which (origin node, WAL sequence) pairs a partition already holds, so a
 //! retried or replayed commit does not land a second copy on the same partition.
 //!
+//! Each entry keeps a fingerprint of the record's content. A replay carries the same content; a
+//! *different* record under a reused sequence number (possible only after a disk lost WAL data it
+//! claimed durable) does not match and is committed, so a lying disk can lose what it damaged but
+//! never cascade into dropping a healthy record.
+//!
 //! Bounded: an origin re-sends only records at or above its durable WAL checkpoint, which it
 //! reports with every commit, so everything below it is forgotten. After a restart we do not know
 //! the origins' checkpoints yet; we keep the last `DEDUP_HORIZON` sequences per origin (the most
 //! a dispatcher can read past its checkpoint) until the first report prunes further.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 
 use crate::constants::{LOOKAHEAD_WINDOWS, WINDOW_MAX_RECORDS};
 use crate::ids::NodeId;
@@ -14,23 +19,21 @@ use crate::ids::NodeId;
 /// How far below an origin's newest sequence a replay can reach.
 const DEDUP_HORIZON: u64 = (LOOKAHEAD_WINDOWS * WINDOW_MAX_RECORDS) as u64;
 
-/// The committed origins of one partition.
+/// The committed origins of one partition: origin → sequence → content fingerprint.
 #[derive(Debug, Default)]
 pub struct OriginIndex {
-    by_origin: BTreeMap<NodeId, BTreeSet<u64>>,
+    by_origin: BTreeMap<NodeId, BTreeMap<u64, u32>>,
 }
 
 impl OriginIndex {
-    /// Whether the record from `origin` with WAL sequence `seq` is already committed here.
-    pub fn contains(&self, origin: NodeId, seq: u64) -> bool {
-        self.by_origin
-            .get(&origin)
-            .is_some_and(|seqs| seqs.contains(&seq))
+    /// Whether this record (origin, WAL sequence and content fingerprint) is already here.
+    pub fn contains(&self, origin: NodeId, seq: u64, fingerprint: u32) -> bool {
+        self.by_origin.get(&origin).and_then(|seqs| seqs.get(&seq)) == Some(&fingerprint)
     }
 
     /// Remembers a committed record.
-    pub fn insert(&mut self, origin: NodeId, seq: u64) {
-        self.by_origin.entry(origin).or_default().insert(seq);
+    pub fn insert(&mut self, origin: NodeId, seq: u64, fingerprint: u32) {
+        self.by_origin.entry(origin).or_default().insert(seq, fingerprint);
     }
 
     /// Forgets sequences of `origin` below its durable checkpoint: it never re-sends them.
@@ -43,7 +46,7 @@ impl OriginIndex {
     /// After recovery: keep only what a replay could still reach.
     pub fn prune_to_horizon(&mut self) {
         for seqs in self.by_origin.values_mut() {
-            if let Some(&newest) = seqs.last() {
+            if let Some((&newest, _)) = seqs.last_key_value() {
                 *seqs = seqs.split_off(&newest.saturating_sub(DEDUP_HORIZON));
             }
         }
@@ -52,7 +55,7 @@ impl OriginIndex {
     /// Entries held.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.by_origin.values().map(BTreeSet::len).sum()
+        self.by_origin.values().map(BTreeMap::len).sum()
     }
 }
 
@@ -64,17 +67,18 @@ mod tests {
     fn pruning_forgets_only_what_cannot_come_back() {
         let mut index = OriginIndex::default();
         for seq in 0..10 {
-            index.insert(NodeId(1), seq);
+            index.insert(NodeId(1), seq, 7);
         }
-        index.insert(NodeId(2), 3);
+        index.insert(NodeId(2), 3, 7);
         index.prune_below(NodeId(1), 6);
-        assert!(!index.contains(NodeId(1), 5));
-        assert!(index.contains(NodeId(1), 6));
-        assert!(index.contains(NodeId(2), 3), "other origins are untouched");
+        assert!(!index.contains(NodeId(1), 5, 7));
+        assert!(index.contains(NodeId(1), 6, 7));
+        assert!(!index.contains(NodeId(1), 6, 8), "same sequence, other content: not a replay");
+        assert!(index.contains(NodeId(2), 3, 7), "other origins are untouched");
         assert_eq!(index.len(), 5);
-        index.insert(NodeId(1), DEDUP_HORIZON + 20);
+        index.insert(NodeId(1), DEDUP_HORIZON + 20, 7);
         index.prune_to_horizon();
-        assert!(!index.contains(NodeId(1), 9));
-        assert!(index.contains(NodeId(1), DEDUP_HORIZON + 20));
+        assert!(!index.contains(NodeId(1), 9, 7));
+        assert!(index.contains(NodeId(1), DEDUP_HORIZON + 20, 7));
     }
 }

@@ -28,7 +28,16 @@ impl Harness {
         Harness::from_files(BTreeMap::new())
     }
 
+    /// A harness whose disk fails the operations `fault` picks, from the very first one.
+    pub fn from_files_with_fault(files: BTreeMap<FileId, Vec<u8>>, fault: FaultFn) -> Harness {
+        Harness::build(files, Some(fault))
+    }
+
     pub fn from_files(files: BTreeMap<FileId, Vec<u8>>) -> Harness {
+        Harness::build(files, None)
+    }
+
+    fn build(files: BTreeMap<FileId, Vec<u8>>, fault: Option<FaultFn>) -> Harness {
         let now = Instant(1_700_000_000_000_000);
         let snapshot = files
             .iter()
@@ -46,7 +55,7 @@ impl Harness {
             pending: VecDeque::new(),
             replies: BTreeMap::new(),
             next_request: 1,
-            fault: None,
+            fault,
         };
         harness.drain_effects();
         harness

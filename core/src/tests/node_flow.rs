@@ -401,3 +401,28 @@ fn shutdown_drains_dispatch_and_flushes_the_checkpoint() {
     });
     assert_eq!(reply, ClientReply::Error(ClientError::ShuttingDown));
 }
+
+#[test]
+fn nothing_read_at_start_up_is_used_before_it_is_synced() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 1);
+    assert!(matches!(produce(&mut h, "t", vec![message("a", None, None)]), ClientReply::Produced { .. }));
+    let mut h = h.restart();
+    assert!(!h.node.is_ready(), "start-up syncs are still running");
+    let request = h.submit(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 0, max: 1 });
+    assert!(!h.replies.contains_key(&request), "requests wait for the start-up syncs");
+    h.run();
+    assert!(h.node.is_ready());
+    let ClientReply::Records(records) = &h.replies[&request] else { panic!() };
+    assert_eq!(records.len(), 1);
+
+    // A failed start-up sync means what was read may not be durable: fatal, never ready.
+    let mut files = h.files.clone();
+    files.entry(FileId::Catalog).or_default();
+    let mut h = Harness::from_files_with_fault(files, Box::new(|op| {
+        matches!(op, DiskOp::Sync { file: FileId::Catalog }).then(|| DiskError::Io("EIO".into()))
+    }));
+    h.run();
+    assert!(!h.node.is_ready());
+    assert!(h.node.fatal_error().is_some_and(|e| e.contains("catalog")), "{:?}", h.node.fatal_error());
+}
