@@ -36,6 +36,8 @@ pub enum ClientOp {
     },
     /// A snapshot of the node's counters.
     Stats,
+    /// The cluster's members as this node's metastore replica sees them.
+    Members,
 }
 
 /// One message of a produce.
@@ -66,6 +68,8 @@ pub enum ClientReply {
     Records(Vec<ConsumedRecord>),
     /// 200: counters.
     Stats(Box<Stats>),
+    /// 200: cluster members.
+    Members(Vec<MemberView>),
     /// The request failed and changed nothing (except `WalFailed`, which is ambiguous).
     Error(ClientError),
 }
@@ -85,8 +89,23 @@ pub struct TopicInfo {
 pub struct PartitionStats {
     pub index: u32,
     pub owner_node: u32,
-    pub high_watermark: u64,
-    pub size_bytes: u64,
+    /// Known for partitions this node owns; `None` for partitions owned by other nodes (read
+    /// them there, or consume through any node).
+    pub high_watermark: Option<u64>,
+    pub size_bytes: Option<u64>,
+}
+
+/// A cluster member as `GET /v1/cluster/members` shows it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberView {
+    pub id: u32,
+    pub http_addr: String,
+    pub cluster_addr: String,
+    pub alive: bool,
+    pub partitions_owned: u32,
+    /// `leader`, `follower`, or `unknown` (as far as this replica knows).
+    pub role: String,
+    pub last_heartbeat_ms: u64,
 }
 
 /// One committed record as a consumer reads it.
@@ -178,4 +197,11 @@ pub struct Stats {
     pub partitions: Vec<(String, u32, u64, u64)>,
     /// 1 once recovery finished and the node serves requests.
     pub ready: u64,
+    /// 1 while this node is the metastore leader.
+    pub meta_leader: u64,
+    /// Commits sent to other nodes: answered ok / failed or timed out.
+    pub remote_commits_ok: u64,
+    pub remote_commits_failed: u64,
+    /// Peer messages that could not be decoded (refused).
+    pub peer_messages_refused: u64,
 }

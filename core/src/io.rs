@@ -11,7 +11,7 @@
 use bytes::Bytes;
 
 use crate::api::{ClientOp, ClientReply};
-use crate::ids::{IoToken, PartitionKey, RequestId, TopicId};
+use crate::ids::{IoToken, NodeId, PartitionKey, RequestId, TopicId};
 
 /// A file the node owns, named logically. `relative_path` maps it below the data directory.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -23,8 +23,6 @@ pub enum FileId {
     },
     /// The WAL checkpoint: first sequence number not yet dispatched (two slots, rewritten in place).
     WalCheckpoint,
-    /// The topic catalogue: an append-only log of topic creations and deletions.
-    Catalog,
     /// The log of one partition of one topic incarnation.
     PartitionLog(PartitionKey),
     /// The metastore's Raft log (entries and hard state), append-only.
@@ -39,7 +37,6 @@ impl FileId {
         match self {
             FileId::WalSegment { first_seq } => format!("wal/{first_seq:020}.wal"),
             FileId::WalCheckpoint => "wal/checkpoint".to_string(),
-            FileId::Catalog => "meta/catalog.log".to_string(),
             FileId::PartitionLog(key) => {
                 format!("partitions/{:020}/{:05}.log", key.topic.0, key.partition)
             }
@@ -57,7 +54,6 @@ impl FileId {
                 let first_seq = name.strip_suffix(".wal")?.parse().ok()?;
                 Some(FileId::WalSegment { first_seq })
             }
-            ["meta", "catalog.log"] => Some(FileId::Catalog),
             ["meta", "raft.log"] => Some(FileId::MetaRaftLog),
             ["meta", "snapshot"] => Some(FileId::MetaSnapshot),
             ["partitions", topic, name] => {
@@ -136,6 +132,9 @@ pub enum Input {
         token: IoToken,
         result: Result<DiskDone, DiskError>,
     },
+    /// Bytes from another node (a `peer::PeerMessage`), over an authenticated connection: the
+    /// transport, not the message, says who sent it.
+    Peer { from: NodeId, bytes: Bytes },
     /// Stop accepting produces, finish in-flight group commits, flush the checkpoint. The runtime
     /// keeps driving the node until `Node::is_shut_down` is true.
     BeginShutdown,
@@ -151,6 +150,9 @@ pub enum Effect {
         request: RequestId,
         reply: ClientReply,
     },
+    /// Send bytes (an encoded `peer::PeerMessage`) to another node. Best effort: the node copes
+    /// with loss (timeouts, retries), so a runtime may drop a message it cannot deliver.
+    Send { to: NodeId, bytes: Bytes },
 }
 
 /// What the node reports happened, for checkers and logs (drained with `Node::poll_event`).
@@ -162,6 +164,8 @@ pub enum NodeEvent {
     Committed {
         key: PartitionKey,
         first_offset: u64,
+        /// The node whose WAL the records came from.
+        origin: NodeId,
         origins: Vec<u64>,
     },
     /// The WAL checkpoint became durable at `checkpoint` (first sequence not yet done).
@@ -187,7 +191,6 @@ mod tests {
         for file in [
             FileId::WalSegment { first_seq: 42 },
             FileId::WalCheckpoint,
-            FileId::Catalog,
             FileId::PartitionLog(key),
             FileId::MetaRaftLog,
             FileId::MetaSnapshot,

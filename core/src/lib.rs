@@ -11,7 +11,6 @@
 
 pub mod accept;
 pub mod api;
-pub mod catalog;
 pub mod codec;
 pub mod constants;
 pub mod dispatch;
@@ -27,7 +26,9 @@ pub mod wal;
 #[cfg(test)]
 mod tests;
 
-pub use api::{ClientError, ClientOp, ClientReply, ConsumedRecord, ProduceMessage, Stats};
+pub use api::{
+    ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, ProduceMessage, Stats,
+};
 pub use ids::{Instant, IoToken, Lsn, NodeId, PartitionKey, RequestId, TopicId};
 pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent};
 pub use node::{Config, Node, RecoveryError};

@@ -1,13 +1,17 @@
-//! `Node`: one broker node as a sans-IO state machine. It composes the ingress WAL, the topic
-//! catalogue, the partition logs and the dispatcher, routes disk completions back to the
-//! component that asked, and turns client requests into replies.
+//! `Node`: one broker node as a sans-IO state machine. It composes the ingress WAL, the Raft
+//! metastore (topics, assignments, membership), the partition logs it owns and the dispatcher,
+//! routes disk completions and peer messages to the component they belong to, and turns client
+//! requests into replies. A single node is simply a cluster of one voter.
 //!
 //! Driving loop (both runtimes): feed an input with `handle_input` (or `handle_timeout` when the
 //! deadline from `poll_timeout` passes), then drain `poll_effect` to `None`, execute each effect,
 //! and re-arm the timer with `poll_timeout`.
 
 mod client;
+mod cluster;
 mod commit;
+mod discard;
+mod metastore;
 mod owner;
 mod routing;
 
@@ -16,21 +20,61 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 
 use crate::accept::Resolver;
-use crate::api::{ClientReply, Stats};
-use crate::catalog::Catalog;
+use crate::api::{ClientOp, ClientReply, Stats};
 use crate::dispatch::{Dispatcher, Placement};
 use crate::ids::{Instant, IoToken, NodeId, PartitionKey, RequestId, TopicId};
 use crate::io::{DiskOp, Effect, FileId, Input, NodeEvent};
-use crate::partition::{CommitId, PartIo, PartitionLog, ReadPlan};
+use crate::meta::{MetaConfig, MetaIo, Metastore};
+use crate::partition::{CommitId, CommitPart, PartIo, PartitionLog, ReadPlan};
+use crate::peer::PeerMessage;
 use crate::wal::{self, Wal, WalIo};
+use cluster::Remote;
 
 /// Static configuration of a node.
 #[derive(Clone, Debug)]
 pub struct Config {
-    /// This node's id (1 for a single node).
+    /// This node's id.
     pub node_id: NodeId,
-    /// Seed for every random choice the node makes (e.g. the first keyless partition per topic).
+    /// Seed for every random choice the node makes (election timeouts, first keyless partition).
     pub seed: u64,
+    /// The metastore's voters: every node of the cluster, the same list on every node.
+    pub voters: Vec<NodeId>,
+    /// Addresses this node announces in its membership heartbeats.
+    pub http_addr: String,
+    pub cluster_addr: String,
+    /// Membership heartbeat period and the silence after which the leader marks a member dead.
+    pub heartbeat_ms: u64,
+    pub dead_after_ms: u64,
+}
+
+impl Config {
+    /// A single node: the only voter of its own metastore.
+    pub fn single(node_id: NodeId, seed: u64) -> Config {
+        Config::cluster(node_id, seed, vec![node_id])
+    }
+
+    /// A member of a cluster whose voters are `voters`, with the default timings (1 s
+    /// heartbeats, dead after 5 s).
+    pub fn cluster(node_id: NodeId, seed: u64, voters: Vec<NodeId>) -> Config {
+        Config {
+            node_id,
+            seed,
+            voters,
+            http_addr: String::new(),
+            cluster_addr: String::new(),
+            heartbeat_ms: 1_000,
+            dead_after_ms: 5_000,
+        }
+    }
+
+    fn meta_config(&self) -> MetaConfig {
+        let mut meta = MetaConfig::new(self.node_id, self.voters.clone(), self.seed);
+        meta.http_addr.clone_from(&self.http_addr);
+        meta.cluster_addr.clone_from(&self.cluster_addr);
+        meta.heartbeat_ms = self.heartbeat_ms;
+        meta.dead_after_ms = self.dead_after_ms;
+        meta
+    }
 }
 
 /// Recovery found damage it must not repair silently.
@@ -40,11 +84,7 @@ pub enum RecoveryError {
         "{file}: corrupt frame at byte {bad_pos} followed by valid data at byte {next_valid_pos}; \
          refusing to truncate acknowledged records"
     )]
-    CorruptLog {
-        file: String,
-        bad_pos: u64,
-        next_valid_pos: u64,
-    },
+    CorruptLog { file: String, bad_pos: u64, next_valid_pos: u64 },
     #[error("{file}: {what}")]
     Inconsistent { file: String, what: String },
 }
@@ -56,21 +96,37 @@ struct ProduceWaiter {
     records: usize,
 }
 
+/// Who waits for a metastore proposal or read barrier.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum MetaWaiter {
+    /// A client's topic create or delete on this node.
+    Client(RequestId),
+    /// A command a follower forwarded to us (the leader), to answer with `ProposeReply`.
+    Peer { from: NodeId, id: u64 },
+    /// This node's own membership heartbeat (nobody to answer).
+    Heartbeat,
+    /// A read barrier before confirming that a topic incarnation is gone, for our own
+    /// dispatcher (`asker: None`) or for a follower's.
+    Confirm { topic: TopicId, asker: Option<(NodeId, u64)> },
+}
+
 /// What a disk operation was for.
 #[derive(Clone, Debug)]
 enum IoPurpose {
     Wal(WalIo),
-    Catalog,
+    Meta(MetaIo),
     Partition(PartitionKey, PartIo),
-    Consume {
-        request: RequestId,
-        key: PartitionKey,
-        plan: ReadPlan,
-        topic: String,
-    },
+    Consume { request: RequestId, key: PartitionKey, plan: ReadPlan, asker: ConsumeAsker },
     FileDelete,
     /// Start-up sync of a file found on disk (see `Node::sync_found_files`).
     StartupSync(FileId),
+}
+
+/// Who asked for a partition read: a local client, or another node on a client's behalf.
+#[derive(Clone, Debug)]
+enum ConsumeAsker {
+    Client { topic: String },
+    Peer { from: NodeId, id: u64 },
 }
 
 /// Bound on undrained events: the oldest are dropped past it.
@@ -81,22 +137,25 @@ pub struct Node {
     config: Config,
     now: Instant,
     wal: Wal<ProduceWaiter>,
-    catalog: Catalog<RequestId>,
+    meta: Metastore<MetaWaiter>,
     partitions: BTreeMap<PartitionKey, PartitionLog>,
     dispatcher: Dispatcher,
     resolver: Resolver,
     jobs: BTreeMap<CommitId, owner::Job>,
-    commit_queue: BTreeMap<PartitionKey, Vec<crate::partition::CommitPart>>,
+    commit_queue: BTreeMap<PartitionKey, Vec<CommitPart>>,
     next_job: u64,
+    remote: Remote,
     io: BTreeMap<IoToken, IoPurpose>,
     next_token: u64,
     effects: VecDeque<Effect>,
     events: VecDeque<NodeEvent>,
     wal_read_retry_at: Option<Instant>,
+    /// When we last asked whether the topic of leftover partition files is gone.
+    orphan_files_asked: BTreeMap<TopicId, Instant>,
     /// Start-up syncs still running; nothing found on disk is used before they are done.
     startup_syncs_left: usize,
     /// Client requests that arrived during the start-up syncs.
-    deferred: VecDeque<(RequestId, crate::api::ClientOp)>,
+    deferred: VecDeque<(RequestId, ClientOp)>,
     /// Why the node cannot go on (a start-up sync failed); the runtime must stop it.
     fatal: Option<String>,
     shutting_down: bool,
@@ -108,30 +167,40 @@ struct NodeCounters {
     produce_requests_accepted: u64,
     produce_requests_rejected: u64,
     records_accepted: u64,
+    remote_commits_ok: u64,
+    remote_commits_failed: u64,
+    peer_messages_refused: u64,
 }
 
-/// The single-node view of placement: every partition is ours and we are alive.
-struct LocalPlacement<'a>(&'a Catalog<RequestId>);
+/// Placement as the local metastore replica sees it.
+struct ClusterPlacement<'a>(&'a Metastore<MetaWaiter>);
 
-impl Placement for LocalPlacement<'_> {
+impl Placement for ClusterPlacement<'_> {
     fn partitions(&self, topic: TopicId) -> Option<u32> {
         self.0.topic_by_id(topic).map(|t| t.partitions)
     }
 
-    fn owner_alive(&self, _key: PartitionKey) -> bool {
-        true
+    fn owner_alive(&self, key: PartitionKey) -> bool {
+        self.0.owner(key).is_some_and(|owner| self.0.is_alive(owner))
     }
 }
 
 impl Node {
     /// Rebuilds a node from the bytes of every file it owns (as found on disk at start-up).
-    /// Torn tails are truncated by the first effects the node emits; it is ready once they are done.
+    /// Nothing read is used before it has been synced (see `sync_found_files`); torn tails are
+    /// truncated by the first effects; the node is ready once all that is durable and its
+    /// metastore replica knows a leader and has caught up.
     pub fn recover(
         config: Config,
         now: Instant,
         files: BTreeMap<FileId, Bytes>,
     ) -> Result<Node, RecoveryError> {
-        let catalog = Catalog::recover(files.get(&FileId::Catalog))?;
+        let meta = Metastore::recover(
+            config.meta_config(),
+            now,
+            files.get(&FileId::MetaRaftLog),
+            files.get(&FileId::MetaSnapshot),
+        )?;
         let segments: BTreeMap<u64, Bytes> = files
             .iter()
             .filter_map(|(file, bytes)| match file {
@@ -147,23 +216,24 @@ impl Node {
             segments = recovered.segments.len(),
             "recovered ingress WAL"
         );
-        let dispatcher = Dispatcher::new(recovered.checkpoint);
         let mut node = Node {
             resolver: Resolver::new(config.seed),
             config,
             now,
+            dispatcher: Dispatcher::new(recovered.checkpoint),
             wal: Wal::from_recovered(recovered),
-            catalog,
+            meta,
             partitions: BTreeMap::new(),
-            dispatcher,
             jobs: BTreeMap::new(),
             commit_queue: BTreeMap::new(),
             next_job: 1,
+            remote: Remote::default(),
             io: BTreeMap::new(),
             next_token: 1,
             effects: VecDeque::new(),
             events: VecDeque::new(),
             wal_read_retry_at: None,
+            orphan_files_asked: BTreeMap::new(),
             startup_syncs_left: 0,
             deferred: VecDeque::new(),
             fatal: None,
@@ -176,40 +246,26 @@ impl Node {
         Ok(node)
     }
 
+    /// Opens every partition log found on disk. Files of deleted incarnations are removed once
+    /// the metastore has caught up and says so (see `drop_dead_partitions`).
+    fn recover_partitions(&mut self, files: &BTreeMap<FileId, Bytes>) -> Result<(), RecoveryError> {
+        for (file, bytes) in files {
+            if let FileId::PartitionLog(key) = file {
+                self.partitions.insert(*key, PartitionLog::recover(*key, bytes)?);
+            }
+        }
+        Ok(())
+    }
+
     /// A file found at start-up may hold bytes that only ever reached the page cache (the
     /// previous process crashed before syncing them). We may trust them only once they are
     /// durable, so every file is synced before the node uses anything it read: otherwise a later
     /// power loss could take back a record we already dispatched, committed or served.
     fn sync_found_files(&mut self, files: &BTreeMap<FileId, Bytes>) {
         for file in files.keys() {
-            let orphan = matches!(file, FileId::PartitionLog(key) if !self.partitions.contains_key(key));
-            let ours = !matches!(file, FileId::MetaRaftLog | FileId::MetaSnapshot);
-            if ours && !orphan {
-                self.startup_syncs_left += 1;
-                self.emit(IoPurpose::StartupSync(*file), DiskOp::Sync { file: *file });
-            }
+            self.startup_syncs_left += 1;
+            self.emit(IoPurpose::StartupSync(*file), DiskOp::Sync { file: *file });
         }
-    }
-
-    /// Opens every partition log of a live topic; deletes the files of dead incarnations.
-    fn recover_partitions(&mut self, files: &BTreeMap<FileId, Bytes>) -> Result<(), RecoveryError> {
-        for (file, bytes) in files {
-            let FileId::PartitionLog(key) = file else {
-                continue;
-            };
-            let live = self
-                .catalog
-                .topic_by_id(key.topic)
-                .is_some_and(|t| key.partition < t.partitions);
-            if live {
-                self.partitions
-                    .insert(*key, PartitionLog::recover(*key, bytes)?);
-            } else {
-                tracing::info!(file = %file.relative_path(), "deleting log of a deleted topic");
-                self.emit(IoPurpose::FileDelete, DiskOp::Delete { file: *file });
-            }
-        }
-        Ok(())
     }
 
     /// Feeds one input.
@@ -221,6 +277,7 @@ impl Node {
             }
             Input::Client { request, op } => self.handle_client(request, op),
             Input::Disk { token, result } => self.handle_disk(token, result),
+            Input::Peer { from, bytes } => self.handle_peer(from, &bytes),
             Input::BeginShutdown => {
                 tracing::info!("shutdown requested: no new produces; flushing");
                 self.shutting_down = true;
@@ -235,6 +292,10 @@ impl Node {
         if self.wal_read_retry_at.is_some_and(|at| at <= self.now) {
             self.wal_read_retry_at = None;
         }
+        if self.is_started() && self.meta.next_tick() <= self.now {
+            self.tick_metastore();
+        }
+        self.expire_remote();
         self.pump();
     }
 
@@ -250,23 +311,29 @@ impl Node {
 
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
+        let meta_tick = self.is_started().then(|| self.meta.next_tick());
         [
             self.wal.checkpoint_deadline(),
             self.dispatcher.next_deadline(),
             self.wal_read_retry_at,
+            self.remote.next_deadline(),
         ]
         .into_iter()
         .flatten()
         .filter(|&at| at > self.now)
+        .chain(meta_tick)
         .min()
     }
 
-    /// True once recovery's syncs and repairs are durable and the node serves requests.
+    /// True once recovery's syncs and repairs are durable, and the metastore replica knows a
+    /// leader and has caught up with it: the node serves requests.
     pub fn is_ready(&self) -> bool {
-        self.startup_syncs_left == 0
+        self.is_started()
             && self.fatal.is_none()
             && self.wal.is_repaired()
-            && self.catalog.is_repaired()
+            && self.meta.is_ready()
+            && self.meta.leader().is_some()
+            && self.meta.caught_up()
     }
 
     /// Set when the node cannot safely go on (a start-up sync failed, so what it read from disk
@@ -282,28 +349,21 @@ impl Node {
         self.shutting_down && self.io.is_empty()
     }
 
+    fn is_started(&self) -> bool {
+        self.startup_syncs_left == 0 && self.fatal.is_none()
+    }
+
     /// Counters and gauges.
     pub fn stats(&self) -> Stats {
         let wal = self.wal.counters();
         let dispatch = self.dispatcher.counters();
         let (wal_segments, wal_bytes_on_disk) = self.wal.disk_usage();
         let partitions = self
-            .catalog
-            .topics()
-            .flat_map(|topic| (0..topic.partitions).map(move |index| (topic, index)))
-            .map(|(topic, index)| {
-                let key = PartitionKey {
-                    topic: topic.id,
-                    partition: index,
-                };
-                let log = self.partitions.get(&key);
-                let hwm = log.map_or(0, PartitionLog::high_watermark);
-                (
-                    topic.name.clone(),
-                    index,
-                    hwm,
-                    log.map_or(0, PartitionLog::size_bytes),
-                )
+            .partitions
+            .iter()
+            .filter_map(|(key, log)| {
+                let topic = self.meta.topic_by_id(key.topic)?;
+                Some((topic.name.clone(), key.partition, log.high_watermark(), log.size_bytes()))
             })
             .collect();
         Stats {
@@ -327,59 +387,44 @@ impl Node {
             records_discarded: dispatch.records_discarded,
             partitions,
             ready: u64::from(self.is_ready()),
+            meta_leader: u64::from(self.meta.is_leader()),
+            remote_commits_ok: self.counters.remote_commits_ok,
+            remote_commits_failed: self.counters.remote_commits_failed,
+            peer_messages_refused: self.counters.peer_messages_refused,
         }
     }
 
-    /// Moves every component forward: group commit, checkpoint, dispatch reads, commits,
-    /// discard confirmations; then turns their disk requests into effects.
+    /// Moves every component forward: metastore outputs, group commit, checkpoint, dispatch
+    /// reads, commits, discard confirmations; then turns disk requests into effects.
     fn pump(&mut self) {
-        if self.startup_syncs_left > 0 || self.fatal.is_some() {
+        if !self.is_started() {
+            self.drain_metastore();
             self.collect_io();
             return;
         }
-        let now = self.now;
-        self.wal.pump(now, self.shutting_down);
-        for (waiter, result) in self.catalog.pump() {
-            self.reply_catalog(waiter, result);
-        }
+        self.drain_metastore();
+        self.wal.pump(self.now, self.shutting_down);
         if self.wal_read_retry_at.is_none() {
-            self.wal.poll_read(
-                self.dispatcher
-                    .read_limit()
-                    .min(self.dispatcher.read_upto() + self.dispatcher.room() as u64),
-            );
+            let room = self.dispatcher.room() as u64;
+            let limit = self.dispatcher.read_limit().min(self.dispatcher.read_upto() + room);
+            self.wal.poll_read(limit);
         }
         self.start_commits();
         self.confirm_discards();
+        self.answer_settled_admin();
+        self.drain_metastore();
         self.advance_checkpoint();
         self.collect_io();
     }
 
     fn advance_checkpoint(&mut self) {
-        self.wal
-            .set_checkpoint_target(self.dispatcher.checkpoint(), self.now);
+        self.wal.set_checkpoint_target(self.dispatcher.checkpoint(), self.now);
         self.wal.pump(self.now, self.shutting_down);
-    }
-
-    /// Asks the authority (here: the local catalogue) about topics with orphaned records.
-    fn confirm_discards(&mut self) {
-        let placement = LocalPlacement(&self.catalog);
-        self.dispatcher.requeue_live_orphans(self.now, &placement);
-        for topic in self.dispatcher.poll_confirmations(self.now) {
-            let gone = self.catalog.confirm_gone(topic);
-            for seq in self.dispatcher.on_confirmation(topic, gone) {
-                tracing::debug!(seq, topic = topic.0, "discarded record of a deleted topic");
-                self.push_event(NodeEvent::Discarded { seq, topic });
-            }
-        }
     }
 
     fn collect_io(&mut self) {
         while let Some((io, op)) = self.wal.poll_io() {
             self.emit(IoPurpose::Wal(io), op);
-        }
-        while let Some(op) = self.catalog.poll_io() {
-            self.emit(IoPurpose::Catalog, op);
         }
         let mut ops = Vec::new();
         for (key, log) in &mut self.partitions {
@@ -397,6 +442,14 @@ impl Node {
         self.next_token += 1;
         self.io.insert(token, purpose);
         self.effects.push_back(Effect::Disk { token, op });
+    }
+
+    fn send(&mut self, to: NodeId, message: &PeerMessage) {
+        if to == self.config.node_id {
+            tracing::error!(kind = message.kind(), "refusing to send a message to ourselves");
+            return;
+        }
+        self.effects.push_back(Effect::Send { to, bytes: message.encode() });
     }
 
     fn reply(&mut self, request: RequestId, reply: ClientReply) {

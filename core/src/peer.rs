@@ -10,6 +10,7 @@
 use bytes::Bytes;
 
 use crate::codec::{Reader, put_optional_bytes};
+use crate::api::{ClientError, TopicInfo};
 use crate::ids::{PartitionKey, TopicId};
 
 /// Version of the node protocol. Bump it when a message's layout changes.
@@ -28,12 +29,8 @@ pub struct WireRecord {
 /// How a remote commit ended (mirrors the dispatcher's `CommitResult`).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireCommitResult {
-    /// The records are visible; `landed` lists the sequences newly written (the rest were
-    /// already there).
-    Committed {
-        first_offset: u64,
-        landed: Vec<u64>,
-    },
+    /// The records are visible (newly written, or already there from an earlier attempt).
+    Committed { first_offset: u64 },
     Failed(String),
     TopicGone,
 }
@@ -56,6 +53,57 @@ pub enum PeerMessage {
     ConfirmGone { id: u64, topic: TopicId },
     /// The leader's answer (after its read barrier).
     ConfirmGoneReply { id: u64, topic: TopicId, gone: bool },
+    /// A follower forwards a metastore command (`meta::encode_command`) to the leader.
+    Propose { id: u64, command: Bytes },
+    /// The leader's answer once the command was applied (or refused).
+    ProposeReply { id: u64, result: WireAdminResult },
+    /// Read committed records of a partition the receiver owns.
+    Consume { id: u64, target: PartitionKey, offset: u64, max: u32 },
+    /// The owner's answer.
+    ConsumeReply { id: u64, result: Result<Vec<WireConsumed>, WireError> },
+}
+
+/// The outcome of a forwarded metastore command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum WireAdminResult {
+    Created(TopicInfo),
+    Done,
+    Error(WireError),
+}
+
+/// A client-visible error carried between nodes: the HTTP status and the message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireError {
+    pub status: u16,
+    pub message: String,
+}
+
+impl WireError {
+    /// The error as a client sees it.
+    pub fn from_client(error: &ClientError) -> WireError {
+        WireError { status: error.http_status(), message: error.to_string() }
+    }
+
+    /// Back to a `ClientError` with the same status.
+    pub fn into_client(self) -> ClientError {
+        match self.status {
+            400 => ClientError::BadRequest(self.message),
+            404 => ClientError::NotFound(self.message),
+            409 => ClientError::Conflict(self.message),
+            413 => ClientError::TooLarge(self.message),
+            503 => ClientError::Unavailable(self.message),
+            _ => ClientError::Internal(self.message),
+        }
+    }
+}
+
+/// One committed record read on its owner.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WireConsumed {
+    pub offset: u64,
+    pub timestamp_ms: u64,
+    pub key: Option<Bytes>,
+    pub payload: Bytes,
 }
 
 /// Why bytes could not be decoded.
@@ -74,6 +122,10 @@ const TAG_COMMIT: u8 = 2;
 const TAG_COMMIT_REPLY: u8 = 3;
 const TAG_CONFIRM: u8 = 4;
 const TAG_CONFIRM_REPLY: u8 = 5;
+const TAG_PROPOSE: u8 = 6;
+const TAG_PROPOSE_REPLY: u8 = 7;
+const TAG_CONSUME: u8 = 8;
+const TAG_CONSUME_REPLY: u8 = 9;
 
 const RESULT_COMMITTED: u8 = 0;
 const RESULT_FAILED: u8 = 1;
@@ -118,6 +170,27 @@ impl PeerMessage {
                 put_u64s(&mut out, &[*id, topic.0]);
                 out.push(u8::from(*gone));
             }
+            PeerMessage::Propose { id, command } => {
+                out.push(TAG_PROPOSE);
+                put_u64s(&mut out, &[*id]);
+                out.extend_from_slice(command);
+            }
+            PeerMessage::ProposeReply { id, result } => {
+                out.push(TAG_PROPOSE_REPLY);
+                put_u64s(&mut out, &[*id]);
+                encode_admin_result(&mut out, result);
+            }
+            PeerMessage::Consume { id, target, offset, max } => {
+                out.push(TAG_CONSUME);
+                put_u64s(&mut out, &[*id, target.topic.0, *offset]);
+                out.extend_from_slice(&target.partition.to_le_bytes());
+                out.extend_from_slice(&max.to_le_bytes());
+            }
+            PeerMessage::ConsumeReply { id, result } => {
+                out.push(TAG_CONSUME_REPLY);
+                put_u64s(&mut out, &[*id]);
+                encode_consume_result(&mut out, result);
+            }
         }
         Bytes::from(out)
     }
@@ -157,10 +230,25 @@ impl PeerMessage {
                 };
                 Some(PeerMessage::ConfirmGoneReply { id, topic, gone })
             })(),
+            TAG_PROPOSE => reader.u64().map(|id| PeerMessage::Propose { id, command: bytes.slice(10..) }),
+            TAG_PROPOSE_REPLY => (|| {
+                let id = reader.u64()?;
+                Some(PeerMessage::ProposeReply { id, result: decode_admin_result(&mut reader)? })
+            })(),
+            TAG_CONSUME => (|| {
+                let (id, topic, offset) = (reader.u64()?, TopicId(reader.u64()?), reader.u64()?);
+                let target = PartitionKey { topic, partition: reader.u32()? };
+                Some(PeerMessage::Consume { id, target, offset, max: reader.u32()? })
+            })(),
+            TAG_CONSUME_REPLY => (|| {
+                let id = reader.u64()?;
+                Some(PeerMessage::ConsumeReply { id, result: decode_consume_result(&mut reader)? })
+            })(),
             other => return Err(DecodeError::UnknownType(other)),
         };
         let message = message.ok_or(DecodeError::Malformed)?;
-        if !matches!(message, PeerMessage::Raft(_)) && !reader.rest().is_empty() {
+        let opaque_tail = matches!(message, PeerMessage::Raft(_) | PeerMessage::Propose { .. });
+        if !opaque_tail && !reader.rest().is_empty() {
             return Err(DecodeError::Malformed);
         }
         Ok(message)
@@ -174,6 +262,10 @@ impl PeerMessage {
             PeerMessage::CommitReply { .. } => "commit-reply",
             PeerMessage::ConfirmGone { .. } => "confirm-gone",
             PeerMessage::ConfirmGoneReply { .. } => "confirm-gone-reply",
+            PeerMessage::Propose { .. } => "propose",
+            PeerMessage::ProposeReply { .. } => "propose-reply",
+            PeerMessage::Consume { .. } => "consume",
+            PeerMessage::ConsumeReply { .. } => "consume-reply",
         }
     }
 }
@@ -215,13 +307,9 @@ fn decode_commit(reader: &mut Reader<'_>) -> Option<PeerMessage> {
 
 fn encode_result(out: &mut Vec<u8>, result: &WireCommitResult) {
     match result {
-        WireCommitResult::Committed {
-            first_offset,
-            landed,
-        } => {
+        WireCommitResult::Committed { first_offset } => {
             out.push(RESULT_COMMITTED);
-            put_u64s(out, &[*first_offset, landed.len() as u64]);
-            put_u64s(out, landed);
+            put_u64s(out, &[*first_offset]);
         }
         WireCommitResult::Failed(reason) => {
             out.push(RESULT_FAILED);
@@ -233,18 +321,7 @@ fn encode_result(out: &mut Vec<u8>, result: &WireCommitResult) {
 
 fn decode_result(reader: &mut Reader<'_>) -> Option<WireCommitResult> {
     match reader.take(1)?[0] {
-        RESULT_COMMITTED => {
-            let first_offset = reader.u64()?;
-            let count = reader.u64()?;
-            let mut landed = Vec::with_capacity(usize::try_from(count.min(65_536)).ok()?);
-            for _ in 0..count {
-                landed.push(reader.u64()?);
-            }
-            Some(WireCommitResult::Committed {
-                first_offset,
-                landed,
-            })
-        }
+        RESULT_COMMITTED => Some(WireCommitResult::Committed { first_offset: reader.u64()? }),
         RESULT_FAILED => {
             let reason = reader.optional_bytes()??;
             Some(WireCommitResult::Failed(
@@ -252,6 +329,95 @@ fn decode_result(reader: &mut Reader<'_>) -> Option<WireCommitResult> {
             ))
         }
         RESULT_GONE => Some(WireCommitResult::TopicGone),
+        _ => None,
+    }
+}
+
+fn put_text(out: &mut Vec<u8>, text: &str) {
+    put_optional_bytes(out, Some(text.as_bytes()));
+}
+
+fn read_text(reader: &mut Reader<'_>) -> Option<String> {
+    String::from_utf8(reader.optional_bytes()??.to_vec()).ok()
+}
+
+fn encode_error(out: &mut Vec<u8>, error: &WireError) {
+    out.extend_from_slice(&error.status.to_le_bytes());
+    put_text(out, &error.message);
+}
+
+fn decode_error(reader: &mut Reader<'_>) -> Option<WireError> {
+    Some(WireError { status: reader.u16()?, message: read_text(reader)? })
+}
+
+const ADMIN_CREATED: u8 = 0;
+const ADMIN_DONE: u8 = 1;
+const ADMIN_ERROR: u8 = 2;
+
+fn encode_admin_result(out: &mut Vec<u8>, result: &WireAdminResult) {
+    match result {
+        WireAdminResult::Created(topic) => {
+            out.push(ADMIN_CREATED);
+            let retention = topic.retention_ms.unwrap_or(u64::MAX);
+            put_u64s(out, &[topic.id.0, retention, topic.created_ms]);
+            out.extend_from_slice(&topic.partitions.to_le_bytes());
+            put_text(out, &topic.name);
+        }
+        WireAdminResult::Done => out.push(ADMIN_DONE),
+        WireAdminResult::Error(error) => {
+            out.push(ADMIN_ERROR);
+            encode_error(out, error);
+        }
+    }
+}
+
+fn decode_admin_result(reader: &mut Reader<'_>) -> Option<WireAdminResult> {
+    match reader.take(1)?[0] {
+        ADMIN_CREATED => {
+            let (id, retention, created_ms) = (TopicId(reader.u64()?), reader.u64()?, reader.u64()?);
+            let partitions = reader.u32()?;
+            let name = read_text(reader)?;
+            let retention_ms = (retention != u64::MAX).then_some(retention);
+            Some(WireAdminResult::Created(TopicInfo { name, id, partitions, retention_ms, created_ms }))
+        }
+        ADMIN_DONE => Some(WireAdminResult::Done),
+        ADMIN_ERROR => Some(WireAdminResult::Error(decode_error(reader)?)),
+        _ => None,
+    }
+}
+
+fn encode_consume_result(out: &mut Vec<u8>, result: &Result<Vec<WireConsumed>, WireError>) {
+    match result {
+        Ok(records) => {
+            out.push(0);
+            put_u64s(out, &[records.len() as u64]);
+            for record in records {
+                put_u64s(out, &[record.offset, record.timestamp_ms]);
+                put_optional_bytes(out, record.key.as_deref());
+                put_optional_bytes(out, Some(&record.payload));
+            }
+        }
+        Err(error) => {
+            out.push(1);
+            encode_error(out, error);
+        }
+    }
+}
+
+fn decode_consume_result(reader: &mut Reader<'_>) -> Option<Result<Vec<WireConsumed>, WireError>> {
+    match reader.take(1)?[0] {
+        0 => {
+            let count = reader.u64()?;
+            let mut records = Vec::with_capacity(usize::try_from(count.min(1024)).ok()?);
+            for _ in 0..count {
+                let (offset, timestamp_ms) = (reader.u64()?, reader.u64()?);
+                let key = reader.optional_bytes()?.map(Bytes::copy_from_slice);
+                let payload = Bytes::copy_from_slice(reader.optional_bytes()??);
+                records.push(WireConsumed { offset, timestamp_ms, key, payload });
+            }
+            Some(Ok(records))
+        }
+        1 => Some(Err(decode_error(reader)?)),
         _ => None,
     }
 }
@@ -298,18 +464,10 @@ mod tests {
                         records,
                     }
                 }),
-            (
-                any::<u64>(),
-                any::<u64>(),
-                prop::collection::vec(any::<u64>(), 0..5)
-            )
-                .prop_map(|(id, first_offset, landed)| PeerMessage::CommitReply {
-                    id,
-                    result: WireCommitResult::Committed {
-                        first_offset,
-                        landed
-                    }
-                }),
+            (any::<u64>(), any::<u64>()).prop_map(|(id, first_offset)| PeerMessage::CommitReply {
+                id,
+                result: WireCommitResult::Committed { first_offset }
+            }),
             (any::<u64>(), ".{0,20}").prop_map(|(id, reason)| PeerMessage::CommitReply {
                 id,
                 result: WireCommitResult::Failed(reason)
@@ -346,7 +504,7 @@ mod tests {
         #[test]
         fn truncated_messages_are_refused(message in arb_message(), cut in any::<prop::sample::Index>()) {
             let bytes = message.encode();
-            if !matches!(message, PeerMessage::Raft(_)) {
+            if !matches!(message, PeerMessage::Raft(_) | PeerMessage::Propose { .. }) {
                 let cut = cut.index(bytes.len());
                 prop_assert!(PeerMessage::decode(&bytes.slice(..cut)).is_err());
             }

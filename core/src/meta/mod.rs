@@ -14,6 +14,7 @@
 //! fixed hasher and its logger is a discard logger, so its outputs are a function of its inputs.
 
 mod command;
+mod names;
 mod driver;
 mod persist;
 mod recovery;
@@ -35,7 +36,7 @@ use crate::ids::{Instant, NodeId, PartitionKey, TopicId};
 use crate::io::{DiskDone, DiskError, DiskOp};
 use crate::node::RecoveryError;
 
-pub use command::{Applied, MetaCommand};
+pub use command::{Applied, MetaCommand, decode_command, encode_command};
 pub use persist::MetaIo;
 pub use state::MemberInfo;
 

@@ -10,7 +10,7 @@
 use std::collections::BTreeMap;
 
 use crate::api::{ClientError, TopicInfo};
-use crate::catalog::validate_name;
+use super::names::validate_name;
 use crate::codec::Reader;
 use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
 use crate::ids::{NodeId, PartitionKey, TopicId};

@@ -1,134 +1,102 @@
-//! Client requests: topic administration through the catalogue, produce through accept and the
-//! WAL's group commit, consume through a read of the committed part of a partition log.
+//! Client requests: topic administration through the metastore, produce through accept and
+//! the WAL's group commit, consume by reading the committed part of a partition log (ours, or
+//! the owner's through a forwarded read).
 
-use super::{IoPurpose, Node, ProduceWaiter};
+use super::cluster::{FORWARD_TIMEOUT_MS, Forwarded};
+use super::{ConsumeAsker, IoPurpose, Node, ProduceWaiter};
 use crate::api::{
-    ClientError, ClientOp, ClientReply, ConsumedRecord, PartitionStats, ProduceMessage,
+    ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, PartitionStats, ProduceMessage,
 };
-use crate::catalog::{Applied, Change};
 use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::ids::{PartitionKey, RequestId};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
+use crate::meta::MetaCommand;
 use crate::partition::{PartitionLog, ReadPlan};
+use crate::peer::{PeerMessage, WireConsumed, WireError};
 
 impl Node {
     pub(super) fn handle_client(&mut self, request: RequestId, op: ClientOp) {
         match op {
-            ClientOp::CreateTopic {
-                name,
-                partitions,
-                retention_ms,
-            } => {
+            ClientOp::CreateTopic { name, partitions, retention_ms } => {
                 let now_ms = self.now.as_millis();
-                let change = Change::Create {
-                    name,
-                    partitions,
-                    retention_ms,
-                    now_ms,
-                };
-                self.catalog.propose(change, request);
+                let command = MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms };
+                self.propose_admin(request, command);
             }
             ClientOp::DeleteTopic { name } => {
-                self.catalog.propose(Change::Delete { name }, request)
+                self.propose_admin(request, MetaCommand::DeleteTopic { name });
             }
             ClientOp::ListTopics => {
-                let topics = self.catalog.topics().cloned().collect();
+                let topics = self.meta.topics().cloned().collect();
                 self.reply(request, ClientReply::Topics(topics));
             }
             ClientOp::GetTopic { name } => {
                 let reply = self.topic_detail(&name);
                 self.reply(request, reply);
             }
-            ClientOp::Produce {
-                topic,
-                messages,
-                batch,
-            } => {
+            ClientOp::Produce { topic, messages, batch } => {
                 self.produce(request, &topic, messages, batch);
             }
-            ClientOp::Consume {
-                topic,
-                partition,
-                offset,
-                max,
-            } => {
+            ClientOp::Consume { topic, partition, offset, max } => {
                 self.consume(request, &topic, partition, offset, max);
             }
             ClientOp::Stats => {
                 let stats = Box::new(self.stats());
                 self.reply(request, ClientReply::Stats(stats));
             }
+            ClientOp::Members => {
+                let members = self.member_views();
+                self.reply(request, ClientReply::Members(members));
+            }
         }
     }
 
     fn topic_detail(&self, name: &str) -> ClientReply {
-        let Some(topic) = self.catalog.topic(name) else {
+        let Some(topic) = self.meta.topic(name) else {
             return ClientReply::Error(not_found(name));
         };
         let stats = (0..topic.partitions)
             .map(|index| {
-                let log = self.partitions.get(&PartitionKey {
-                    topic: topic.id,
-                    partition: index,
-                });
+                let key = PartitionKey { topic: topic.id, partition: index };
+                let owner = self.meta.owner(key).map_or(0, |n| n.0);
+                let local = owner == self.config.node_id.0;
+                let log = self.partitions.get(&key);
+                let known = |value: fn(&PartitionLog) -> u64| local.then(|| log.map_or(0, value));
                 PartitionStats {
                     index,
-                    owner_node: self.config.node_id.0,
-                    high_watermark: log.map_or(0, PartitionLog::high_watermark),
-                    size_bytes: log.map_or(0, PartitionLog::size_bytes),
+                    owner_node: owner,
+                    high_watermark: known(PartitionLog::high_watermark),
+                    size_bytes: known(PartitionLog::size_bytes),
                 }
             })
             .collect();
         ClientReply::Topic(topic.clone(), stats)
     }
 
-    /// Answers a decided catalogue change and cleans up after a deletion.
-    pub(super) fn reply_catalog(
-        &mut self,
-        request: RequestId,
-        result: Result<Applied, ClientError>,
-    ) {
-        let reply = match result {
-            Ok(Applied::Created(topic)) => {
-                tracing::info!(topic = %topic.name, id = topic.id.0, partitions = topic.partitions, "topic created");
-                ClientReply::TopicCreated(topic)
-            }
-            Ok(Applied::Deleted(topic)) => {
-                tracing::info!(topic = %topic.name, id = topic.id.0, "topic deleted");
-                self.drop_partitions(topic.id, topic.partitions);
-                ClientReply::TopicDeleted
-            }
-            Err(error) => ClientReply::Error(error),
-        };
-        self.reply(request, reply);
+    fn member_views(&self) -> Vec<MemberView> {
+        let leader = self.meta.leader();
+        self.meta
+            .members()
+            .into_iter()
+            .map(|member| MemberView {
+                id: member.id.0,
+                role: match leader {
+                    Some(leader) if leader == member.id => "leader".to_string(),
+                    Some(_) if member.alive => "follower".to_string(),
+                    _ => "unknown".to_string(),
+                },
+                http_addr: member.http_addr,
+                cluster_addr: member.cluster_addr,
+                alive: member.alive,
+                partitions_owned: member.partitions_owned,
+                last_heartbeat_ms: member.last_heartbeat_ms,
+            })
+            .collect()
     }
 
-    /// Forgets the partition logs of a deleted incarnation and deletes their files. Commits in
-    /// flight to them end as `TopicGone` (their records are discarded after confirmation).
-    fn drop_partitions(&mut self, topic: crate::ids::TopicId, partitions: u32) {
-        self.abandon_jobs_of(topic);
-        for partition in 0..partitions {
-            let key = PartitionKey { topic, partition };
-            if self.partitions.remove(&key).is_some() {
-                let file = FileId::PartitionLog(key);
-                self.emit(IoPurpose::FileDelete, DiskOp::Delete { file });
-            }
-        }
-    }
-
-    fn produce(
-        &mut self,
-        request: RequestId,
-        topic: &str,
-        messages: Vec<ProduceMessage>,
-        batch: bool,
-    ) {
-        match self.stage_produce(request, topic, messages, batch) {
-            Ok(()) => {}
-            Err(error) => {
-                self.counters.produce_requests_rejected += 1;
-                self.reply(request, ClientReply::Error(error));
-            }
+    fn produce(&mut self, request: RequestId, topic: &str, messages: Vec<ProduceMessage>, batch: bool) {
+        if let Err(error) = self.stage_produce(request, topic, messages, batch) {
+            self.counters.produce_requests_rejected += 1;
+            self.reply(request, ClientReply::Error(error));
         }
     }
 
@@ -145,17 +113,10 @@ impl Node {
         if let Some(error) = self.wal.latched() {
             return Err(ClientError::WalFailed(error.to_string()));
         }
-        let info = self.catalog.topic(topic).ok_or_else(|| not_found(topic))?;
-        let drafts = self
-            .resolver
-            .resolve(info, messages, batch, self.now.as_millis())?;
-        let waiter = ProduceWaiter {
-            request,
-            records: drafts.len(),
-        };
-        self.wal
-            .stage(drafts, waiter)
-            .map_err(|error| ClientError::WalFailed(error.to_string()))
+        let info = self.meta.topic(topic).ok_or_else(|| not_found(topic))?;
+        let drafts = self.resolver.resolve(info, messages, batch, self.now.as_millis())?;
+        let waiter = ProduceWaiter { request, records: drafts.len() };
+        self.wal.stage(drafts, waiter).map_err(|error| ClientError::WalFailed(error.to_string()))
     }
 
     /// Answers the produces of a completed group commit.
@@ -168,12 +129,7 @@ impl Node {
         for waiter in acked {
             self.counters.produce_requests_accepted += 1;
             self.counters.records_accepted += waiter.records as u64;
-            self.reply(
-                waiter.request,
-                ClientReply::Produced {
-                    accepted: waiter.records,
-                },
-            );
+            self.reply(waiter.request, ClientReply::Produced { accepted: waiter.records });
         }
         let reason = error.map_or_else(String::new, ToString::to_string);
         for waiter in failed {
@@ -184,7 +140,7 @@ impl Node {
     }
 
     fn consume(&mut self, request: RequestId, topic: &str, partition: u32, offset: u64, max: u32) {
-        let Some(info) = self.catalog.topic(topic) else {
+        let Some(info) = self.meta.topic(topic) else {
             return self.reply(request, ClientReply::Error(not_found(topic)));
         };
         if partition >= info.partitions {
@@ -192,78 +148,105 @@ impl Node {
                 "partition {partition} out of range: topic `{topic}` has {} partitions",
                 info.partitions
             );
-            return self.reply(
-                request,
-                ClientReply::Error(ClientError::BadRequest(message)),
-            );
+            return self.reply(request, ClientReply::Error(ClientError::BadRequest(message)));
         }
-        let key = PartitionKey {
-            topic: info.id,
-            partition,
-        };
+        let key = PartitionKey { topic: info.id, partition };
+        match self.meta.owner(key) {
+            Some(owner) if owner == self.config.node_id => {
+                self.read_local(request, key, offset, max, topic.to_string());
+            }
+            Some(owner) if self.meta.is_alive(owner) => {
+                let id = self.remote.next_id();
+                let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
+                let topic = topic.to_string();
+                self.remote.forwards.insert(id, (Forwarded::Consume { request, topic, partition }, deadline));
+                self.send(owner, &PeerMessage::Consume { id, target: key, offset, max });
+            }
+            owner => {
+                let who = owner.map_or_else(|| "unknown".into(), |n| format!("node {}", n.0));
+                let error = ClientError::Unavailable(format!("the owner of this partition ({who}) is down"));
+                self.reply(request, ClientReply::Error(error));
+            }
+        }
+    }
+
+    fn read_local(&mut self, request: RequestId, key: PartitionKey, offset: u64, max: u32, topic: String) {
         let max = u64::from(max.clamp(1, MAX_CONSUME_RECORDS));
-        let plan = self
-            .partitions
-            .get(&key)
-            .and_then(|log| log.read_plan(offset, max, MAX_CONSUME_BYTES));
+        let plan = self.partitions.get(&key).and_then(|log| log.read_plan(offset, max, MAX_CONSUME_BYTES));
         let Some(plan) = plan else {
             return self.reply(request, ClientReply::Records(Vec::new()));
         };
-        let op = DiskOp::Read {
-            file: FileId::PartitionLog(key),
-            offset: plan.pos,
-            len: plan.len,
-        };
-        let topic = topic.to_string();
-        self.emit(
-            IoPurpose::Consume {
-                request,
-                key,
-                plan,
-                topic,
-            },
-            op,
-        );
+        let op = DiskOp::Read { file: FileId::PartitionLog(key), offset: plan.pos, len: plan.len };
+        let asker = ConsumeAsker::Client { topic };
+        self.emit(IoPurpose::Consume { request, key, plan, asker }, op);
     }
 
-    /// Answers a consume whose read completed.
+    /// A partition read completed: answer the local client or the peer that asked.
     pub(super) fn answer_consume(
         &mut self,
         request: RequestId,
         key: PartitionKey,
         plan: ReadPlan,
-        topic: String,
+        asker: ConsumeAsker,
         result: Result<DiskDone, DiskError>,
     ) {
-        let reply = match (self.partitions.get(&key), result) {
-            (None, _) => ClientReply::Error(not_found(&topic)),
-            (Some(_), Err(error)) => {
-                ClientReply::Error(ClientError::Internal(format!("read failed: {error}")))
+        let decoded = self.decode_consume(key, plan, result);
+        match asker {
+            ConsumeAsker::Client { topic } => {
+                let reply = match decoded {
+                    Ok(records) => ClientReply::Records(
+                        records
+                            .into_iter()
+                            .map(|r| ConsumedRecord {
+                                topic: topic.clone(),
+                                partition: key.partition,
+                                offset: r.offset,
+                                key: r.key,
+                                payload: r.payload,
+                                timestamp_ms: r.timestamp_ms,
+                            })
+                            .collect(),
+                    ),
+                    Err(error) => ClientReply::Error(error),
+                };
+                self.reply(request, reply);
             }
-            (Some(_), Ok(DiskDone::Done)) => {
-                ClientReply::Error(ClientError::Internal("read returned no data".into()))
+            ConsumeAsker::Peer { from, id } => {
+                let result = decoded
+                    .map(|records| {
+                        records
+                            .into_iter()
+                            .map(|r| WireConsumed {
+                                offset: r.offset,
+                                timestamp_ms: r.timestamp_ms,
+                                key: r.key,
+                                payload: r.payload,
+                            })
+                            .collect()
+                    })
+                    .map_err(|error| WireError::from_client(&error));
+                self.send(from, &PeerMessage::ConsumeReply { id, result });
             }
-            (Some(log), Ok(DiskDone::Data(bytes))) => match log.decode_read(plan, &bytes) {
-                Ok(records) => ClientReply::Records(
-                    records
-                        .into_iter()
-                        .map(|r| ConsumedRecord {
-                            topic: topic.clone(),
-                            partition: key.partition,
-                            offset: r.offset,
-                            key: r.key,
-                            payload: r.payload,
-                            timestamp_ms: r.timestamp_ms,
-                        })
-                        .collect(),
-                ),
-                Err(error) => {
-                    tracing::error!(%error, "consume found a damaged record");
-                    ClientReply::Error(ClientError::Internal(error))
-                }
-            },
+        }
+    }
+
+    fn decode_consume(
+        &self,
+        key: PartitionKey,
+        plan: ReadPlan,
+        result: Result<DiskDone, DiskError>,
+    ) -> Result<Vec<crate::partition::PartitionRecord>, ClientError> {
+        let Some(log) = self.partitions.get(&key) else {
+            return Err(ClientError::NotFound("topic not found".into()));
         };
-        self.reply(request, reply);
+        match result {
+            Err(error) => Err(ClientError::Internal(format!("read failed: {error}"))),
+            Ok(DiskDone::Done) => Err(ClientError::Internal("read returned no data".into())),
+            Ok(DiskDone::Data(bytes)) => log.decode_read(plan, &bytes).map_err(|error| {
+                tracing::error!(%error, "consume found a damaged record");
+                ClientError::Internal(error)
+            }),
+        }
     }
 }
 

@@ -1,10 +1,10 @@
 //! The dispatcher's side of the node: turning the dispatcher's commit requests into commit jobs
-//! on the partition's owner (this node, for now), feeding outcomes back, and handing durable WAL
-//! records to the dispatcher (from memory after a group commit, or from a WAL read when it fell
-//! behind).
+//! on the partition's owner (here, or a peer over node RPC), feeding outcomes back, and handing
+//! durable WAL records to the dispatcher (from memory after a group commit, or from a WAL read
+//! when it fell behind).
 
 use super::owner::ReplyTo;
-use super::{LocalPlacement, Node};
+use super::{ClusterPlacement, Node};
 use crate::constants::FAILURE_BACKOFF_MS;
 use crate::dispatch::CommitResult;
 use crate::io::{DiskDone, DiskError};
@@ -17,6 +17,17 @@ impl Node {
         let origin = self.config.node_id;
         let checkpoint = self.wal.durable_checkpoint();
         for request in self.dispatcher.poll_commits(self.now) {
+            match self.meta.owner(request.target) {
+                None => {
+                    self.finish_commit(request.id, CommitResult::TopicGone);
+                    continue;
+                }
+                Some(owner) if owner != origin => {
+                    self.send_commit(request.id, owner, request.target, request.records);
+                    continue;
+                }
+                Some(_) => {}
+            }
             let records = request
                 .records
                 .into_iter()
@@ -37,7 +48,7 @@ impl Node {
 
     /// Reports a commit's outcome to the dispatcher.
     pub(super) fn finish_commit(&mut self, id: CommitId, result: CommitResult) {
-        let placement = LocalPlacement(&self.catalog);
+        let placement = ClusterPlacement(&self.meta);
         self.dispatcher.on_commit(id, result, self.now, &placement);
     }
 
@@ -49,7 +60,7 @@ impl Node {
             return;
         }
         self.wal.advance_cursor(&records);
-        let placement = LocalPlacement(&self.catalog);
+        let placement = ClusterPlacement(&self.meta);
         let records = records.into_iter().map(|(record, _)| record).collect();
         self.dispatcher.accept(records, self.now, &placement);
     }

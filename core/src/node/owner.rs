@@ -7,6 +7,7 @@ use super::Node;
 use crate::dispatch::CommitResult;
 use crate::ids::{NodeId, PartitionKey, TopicId};
 use crate::io::NodeEvent;
+use crate::peer::{PeerMessage, WireCommitResult};
 use crate::partition::{CommitId, CommitOutcome, CommitPart, PartitionLog, PartitionRecord};
 
 /// Who waits for a commit job's outcome.
@@ -14,12 +15,15 @@ use crate::partition::{CommitId, CommitOutcome, CommitPart, PartitionLog, Partit
 pub(super) enum ReplyTo {
     /// This node's dispatcher, under its commit id.
     Dispatcher(CommitId),
+    /// Another node's dispatcher, answered with a `CommitReply`.
+    Peer { from: NodeId, id: u64 },
 }
 
 /// A commit job in flight or queued on one of our partitions.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Job {
     key: PartitionKey,
+    origin: NodeId,
     reply_to: ReplyTo,
 }
 
@@ -34,7 +38,7 @@ impl Node {
         reply_to: ReplyTo,
     ) {
         let live = self
-            .catalog
+            .meta
             .topic_by_id(key.topic)
             .is_some_and(|t| key.partition < t.partitions);
         if !live {
@@ -43,7 +47,7 @@ impl Node {
         }
         let id = CommitId(self.next_job);
         self.next_job += 1;
-        self.jobs.insert(id, Job { key, reply_to });
+        self.jobs.insert(id, Job { key, origin, reply_to });
         let part = CommitPart {
             id,
             origin,
@@ -101,11 +105,9 @@ impl Node {
             Ok(landed) => {
                 if !landed.origin_seqs.is_empty() {
                     let (first_offset, origins) = (landed.first_offset, landed.origin_seqs);
-                    self.push_event(NodeEvent::Committed {
-                        key: job.key,
-                        first_offset,
-                        origins,
-                    });
+                    let origin = job.origin;
+                    let key = job.key;
+                    self.push_event(NodeEvent::Committed { key, first_offset, origin, origins });
                 }
                 CommitResult::Committed {
                     first_offset: landed.first_offset,
@@ -142,6 +144,16 @@ impl Node {
     fn answer_job(&mut self, reply_to: ReplyTo, result: CommitResult) {
         match reply_to {
             ReplyTo::Dispatcher(id) => self.finish_commit(id, result),
+            ReplyTo::Peer { from, id } => {
+                let result = match result {
+                    CommitResult::Committed { first_offset } => {
+                        WireCommitResult::Committed { first_offset }
+                    }
+                    CommitResult::Failed(reason) => WireCommitResult::Failed(reason),
+                    CommitResult::TopicGone => WireCommitResult::TopicGone,
+                };
+                self.send(from, &PeerMessage::CommitReply { id, result });
+            }
         }
     }
 }

@@ -14,22 +14,15 @@ impl Node {
             .expect("invariant: completions echo tokens we issued");
         match purpose {
             IoPurpose::Wal(io) => self.on_wal_io(io, result),
-            IoPurpose::Catalog => {
+            IoPurpose::Meta(io) => {
                 if let Err(error) = &result {
-                    tracing::error!(%error, "catalogue write failed");
+                    tracing::error!(%error, "metastore disk operation failed");
                 }
-                if let Some((request, outcome)) = self.catalog.on_io(result) {
-                    self.reply_catalog(request, outcome);
-                }
+                self.meta.on_disk(io, result);
             }
             IoPurpose::Partition(key, io) => self.on_partition_io(key, io, result),
-            IoPurpose::Consume {
-                request,
-                key,
-                plan,
-                topic,
-            } => {
-                self.answer_consume(request, key, plan, topic, result);
+            IoPurpose::Consume { request, key, plan, asker } => {
+                self.answer_consume(request, key, plan, asker, result);
             }
             IoPurpose::StartupSync(file) => self.on_startup_sync(file, result),
             IoPurpose::FileDelete => {

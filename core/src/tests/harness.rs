@@ -24,8 +24,12 @@ pub struct Harness {
 }
 
 impl Harness {
+    /// A fresh node, run until it is ready (its metastore elected itself).
     pub fn new() -> Harness {
-        Harness::from_files(BTreeMap::new())
+        let mut harness = Harness::from_files(BTreeMap::new());
+        harness.run();
+        assert!(harness.node.is_ready(), "a fresh single node becomes ready");
+        harness
     }
 
     /// A harness whose disk fails the operations `fault` picks, from the very first one.
@@ -43,10 +47,7 @@ impl Harness {
             .iter()
             .map(|(f, b)| (*f, Bytes::from(b.clone())))
             .collect();
-        let config = Config {
-            node_id: crate::ids::NodeId(1),
-            seed: 42,
-        };
+        let config = Config::single(crate::ids::NodeId(1), 42);
         let node = Node::recover(config, now, snapshot).expect("recovery");
         let mut harness = Harness {
             node,
@@ -92,10 +93,10 @@ impl Harness {
         }
     }
 
-    /// Completes disk operations and fires timers until nothing is left, or until timers reach
-    /// 10 simulated seconds past the start (a persistent fault keeps retrying forever).
+    /// Completes disk operations and fires timers for 3 simulated seconds (the metastore ticks
+    /// forever, so there is no "idle"; 3 s covers every backoff and checkpoint delay).
     pub fn run(&mut self) {
-        let horizon = self.now.plus_millis(10_000);
+        let horizon = self.now.plus_millis(3_000);
         for _ in 0..1_000_000 {
             if let Some(input) = self.pending.pop_front() {
                 self.node.handle_input(self.now, input);
@@ -117,6 +118,7 @@ impl Harness {
     fn drain_effects(&mut self) {
         while let Some(effect) = self.node.poll_effect() {
             match effect {
+                Effect::Send { to, .. } => panic!("a single node sent a message to node {to:?}"),
                 Effect::Reply { request, reply } => {
                     assert!(
                         self.replies.insert(request, reply).is_none(),

@@ -417,12 +417,12 @@ fn nothing_read_at_start_up_is_used_before_it_is_synced() {
     assert_eq!(records.len(), 1);
 
     // A failed start-up sync means what was read may not be durable: fatal, never ready.
-    let mut files = h.files.clone();
-    files.entry(FileId::Catalog).or_default();
+    let files = h.files.clone();
+    assert!(files.contains_key(&FileId::MetaRaftLog));
     let mut h = Harness::from_files_with_fault(files, Box::new(|op| {
-        matches!(op, DiskOp::Sync { file: FileId::Catalog }).then(|| DiskError::Io("EIO".into()))
+        matches!(op, DiskOp::Sync { file: FileId::MetaRaftLog }).then(|| DiskError::Io("EIO".into()))
     }));
     h.run();
     assert!(!h.node.is_ready());
-    assert!(h.node.fatal_error().is_some_and(|e| e.contains("catalog")), "{:?}", h.node.fatal_error());
+    assert!(h.node.fatal_error().is_some_and(|e| e.contains("raft.log")), "{:?}", h.node.fatal_error());
 }

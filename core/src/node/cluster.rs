@@ -1,0 +1,297 @@
+//! Talking to other nodes: decoding what peers send and routing it, and the bookkeeping of our
+//! own requests to peers (commits to remote owners, commands forwarded to the metastore
+//! leader, consumes forwarded to owners) with their timeouts. Every request to a peer has a
+//! deadline; a lost message or a dead peer ends as a timeout, never as a hang.
+
+use std::collections::BTreeMap;
+
+use super::{ConsumeAsker, IoPurpose, MetaWaiter, Node};
+use crate::api::{ClientError, ClientReply, ConsumedRecord};
+use crate::constants::{COMMIT_TIMEOUT_MS, MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
+use crate::dispatch::CommitResult;
+use crate::ids::{Instant, NodeId, PartitionKey, RequestId};
+use crate::io::{DiskOp, FileId};
+use crate::meta::decode_command;
+use crate::partition::{CommitId, PartitionRecord};
+use crate::peer::{PeerMessage, WireAdminResult, WireCommitResult, WireConsumed, WireError};
+
+use super::owner::ReplyTo;
+
+/// How long a forwarded command or consume may take before the client gets a 503.
+pub(super) const FORWARD_TIMEOUT_MS: u64 = 6_000;
+
+/// A client request forwarded to another node.
+#[derive(Clone, Debug)]
+pub(super) enum Forwarded {
+    /// A topic command sent to the metastore leader (`name`: the topic it creates or deletes).
+    Admin { request: RequestId, name: String },
+    /// Our membership heartbeat sent to the leader (nobody waits).
+    Heartbeat,
+    /// A consume sent to the partition's owner.
+    Consume { request: RequestId, topic: String, partition: u32 },
+    /// A discard confirmation asked of the leader.
+    Confirm,
+}
+
+/// Our outstanding requests to peers.
+#[derive(Default)]
+pub(super) struct Remote {
+    next_id: u64,
+    /// Commits sent to owners, by the dispatcher's commit id.
+    pub(super) commits: BTreeMap<CommitId, Instant>,
+    /// Requests forwarded to peers, by message id.
+    pub(super) forwards: BTreeMap<u64, (Forwarded, Instant)>,
+    /// Forwarded topic commands already decided by the leader, waiting until our own replica
+    /// has applied them too (read-your-writes), or until the deadline.
+    pub(super) settling: Vec<Settling>,
+}
+
+/// A topic command's answer held back until the local replica shows its effect.
+pub(super) struct Settling {
+    pub request: RequestId,
+    pub reply: ClientReply,
+    /// The topic that must be present (`present`) or absent locally before we answer.
+    pub name: String,
+    pub present: bool,
+    pub deadline: Instant,
+}
+
+impl Remote {
+    /// A fresh id for a message that expects an answer.
+    pub(super) fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// The earliest deadline of anything outstanding.
+    pub(super) fn next_deadline(&self) -> Option<Instant> {
+        let commits = self.commits.values().copied();
+        let forwards = self.forwards.values().map(|(_, at)| *at);
+        let settling = self.settling.iter().map(|s| s.deadline);
+        commits.chain(forwards).chain(settling).min()
+    }
+}
+
+impl Node {
+    /// Bytes from a peer: decode, then route. Undecodable bytes are refused and counted.
+    pub(super) fn handle_peer(&mut self, from: NodeId, bytes: &bytes::Bytes) {
+        let message = match PeerMessage::decode(bytes) {
+            Ok(message) => message,
+            Err(error) => {
+                self.counters.peer_messages_refused += 1;
+                tracing::warn!(from = from.0, %error, "refused a peer message");
+                return;
+            }
+        };
+        if !self.is_started() {
+            return; // nothing read at start-up is trusted yet; peers retry
+        }
+        match message {
+            PeerMessage::Raft(bytes) => self.meta.handle_message(self.now, from, &bytes),
+            PeerMessage::CommitBatch { id, origin_checkpoint, target, records } => {
+                self.on_commit_batch(from, id, origin_checkpoint, target, records);
+            }
+            PeerMessage::CommitReply { id, result } => self.on_commit_reply(id, result),
+            PeerMessage::ConfirmGone { id, topic } => {
+                let waiter = MetaWaiter::Confirm { topic, asker: Some((from, id)) };
+                self.meta.read_barrier(self.now, waiter);
+            }
+            PeerMessage::ConfirmGoneReply { id, topic, gone } => {
+                if self.remote.forwards.remove(&id).is_some() {
+                    self.on_leader_confirmation(topic, gone);
+                }
+            }
+            PeerMessage::Propose { id, command } => self.on_forwarded_command(from, id, &command),
+            PeerMessage::ProposeReply { id, result } => self.on_propose_reply(id, result),
+            PeerMessage::Consume { id, target, offset, max } => {
+                self.on_forwarded_consume(from, id, target, offset, max);
+            }
+            PeerMessage::ConsumeReply { id, result } => self.on_consume_reply(id, result),
+        }
+    }
+
+    /// A commit batch for a partition we (should) own.
+    fn on_commit_batch(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        origin_checkpoint: u64,
+        target: PartitionKey,
+        records: Vec<crate::peer::WireRecord>,
+    ) {
+        if self.meta.owner(target) != Some(self.config.node_id) {
+            let reason = format!("node {} does not own {target}", self.config.node_id.0);
+            let result = WireCommitResult::Failed(reason);
+            self.send(from, &PeerMessage::CommitReply { id, result });
+            return;
+        }
+        let records = records
+            .into_iter()
+            .map(|r| PartitionRecord {
+                offset: 0,
+                timestamp_ms: r.timestamp_ms,
+                origin_node: from,
+                origin_seq: r.seq,
+                key: r.key,
+                payload: r.payload,
+            })
+            .collect();
+        self.enqueue_commit(target, from, origin_checkpoint, records, ReplyTo::Peer { from, id });
+        self.start_queued_commits();
+    }
+
+    /// An owner answered one of our commits (late answers after a timeout are ignored: the
+    /// dispatcher already retried, and idempotent commits make the retry land once).
+    fn on_commit_reply(&mut self, id: u64, result: WireCommitResult) {
+        let commit = CommitId(id);
+        if self.remote.commits.remove(&commit).is_none() {
+            return;
+        }
+        let result = match result {
+            WireCommitResult::Committed { first_offset, .. } => {
+                self.counters.remote_commits_ok += 1;
+                CommitResult::Committed { first_offset }
+            }
+            WireCommitResult::Failed(reason) => {
+                self.counters.remote_commits_failed += 1;
+                CommitResult::Failed(reason)
+            }
+            WireCommitResult::TopicGone => CommitResult::TopicGone,
+        };
+        self.finish_commit(commit, result);
+    }
+
+    /// A follower forwarded a metastore command to us.
+    fn on_forwarded_command(&mut self, from: NodeId, id: u64, command: &[u8]) {
+        let Some(command) = decode_command(command) else {
+            let error = WireError { status: 400, message: "undecodable command".into() };
+            let result = WireAdminResult::Error(error);
+            self.send(from, &PeerMessage::ProposeReply { id, result });
+            return;
+        };
+        if let Err(error) = self.meta.propose(self.now, command, MetaWaiter::Peer { from, id }) {
+            let error = ClientError::Unavailable(error.to_string());
+            let result = WireAdminResult::Error(WireError::from_client(&error));
+            self.send(from, &PeerMessage::ProposeReply { id, result });
+        }
+    }
+
+    fn on_propose_reply(&mut self, id: u64, result: WireAdminResult) {
+        let Some((forwarded, _)) = self.remote.forwards.remove(&id) else { return };
+        let Forwarded::Admin { request, name } = forwarded else { return };
+        let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
+        match result {
+            WireAdminResult::Created(topic) => {
+                let reply = ClientReply::TopicCreated(topic);
+                self.remote.settling.push(Settling { request, reply, name, present: true, deadline });
+            }
+            WireAdminResult::Done => {
+                let reply = ClientReply::TopicDeleted;
+                self.remote.settling.push(Settling { request, reply, name, present: false, deadline });
+            }
+            WireAdminResult::Error(error) => {
+                self.reply(request, ClientReply::Error(error.into_client()));
+            }
+        }
+    }
+
+    /// Another node reads one of our partitions for its client.
+    fn on_forwarded_consume(&mut self, from: NodeId, id: u64, target: PartitionKey, offset: u64, max: u32) {
+        let max = u64::from(max.clamp(1, MAX_CONSUME_RECORDS));
+        let Some(log) = self.partitions.get(&target) else {
+            let result = if self.meta.topic_by_id(target.topic).is_some() {
+                Ok(Vec::new())
+            } else {
+                Err(WireError { status: 404, message: "topic not found".into() })
+            };
+            self.send(from, &PeerMessage::ConsumeReply { id, result });
+            return;
+        };
+        let Some(plan) = log.read_plan(offset, max, MAX_CONSUME_BYTES) else {
+            self.send(from, &PeerMessage::ConsumeReply { id, result: Ok(Vec::new()) });
+            return;
+        };
+        let op = DiskOp::Read { file: FileId::PartitionLog(target), offset: plan.pos, len: plan.len };
+        let asker = ConsumeAsker::Peer { from, id };
+        self.emit(IoPurpose::Consume { request: RequestId(0), key: target, plan, asker }, op);
+    }
+
+    fn on_consume_reply(&mut self, id: u64, result: Result<Vec<WireConsumed>, WireError>) {
+        let Some((Forwarded::Consume { request, topic, partition }, _)) =
+            self.remote.forwards.remove(&id)
+        else {
+            return;
+        };
+        let reply = match result {
+            Ok(records) => ClientReply::Records(
+                records
+                    .into_iter()
+                    .map(|r| ConsumedRecord {
+                        topic: topic.clone(),
+                        partition,
+                        offset: r.offset,
+                        key: r.key,
+                        payload: r.payload,
+                        timestamp_ms: r.timestamp_ms,
+                    })
+                    .collect(),
+            ),
+            Err(error) => ClientReply::Error(error.into_client()),
+        };
+        self.reply(request, reply);
+    }
+
+    /// Ends everything whose deadline passed: remote commits fail (the dispatcher backs off and
+    /// retries), forwarded requests answer 503, settling answers go out as they are.
+    pub(super) fn expire_remote(&mut self) {
+        let now = self.now;
+        let expired: Vec<CommitId> =
+            self.remote.commits.iter().filter(|(_, at)| **at <= now).map(|(id, _)| *id).collect();
+        for id in expired {
+            self.remote.commits.remove(&id);
+            self.counters.remote_commits_failed += 1;
+            self.finish_commit(id, CommitResult::Failed("commit timed out".into()));
+        }
+        let expired: Vec<u64> =
+            self.remote.forwards.iter().filter(|(_, (_, at))| *at <= now).map(|(id, _)| *id).collect();
+        for id in expired {
+            let (forwarded, _) = self.remote.forwards.remove(&id).expect("listed above");
+            let error = ClientError::Unavailable("the node that had to answer did not in time".into());
+            match forwarded {
+                Forwarded::Admin { request, .. } | Forwarded::Consume { request, .. } => {
+                    self.reply(request, ClientReply::Error(error));
+                }
+                Forwarded::Heartbeat | Forwarded::Confirm => {}
+            }
+        }
+        let (due, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.remote.settling).into_iter().partition(|s| s.deadline <= now);
+        self.remote.settling = waiting;
+        for settled in due {
+            self.reply(settled.request, settled.reply);
+        }
+    }
+
+    /// Sends a commit to a remote owner.
+    pub(super) fn send_commit(
+        &mut self,
+        id: CommitId,
+        owner: NodeId,
+        target: PartitionKey,
+        records: Vec<crate::wal::WalRecord>,
+    ) {
+        let records = records
+            .into_iter()
+            .map(|r| crate::peer::WireRecord {
+                seq: r.seq,
+                timestamp_ms: r.timestamp_ms,
+                key: r.key,
+                payload: r.payload,
+            })
+            .collect();
+        let origin_checkpoint = self.wal.durable_checkpoint();
+        let message = PeerMessage::CommitBatch { id: id.0, origin_checkpoint, target, records };
+        self.send(owner, &message);
+        self.remote.commits.insert(id, self.now.plus_millis(COMMIT_TIMEOUT_MS));
+    }
+}

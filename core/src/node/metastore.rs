@@ -1,0 +1,116 @@
+//! The node's side of the metastore: ticking it, carrying its disk operations and Raft
+//! messages, proposing topic commands (or forwarding them to the leader), answering whoever
+//! waited for an applied command or a read barrier, and reacting to what was applied (a deleted
+//! topic's partitions are dropped, a dead owner's records are rerouted).
+
+use super::cluster::{FORWARD_TIMEOUT_MS, Forwarded};
+use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
+use crate::api::{ClientError, ClientReply};
+use crate::meta::{Applied, MetaCommand, MetaOutput, ProposeError, encode_command};
+use crate::peer::{PeerMessage, WireAdminResult, WireError};
+
+impl Node {
+    /// One metastore tick, then this node's membership heartbeat if one is due.
+    pub(super) fn tick_metastore(&mut self) {
+        self.meta.handle_tick(self.now);
+        if let Some(heartbeat) = self.meta.poll_heartbeat(self.now) {
+            match self.meta.propose(self.now, heartbeat.clone(), MetaWaiter::Heartbeat) {
+                Ok(()) => {}
+                Err(ProposeError::NotLeader { leader: Some(leader) }) => {
+                    self.forward_command(leader, &heartbeat, Forwarded::Heartbeat);
+                }
+                Err(error) => tracing::debug!(%error, "membership heartbeat not proposed"),
+            }
+        }
+    }
+
+    /// A client's topic create or delete: proposed here if we lead, else forwarded.
+    pub(super) fn propose_admin(&mut self, request: crate::ids::RequestId, command: MetaCommand) {
+        let name = match &command {
+            MetaCommand::CreateTopic { name, .. } | MetaCommand::DeleteTopic { name } => name.clone(),
+            _ => unreachable!("only topic commands come from clients"),
+        };
+        match self.meta.propose(self.now, command.clone(), MetaWaiter::Client(request)) {
+            Ok(()) => {}
+            Err(ProposeError::NotLeader { leader: Some(leader) }) => {
+                self.forward_command(leader, &command, Forwarded::Admin { request, name });
+            }
+            Err(ProposeError::NotLeader { leader: None }) => {
+                let error = ClientError::Unavailable("no metastore leader (no quorum?)".into());
+                self.reply(request, ClientReply::Error(error));
+            }
+            Err(error) => {
+                let error = ClientError::Unavailable(error.to_string());
+                self.reply(request, ClientReply::Error(error));
+            }
+        }
+    }
+
+    fn forward_command(&mut self, leader: crate::ids::NodeId, command: &MetaCommand, kind: Forwarded) {
+        let id = self.remote.next_id();
+        let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
+        self.remote.forwards.insert(id, (kind, deadline));
+        let command = bytes::Bytes::from(encode_command(command));
+        self.send(leader, &PeerMessage::Propose { id, command });
+    }
+
+    /// Carries out everything the metastore asked for or reported.
+    pub(super) fn drain_metastore(&mut self) {
+        while let Some(output) = self.meta.poll_output() {
+            match output {
+                MetaOutput::Disk { io, op } => self.emit(IoPurpose::Meta(io), op),
+                MetaOutput::Send { to, bytes } => self.send(to, &PeerMessage::Raft(bytes)),
+                MetaOutput::Applied { waiter, result } => self.on_applied(waiter, result),
+                MetaOutput::Barrier { ctx, ok } => self.on_barrier(ctx, ok),
+                MetaOutput::MembershipChanged { node, alive } => {
+                    tracing::info!(node = node.0, alive, "membership changed");
+                    if !alive {
+                        let placement = ClusterPlacement(&self.meta);
+                        self.dispatcher.reroute_dead_owners(self.now, &placement);
+                    }
+                }
+            }
+        }
+    }
+
+    fn on_applied(&mut self, waiter: Option<MetaWaiter>, result: Result<Applied, ClientError>) {
+        if let Ok(Applied::Deleted(topic)) = &result {
+            tracing::info!(topic = %topic.name, id = topic.id.0, "topic deleted");
+            self.drop_partitions(topic.id, topic.partitions);
+        }
+        if let Ok(Applied::Created(topic)) = &result {
+            tracing::info!(topic = %topic.name, id = topic.id.0, partitions = topic.partitions, "topic created");
+        }
+        match waiter {
+            Some(MetaWaiter::Client(request)) => {
+                let reply = match result {
+                    Ok(Applied::Created(topic)) => ClientReply::TopicCreated(topic),
+                    Ok(_) => ClientReply::TopicDeleted,
+                    Err(error) => ClientReply::Error(error),
+                };
+                self.reply(request, reply);
+            }
+            Some(MetaWaiter::Peer { from, id }) => {
+                let result = match result {
+                    Ok(Applied::Created(topic)) => WireAdminResult::Created(topic),
+                    Ok(_) => WireAdminResult::Done,
+                    Err(error) => WireAdminResult::Error(WireError::from_client(&error)),
+                };
+                self.send(from, &PeerMessage::ProposeReply { id, result });
+            }
+            Some(MetaWaiter::Heartbeat | MetaWaiter::Confirm { .. }) | None => {}
+        }
+    }
+
+    /// Forwarded topic commands are answered once our own replica shows their effect, so a
+    /// client that creates a topic through us can produce to it through us right away.
+    pub(super) fn answer_settled_admin(&mut self) {
+        let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.remote.settling)
+            .into_iter()
+            .partition(|s| self.meta.topic(&s.name).is_some() == s.present);
+        self.remote.settling = waiting;
+        for settled in done {
+            self.reply(settled.request, settled.reply);
+        }
+    }
+}
