@@ -193,6 +193,9 @@ pub struct Stats {
     pub records_rerouted: u64,
     /// Records discarded because their topic was deleted.
     pub records_discarded: u64,
+    /// Acknowledged records found damaged at rest in the WAL before dispatch: lost (their only
+    /// copy). Anything above zero means the disk corrupted data; see the error log.
+    pub records_lost: u64,
     /// Per partition: (topic name, partition, high watermark, size in bytes).
     pub partitions: Vec<(String, u32, u64, u64)>,
     /// 1 once recovery finished and the node serves requests.

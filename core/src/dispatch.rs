@@ -62,6 +62,8 @@ pub struct DispatchCounters {
     pub records_committed: u64,
     pub records_rerouted: u64,
     pub records_discarded: u64,
+    /// Records found damaged at rest in the WAL and skipped (lost).
+    pub records_lost: u64,
 }
 
 struct InFlight {
@@ -174,6 +176,20 @@ impl Dispatcher {
                 .enqueue(seq, now);
         }
         assert!(self.held.len() <= WINDOW_MAX_RECORDS * LOOKAHEAD_WINDOWS);
+    }
+
+    /// Takes the next sequences as lost (damaged at rest in the WAL): they count as done, so the
+    /// checkpoint can pass them.
+    pub fn skip_lost(&mut self, seqs: std::ops::Range<u64>) {
+        assert_eq!(seqs.start, self.read_upto, "invariant: lost records arrive in order");
+        self.counters.records_lost += seqs.end - seqs.start;
+        for seq in seqs {
+            self.read_upto += 1;
+            self.done_ahead.insert(seq);
+        }
+        while self.done_ahead.remove(&self.checkpoint) {
+            self.checkpoint += 1;
+        }
     }
 
     /// Where a record for `destination` goes now: itself, unless it is rerouted.

@@ -172,6 +172,9 @@ pub enum NodeEvent {
     CheckpointDurable { checkpoint: u64 },
     /// A WAL record was discarded because its topic incarnation is gone (leader-confirmed).
     Discarded { seq: u64, topic: TopicId },
+    /// WAL records were found damaged at rest by the dispatcher and are lost (their only copy):
+    /// reported loudly, then skipped so the records behind them still flow.
+    RecordsLost { seqs: std::ops::Range<u64> },
     /// The WAL latched after a write or fsync failure: no further produce is acknowledged.
     WalLatched,
     /// A partition log's commit failed (fsync, write or read-back) and was rolled back.

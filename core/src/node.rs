@@ -336,6 +336,12 @@ impl Node {
             && self.meta.caught_up()
     }
 
+    /// True once the start-up syncs are done: from then on the node serves what it recovered
+    /// (client requests that arrived earlier were held until now).
+    pub fn is_serving(&self) -> bool {
+        self.startup_syncs_left == 0 && self.fatal.is_none()
+    }
+
     /// Set when the node cannot safely go on (a start-up sync failed, so what it read from disk
     /// may not be durable). The runtime must stop the process; a restart recovers.
     pub fn fatal_error(&self) -> Option<&str> {
@@ -385,6 +391,7 @@ impl Node {
             partition_fsyncs: self.partitions.values().map(|p| p.fsyncs).sum(),
             records_rerouted: dispatch.records_rerouted,
             records_discarded: dispatch.records_discarded,
+            records_lost: dispatch.records_lost,
             partitions,
             ready: u64::from(self.is_ready()),
             meta_leader: u64::from(self.meta.is_leader()),

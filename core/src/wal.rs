@@ -15,6 +15,7 @@
 //! synced when it keeps up, from disk (`Read`) when it fell behind.
 
 pub mod checkpoint;
+mod damage;
 pub mod record;
 mod recovery;
 
@@ -22,7 +23,6 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
-use crate::codec;
 use crate::constants::{
     CHECKPOINT_SYNC_DELAY_MS, WAL_READ_CHUNK_BYTES, WAL_ROTATE_DISPATCHED_BYTES, WAL_SEGMENT_BYTES,
 };
@@ -55,6 +55,15 @@ pub struct Draft {
     pub partition: u32,
     pub key: Option<Bytes>,
     pub payload: Bytes,
+}
+
+/// What a dispatcher read of the WAL found.
+#[derive(Debug)]
+pub enum CursorRead {
+    /// Records from the cursor on, each with its frame length (see `Wal::advance_cursor`).
+    Records(Vec<(WalRecord, u64)>),
+    /// These sequences were damaged at rest and are lost; the cursor moved past them.
+    Lost(std::ops::Range<u64>),
 }
 
 /// The outcome of a group commit, for the node to answer waiters with.
@@ -123,6 +132,8 @@ struct CheckpointState {
     in_flight: Option<(u64, u32)>,
     next_slot: u64,
     file_exists: bool,
+    /// After a failed write, not before this (even when flushing for shutdown).
+    retry_at: Option<Instant>,
 }
 
 /// The ingress WAL of one node. `W` is whatever the node uses to remember a waiting produce.
@@ -137,6 +148,8 @@ pub struct Wal<W> {
     checkpoint: CheckpointState,
     cursor: Cursor,
     read_in_flight: bool,
+    /// Consecutive cursor reads that found no valid record at the cursor.
+    damaged_reads: u32,
     repairs_left: u32,
     outbox: VecDeque<(WalIo, DiskOp)>,
     counters: WalCounters,
@@ -196,6 +209,7 @@ impl<W> Wal<W> {
             },
             cursor,
             read_in_flight: false,
+            damaged_reads: 0,
             repairs_left,
             outbox,
             counters: WalCounters::default(),
@@ -496,9 +510,8 @@ impl<W> Wal<W> {
         if self.checkpoint.in_flight.is_some() {
             return None;
         }
-        self.checkpoint
-            .dirty_since
-            .map(|since| since.plus_millis(CHECKPOINT_SYNC_DELAY_MS))
+        let due = self.checkpoint.dirty_since.map(|since| since.plus_millis(CHECKPOINT_SYNC_DELAY_MS));
+        due.map(|due| due.max(self.checkpoint.retry_at.unwrap_or(due)))
     }
 
     fn maybe_write_checkpoint(&mut self, now: Instant, flush_now: bool) {
@@ -507,7 +520,8 @@ impl<W> Wal<W> {
         let Some(since) = state.dirty_since else {
             return;
         };
-        let due = flush_now || now >= since.plus_millis(CHECKPOINT_SYNC_DELAY_MS);
+        let backing_off = state.retry_at.is_some_and(|at| now < at);
+        let due = !backing_off && (flush_now || now >= since.plus_millis(CHECKPOINT_SYNC_DELAY_MS));
         if state.in_flight.is_some() || !due || !repaired {
             return;
         }
@@ -549,6 +563,7 @@ impl<W> Wal<W> {
             // truncates it) in case the failure was its creation. Losing the older slot is safe:
             // without a checkpoint, recovery re-dispatches from the oldest segment.
             state.dirty_since = Some(now);
+            state.retry_at = Some(now.plus_millis(crate::constants::FAILURE_BACKOFF_MS));
             state.file_exists = false;
             *value = u64::MAX;
         }
@@ -643,46 +658,55 @@ impl<W> Wal<W> {
         }
     }
 
-    /// Decodes a completed cursor read into records (from the cursor on). Returns the records and
-    /// the byte length of each frame; an empty result with an error means the read failed or the
-    /// bytes were damaged (retried on the next poll).
+    /// Decodes a completed cursor read into records (from the cursor on). A failed read is an
+    /// error (retried later). Bytes with no valid record where one must be are retried too (a
+    /// read can return damaged data once); after `DAMAGED_READS_BEFORE_SKIP` such reads the
+    /// records there are declared lost (the only copy was damaged at rest) and the cursor moves
+    /// past them, so one damaged record cannot hold back every record behind it.
     pub fn on_cursor_read(
         &mut self,
         segment: u64,
         offset: u64,
         result: Result<DiskDone, DiskError>,
-    ) -> Result<Vec<(WalRecord, u64)>, String> {
+    ) -> Result<CursorRead, String> {
         self.read_in_flight = false;
         if segment != self.cursor.segment || offset != self.cursor.offset {
-            return Ok(Vec::new()); // the cursor moved on meanwhile (records handed over from memory)
+            return Ok(CursorRead::Records(Vec::new())); // the cursor moved on meanwhile
         }
         let bytes = match result {
             Ok(DiskDone::Data(bytes)) => bytes,
             Ok(DiskDone::Done) => return Err("read returned no data".to_string()),
             Err(error) => return Err(error.to_string()),
         };
-        let mut records = Vec::new();
-        let mut pos = 0;
-        let mut expected = self.cursor.seq;
-        while let Some(frame) = codec::frame_at(&bytes, pos) {
-            let record = WalRecord::decode(frame.body(&bytes))
-                .filter(|r| r.seq == expected)
-                .ok_or_else(|| {
-                    format!(
-                        "WAL segment {segment}: bad record at byte {}",
-                        offset + pos as u64
-                    )
-                })?;
-            records.push((record, (frame.end() - pos) as u64));
-            expected += 1;
-            pos = frame.end();
+        let records = damage::decode_run(&bytes, self.cursor.seq);
+        if !records.is_empty() {
+            self.damaged_reads = 0;
+            return Ok(CursorRead::Records(records));
         }
-        if records.is_empty() {
-            return Err(format!(
-                "WAL segment {segment}: no valid frame at byte {offset}"
-            ));
+        self.damaged_reads += 1;
+        let at = offset;
+        if self.damaged_reads < damage::DAMAGED_READS_BEFORE_SKIP {
+            return Err(format!("WAL segment {segment}: no valid record at byte {at}"));
         }
-        Ok(records)
+        self.damaged_reads = 0;
+        Ok(CursorRead::Lost(self.skip_damage(segment, offset, &bytes)))
+    }
+
+    /// Moves the cursor past damaged bytes to the next valid record (or the segment's end) and
+    /// returns the sequences lost on the way.
+    fn skip_damage(&mut self, segment: u64, offset: u64, bytes: &[u8]) -> std::ops::Range<u64> {
+        let first_lost = self.cursor.seq;
+        let segment_end_seq = self
+            .segments
+            .range(segment + 1..)
+            .next()
+            .map_or(self.durable_seq, |(&next, _)| next);
+        let (resume_offset, resume_seq) = match damage::find_resume(bytes, first_lost, segment_end_seq) {
+            Some((pos, seq)) => (offset + pos as u64, seq),
+            None => (self.segments[&segment].durable, segment_end_seq),
+        };
+        self.cursor = Cursor { seq: resume_seq, segment, offset: resume_offset };
+        first_lost..resume_seq
     }
 
     /// Next disk operation to emit.

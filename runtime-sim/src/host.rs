@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use narad_core::{
     ClientReply, Config, DiskDone, DiskError, DiskOp, Effect, FileId, Input, Instant, IoToken,
-    Node, NodeEvent, RecoveryError, RequestId,
+    Node, NodeEvent, RecoveryError, RequestId, Stats,
 };
 
 /// What a host asks of the simulation around it.
@@ -22,6 +22,8 @@ pub trait HostRuntime {
     fn event(&mut self, node: u32, event: NodeEvent);
     /// Call `NodeHost::fire_timer(.., generation, ..)` at `at`.
     fn arm_timer(&mut self, node: u32, at: Instant, generation: u64);
+    /// The node just started serving (its start-up syncs are done): what it serves from now on.
+    fn ready(&mut self, node: u32, stats: &Stats);
 }
 
 /// One simulated process running a node.
@@ -34,6 +36,8 @@ pub struct NodeHost {
     deferred: VecDeque<Option<Input>>,
     timer: Option<Instant>,
     timer_generation: u64,
+    /// The running node has reported ready since it started.
+    ready: bool,
 }
 
 impl NodeHost {
@@ -48,6 +52,7 @@ impl NodeHost {
             deferred: VecDeque::new(),
             timer: None,
             timer_generation: 0,
+            ready: false,
         }
     }
 
@@ -84,6 +89,7 @@ impl NodeHost {
         );
         self.node = Some(Node::recover(self.config.clone(), now, files)?);
         self.paused = false;
+        self.ready = false;
         self.drain(rt);
         Ok(())
     }
@@ -184,6 +190,10 @@ impl NodeHost {
                 Effect::Disk { token, op } => rt.disk_op(self.index, self.epoch, token, op),
                 Effect::Reply { request, reply } => rt.reply(self.index, request, reply),
             }
+        }
+        if !self.ready && node.is_serving() {
+            self.ready = true;
+            rt.ready(self.index, &node.stats());
         }
         let next = node.poll_timeout();
         if next != self.timer {

@@ -3,6 +3,7 @@
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
@@ -14,7 +15,8 @@ const EXAMPLES: &str = "Examples:
   narad serve                                   # one node on 127.0.0.1:7942, data in ./narad-data
   narad topic create orders --partitions 4
   echo '{\"id\": 1}' | narad produce orders --key customer-7
-  narad consume orders --partition 0 --offset 0 --max 10";
+  narad consume orders --partition 0 --offset 0 --max 10
+  narad bench --concurrency 64 --duration 20s --json    # produce load against 127.0.0.1:7942";
 
 /// Narad: a durable, HTTP-first message broker.
 ///
@@ -42,6 +44,11 @@ pub enum Command {
     Produce(ProduceArgs),
     /// Read committed messages of one partition, starting at an offset; prints JSON.
     Consume(ConsumeArgs),
+    /// Load a running node over HTTP and report throughput, latency and fsyncs per message.
+    ///
+    /// Closed-loop clients on keep-alive connections, one thread. A warm-up is excluded from every
+    /// figure. `--fsync-probe DIR` measures the disk instead: a serialized write + fdatasync loop.
+    Bench(BenchArgs),
 }
 
 #[derive(Debug, Args)]
@@ -148,6 +155,79 @@ pub struct ConsumeArgs {
     pub max: Option<u32>,
 }
 
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Topic to produce to (created if missing).
+    #[arg(long, default_value = "bench")]
+    pub topic: String,
+    /// Partitions of the topic when the bench creates it.
+    #[arg(long, value_name = "N", default_value_t = 3)]
+    pub partitions: u32,
+    /// Concurrent clients (connections), each with one request in flight.
+    #[arg(short, long, value_name = "N", default_value_t = 16)]
+    pub concurrency: usize,
+    /// Length of the measured window (e.g. 10s, 500ms, 1m).
+    #[arg(short, long, value_name = "TIME", default_value = "10s", value_parser = parse_duration)]
+    pub duration: Duration,
+    /// Load before the measured window, excluded from every figure.
+    #[arg(long, value_name = "TIME", default_value = "1s", value_parser = parse_duration)]
+    pub warmup: Duration,
+    /// Payload bytes per message.
+    #[arg(long, value_name = "BYTES", default_value_t = 256)]
+    pub payload: usize,
+    /// Use batch produce with N messages per request (1-1000).
+    #[arg(long, value_name = "N")]
+    pub batch: Option<usize>,
+    /// Cycle through N distinct keys (0: keyless, round-robin partitions).
+    #[arg(long, value_name = "N", default_value_t = 0)]
+    pub keys: usize,
+    /// Also measure produce → visible latency (202 to readable by a consumer).
+    #[arg(long)]
+    pub visible: bool,
+    /// Load `GET /healthz` instead of produce: the HTTP ceiling of the same server.
+    #[arg(long)]
+    pub healthz: bool,
+    /// Print one JSON object instead of a summary.
+    #[arg(long)]
+    pub json: bool,
+    /// Pid of the server, for its RSS and CPU (found in /proc when absent).
+    #[arg(long, value_name = "PID")]
+    pub server_pid: Option<u32>,
+    /// Stop after this many requests, even before the duration is over.
+    #[arg(long, value_name = "N")]
+    pub max_requests: Option<u64>,
+    /// Run the serialized fdatasync probe in DIR (for --duration) instead of loading a node.
+    #[arg(long, value_name = "DIR")]
+    pub fsync_probe: Option<PathBuf>,
+    /// With --fsync-probe: overwrite a pre-written file instead of appending.
+    #[arg(long, requires = "fsync_probe")]
+    pub probe_overwrite: bool,
+}
+
+/// Parses `10s`, `500ms`, `2m` or a bare number of seconds.
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let text = text.trim();
+    let split = text
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(text.len());
+    let (number, unit) = text.split_at(split);
+    let number: f64 = number
+        .parse()
+        .map_err(|_| format!("`{text}` is not a duration (e.g. 10s, 500ms, 2m)"))?;
+    let seconds = match unit {
+        "" | "s" => number,
+        "ms" => number / 1_000.0,
+        "m" => number * 60.0,
+        _ => return Err(format!("unknown unit `{unit}` (use ms, s or m)")),
+    };
+    if !(0.0..=86_400.0).contains(&seconds) {
+        return Err(format!("`{text}` is out of range (0 to 24 hours)"));
+    }
+    Ok(Duration::from_secs_f64(seconds))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -177,5 +257,15 @@ mod tests {
             panic!("topic expected")
         };
         assert_eq!(args.target.url, "http://x:1");
+    }
+
+    #[test]
+    fn durations_parse() {
+        assert_eq!(parse_duration("10s"), Ok(Duration::from_secs(10)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert_eq!(parse_duration("2m"), Ok(Duration::from_secs(120)));
+        assert_eq!(parse_duration("3"), Ok(Duration::from_secs(3)));
+        assert!(parse_duration("3h").is_err());
+        assert!(parse_duration("x").is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! HTTP); the other commands are small clients of a running node. All broker logic lives in
 //! `narad-core`; this crate only executes its disk, timer and reply effects.
 
+mod bench;
 mod cli;
 mod client;
 mod clock;
@@ -36,6 +37,7 @@ fn main() -> ExitCode {
         Command::Topic(args) => client::topic(args),
         Command::Produce(args) => client::produce(args),
         Command::Consume(args) => client::consume(args),
+        Command::Bench(args) => bench::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -93,6 +93,10 @@ pub enum What {
     Checkpoint {
         checkpoint: u64,
     },
+    RecordsLost {
+        first: u64,
+        count: u64,
+    },
     Discarded {
         seq: u64,
         topic: u64,
@@ -268,6 +272,7 @@ fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
         What::Committed { key, first, count } => h.words(&[8, key_word(&key), first, count]),
         What::Checkpoint { checkpoint } => h.words(&[9, checkpoint]),
         What::Discarded { seq, topic } => h.words(&[10, seq, topic]),
+        What::RecordsLost { first, count } => h.words(&[23, first, count]),
         What::Latched => h.word(11),
         What::CommitFailed { key } => h.words(&[12, key_word(&key)]),
         What::Fault { action } => {
@@ -327,6 +332,9 @@ impl fmt::Display for TraceRecord {
             What::Committed { key, first, count } => write!(f, "committed {key} @{first} +{count}"),
             What::Checkpoint { checkpoint } => write!(f, "checkpoint durable {checkpoint}"),
             What::Discarded { seq, topic } => write!(f, "discarded seq {seq} of topic#{topic}"),
+            What::RecordsLost { first, count } => {
+                write!(f, "LOST {count} WAL record(s) damaged at rest from seq {first}")
+            }
             What::Latched => write!(f, "WAL LATCHED"),
             What::CommitFailed { key } => write!(f, "commit failed {key}"),
             What::Fault { action } => write!(f, "FAULT {action}"),

@@ -9,7 +9,8 @@ use crate::constants::FAILURE_BACKOFF_MS;
 use crate::dispatch::CommitResult;
 use crate::io::{DiskDone, DiskError};
 use crate::partition::{CommitId, PartitionRecord};
-use crate::wal::WalRecord;
+use crate::io::NodeEvent;
+use crate::wal::{CursorRead, WalRecord};
 
 impl Node {
     /// Starts every commit the dispatcher wants now.
@@ -73,7 +74,16 @@ impl Node {
         result: Result<DiskDone, DiskError>,
     ) {
         match self.wal.on_cursor_read(segment, offset, result) {
-            Ok(records) => self.feed_dispatcher(records),
+            Ok(CursorRead::Records(records)) => self.feed_dispatcher(records),
+            Ok(CursorRead::Lost(lost)) => {
+                tracing::error!(
+                    first_seq = lost.start,
+                    count = lost.end - lost.start,
+                    "WAL records damaged at rest are LOST (their only copy); dispatching what follows"
+                );
+                self.dispatcher.skip_lost(lost.clone());
+                self.push_event(NodeEvent::RecordsLost { seqs: lost });
+            }
             Err(reason) => {
                 tracing::error!(%reason, "reading the WAL for dispatch failed; retrying in 1 s");
                 self.wal_read_retry_at = Some(self.now.plus_millis(FAILURE_BACKOFF_MS));

@@ -34,6 +34,18 @@ impl Checker {
                 self.latched = true;
             }
             NodeEvent::CommitFailed { .. } => self.counters.commits_failed += 1,
+            NodeEvent::RecordsLost { seqs } => {
+                // Only a disk that damaged data at rest may cost records; they count as done
+                // for the checkpoint check and their messages are excused as lost to corruption.
+                if !self.corruption_hit {
+                    let detail = format!("WAL seqs {seqs:?} declared lost without any corruption fault");
+                    self.violation(inv::LOST, detail);
+                }
+                self.counters.declared_lost += seqs.end - seqs.start;
+                for seq in seqs.clone() {
+                    self.mark_done(seq);
+                }
+            }
         }
     }
 
@@ -104,7 +116,10 @@ impl Checker {
 
     /// The node recovered with these partition watermarks: nothing visible may have vanished.
     pub fn on_restart(&mut self, stats: &Stats) {
-        self.counters.restarts += 1;
+        if self.started_once {
+            self.counters.restarts += 1;
+        }
+        self.started_once = true;
         self.latched = false;
         for (name, partition, hwm, _) in &stats.partitions {
             let Some(&topic) = self.by_name.get(name) else {

@@ -86,6 +86,8 @@ pub struct Counters {
     pub latches: u64,
     pub discarded: u64,
     pub restarts: u64,
+    /// WAL records the node declared lost (damaged at rest), from `NodeEvent::RecordsLost`.
+    pub declared_lost: u64,
     pub consume_errors: u64,
     pub records_read: u64,
     /// Produce attempts that ended ambiguously (5xx, timeout, connection reset).
@@ -114,6 +116,8 @@ pub struct Checker {
     pub corruption_hit: bool,
     /// Recovery refused to start (with the error), if it did.
     pub recovery_refused: Option<String>,
+    /// The node became ready at least once (later readiness follows a restart).
+    started_once: bool,
 }
 
 impl Checker {

@@ -29,6 +29,10 @@ impl Checker {
     pub fn verdict(&mut self, read_complete: bool) -> Verdict {
         let mut v = Verdict::default();
         let mut lost_ids = Vec::new();
+        // Records the node itself declared lost (damaged at rest in its WAL): at most that many
+        // otherwise unexplained losses are excused (the checker cannot map WAL sequences of
+        // damaged records back to message ids).
+        let mut declared_lost = self.counters.declared_lost;
         for (id, msg) in self.msgs.iter().enumerate() {
             v.duplicates += u64::from(msg.visible.saturating_sub(1));
             if msg.visible > 0 {
@@ -45,6 +49,9 @@ impl Checker {
             if self.is_deleted(msg.topic) {
                 v.deleted_topic += 1;
             } else if msg.damaged || (self.corruption_hit && !read_complete) {
+                v.lost_to_corruption += 1;
+            } else if declared_lost > 0 {
+                declared_lost -= 1;
                 v.lost_to_corruption += 1;
             } else {
                 v.lost += 1;

@@ -104,12 +104,9 @@ impl Simulation {
             .recovered_origins(&recovered_origins(&files));
         match self.hosts[n].start(now, files, &mut self.world) {
             Ok(()) => {
+                // The checker learns the recovered watermarks when the node is ready
+                // (`HostRuntime::ready`): before its start-up syncs nothing it read is served.
                 self.world.record(n as u32, What::Started { ok: true });
-                let stats = self.hosts[n]
-                    .node()
-                    .expect("invariant: just started")
-                    .stats();
-                self.world.checker.on_restart(&stats);
             }
             Err(e) => {
                 self.world.record(n as u32, What::Started { ok: false });

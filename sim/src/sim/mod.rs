@@ -255,6 +255,22 @@ impl Simulation {
         }
         let now = self.world.queue.now();
         self.hosts[n].disk_done(now, epoch, token, result, &mut self.world);
+        self.exit_if_fatal(n);
+    }
+
+    /// A node that reports a fatal error (a start-up sync failed) is stopped by its runtime, as
+    /// the tokio runtime exits the process; it is started again a little later.
+    fn exit_if_fatal(&mut self, n: usize) {
+        let fatal = self.hosts[n].node().is_some_and(|node| node.fatal_error().is_some());
+        if !fatal {
+            return;
+        }
+        let node = n as u32;
+        self.world.record(node, What::Fault { action: "fatal-exit" });
+        self.crash(n, false, false);
+        let down = self.world.fault_rng.random_range(1_000..100_000);
+        let event = Event::Fault { node, action: FaultAction::Restart, scheduled: false };
+        self.world.queue.push_after(down, event);
     }
 
     fn client_wake(&mut self, client: usize) {

@@ -120,6 +120,10 @@ pub fn op_name(op: &ClientOp) -> &'static str {
 }
 
 impl HostRuntime for World {
+    fn ready(&mut self, _node: u32, stats: &narad_core::Stats) {
+        self.checker.on_restart(stats);
+    }
+
     fn disk_op(&mut self, node: u32, epoch: u32, token: IoToken, op: DiskOp) {
         let now = self.queue.now();
         let at = self.disks[node as usize].schedule(now, &op);
@@ -188,6 +192,10 @@ impl HostRuntime for World {
             },
             NodeEvent::WalLatched => What::Latched,
             NodeEvent::CommitFailed { key, .. } => What::CommitFailed { key: *key },
+            NodeEvent::RecordsLost { seqs } => What::RecordsLost {
+                first: seqs.start,
+                count: seqs.end - seqs.start,
+            },
         };
         self.record(node, what);
         self.checker.on_event(&event);
