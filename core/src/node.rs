@@ -325,15 +325,16 @@ impl Node {
         .min()
     }
 
-    /// True once recovery's syncs and repairs are durable, and the metastore replica knows a
-    /// leader and has caught up with it: the node serves requests.
+    /// True once recovery's syncs and repairs are durable, the metastore replica knows a leader
+    /// and has caught up with it, and it lists this node as a live member (its heartbeat went
+    /// through): the node is fully part of the cluster.
     pub fn is_ready(&self) -> bool {
         self.is_started()
-            && self.fatal.is_none()
             && self.wal.is_repaired()
             && self.meta.is_ready()
             && self.meta.leader().is_some()
             && self.meta.caught_up()
+            && self.meta.is_alive(self.config.node_id)
     }
 
     /// True once the start-up syncs are done: from then on the node serves what it recovered

@@ -1,4 +1,6 @@
-//! Whole-node tests of the core, driven by a small in-memory runtime (`harness`).
+//! Whole-node and whole-cluster tests of the core, driven by small in-memory runtimes.
 
+mod cluster_flow;
+mod cluster_harness;
 mod harness;
 mod node_flow;

@@ -37,8 +37,8 @@ pub(super) enum Forwarded {
 #[derive(Default)]
 pub(super) struct Remote {
     next_id: u64,
-    /// Commits sent to owners, by the dispatcher's commit id.
-    pub(super) commits: BTreeMap<CommitId, Instant>,
+    /// Commits sent to owners, by the dispatcher's commit id: the owner and the deadline.
+    pub(super) commits: BTreeMap<CommitId, (NodeId, Instant)>,
     /// Requests forwarded to peers, by message id.
     pub(super) forwards: BTreeMap<u64, (Forwarded, Instant)>,
     /// Forwarded topic commands already decided by the leader, waiting until our own replica
@@ -65,7 +65,7 @@ impl Remote {
 
     /// The earliest deadline of anything outstanding.
     pub(super) fn next_deadline(&self) -> Option<Instant> {
-        let commits = self.commits.values().copied();
+        let commits = self.commits.values().map(|(_, at)| *at);
         let forwards = self.forwards.values().map(|(_, at)| *at);
         let settling = self.settling.iter().map(|s| s.deadline);
         commits.chain(forwards).chain(settling).min()
@@ -246,7 +246,7 @@ impl Node {
     pub(super) fn expire_remote(&mut self) {
         let now = self.now;
         let expired: Vec<CommitId> =
-            self.remote.commits.iter().filter(|(_, at)| **at <= now).map(|(id, _)| *id).collect();
+            self.remote.commits.iter().filter(|(_, (_, at))| *at <= now).map(|(id, _)| *id).collect();
         for id in expired {
             self.remote.commits.remove(&id);
             self.counters.remote_commits_failed += 1;
@@ -292,6 +292,18 @@ impl Node {
         let origin_checkpoint = self.wal.durable_checkpoint();
         let message = PeerMessage::CommitBatch { id: id.0, origin_checkpoint, target, records };
         self.send(owner, &message);
-        self.remote.commits.insert(id, self.now.plus_millis(COMMIT_TIMEOUT_MS));
+        self.remote.commits.insert(id, (owner, self.now.plus_millis(COMMIT_TIMEOUT_MS)));
+    }
+
+    /// Membership says `owner` died: its commits in flight will not be answered, so they fail
+    /// now (a commit that landed anyway makes an allowed duplicate) and its records reroute.
+    pub(super) fn abandon_commits_to(&mut self, owner: NodeId) {
+        let doomed: Vec<CommitId> =
+            self.remote.commits.iter().filter(|(_, (to, _))| *to == owner).map(|(id, _)| *id).collect();
+        for id in doomed {
+            self.remote.commits.remove(&id);
+            self.counters.remote_commits_failed += 1;
+            self.finish_commit(id, CommitResult::Failed(format!("owner node {} died", owner.0)));
+        }
     }
 }

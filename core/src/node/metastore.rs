@@ -65,6 +65,7 @@ impl Node {
                 MetaOutput::MembershipChanged { node, alive } => {
                     tracing::info!(node = node.0, alive, "membership changed");
                     if !alive {
+                        self.abandon_commits_to(node);
                         let placement = ClusterPlacement(&self.meta);
                         self.dispatcher.reroute_dead_owners(self.now, &placement);
                     }
