@@ -360,6 +360,12 @@ impl Node {
         self.startup_syncs_left == 0 && self.fatal.is_none()
     }
 
+    /// The high watermark of every partition log this node holds, whether or not its replica
+    /// knows the topic yet (for checkers: what a restart recovered).
+    pub fn watermarks(&self) -> Vec<(PartitionKey, u64)> {
+        self.partitions.iter().map(|(key, log)| (*key, log.high_watermark())).collect()
+    }
+
     /// Counters and gauges.
     pub fn stats(&self) -> Stats {
         let wal = self.wal.counters();

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use narad_core::{
     ClientReply, Config, DiskDone, DiskError, DiskOp, Effect, FileId, Input, Instant, IoToken,
-    Node, NodeEvent, RecoveryError, RequestId, Stats,
+    Node, NodeEvent, RecoveryError, RequestId,
 };
 
 /// What a host asks of the simulation around it.
@@ -22,8 +22,10 @@ pub trait HostRuntime {
     fn event(&mut self, node: u32, event: NodeEvent);
     /// Call `NodeHost::fire_timer(.., generation, ..)` at `at`.
     fn arm_timer(&mut self, node: u32, at: Instant, generation: u64);
+    /// Deliver bytes to node `to` (a simulated network may delay, drop or duplicate them).
+    fn send(&mut self, node: u32, to: narad_core::NodeId, bytes: Bytes);
     /// The node just started serving (its start-up syncs are done): what it serves from now on.
-    fn ready(&mut self, node: u32, stats: &Stats);
+    fn ready(&mut self, node: u32, watermarks: &[(narad_core::PartitionKey, u64)]);
 }
 
 /// One simulated process running a node.
@@ -189,11 +191,12 @@ impl NodeHost {
             match effect {
                 Effect::Disk { token, op } => rt.disk_op(self.index, self.epoch, token, op),
                 Effect::Reply { request, reply } => rt.reply(self.index, request, reply),
+                Effect::Send { to, bytes } => rt.send(self.index, to, bytes),
             }
         }
         if !self.ready && node.is_serving() {
             self.ready = true;
-            rt.ready(self.index, &node.stats());
+            rt.ready(self.index, &node.watermarks());
         }
         let next = node.poll_timeout();
         if next != self.timer {

@@ -375,9 +375,14 @@ impl<W> Metastore<W> {
         }
     }
 
-    /// Knows a leader and has applied everything it knows to be committed (no disk failure).
+    /// Knows a leader and has applied everything it knows to be committed (no disk failure). A
+    /// leader must first have committed an entry of its own term: until then entries of earlier
+    /// terms in its log may be committed without it knowing (a restarted single voter elects
+    /// itself before its commit index catches up with its log).
     pub fn caught_up(&self) -> bool {
+        let leader_settled = !self.is_leader() || self.raw.raft.commit_to_current_term();
         self.leader().is_some()
+            && leader_settled
             && self.persist.failed().is_none()
             && self.applied >= self.raw.raft.raft_log.committed
     }

@@ -224,13 +224,29 @@ impl Persister {
         Some(durable)
     }
 
+    /// Emits the next job once nothing is in flight. One log write + sync at a time: if a sync
+    /// fails its pages may be gone, and a later write already on its way could then land valid
+    /// frames *after* a hole, which recovery must treat as corruption. Log jobs queued meanwhile
+    /// go out together as one write and one sync (group commit).
     fn pump(&mut self) {
-        while self.failed.is_none() && self.snap_in_flight.is_none() {
+        while self.failed.is_none() && self.snap_in_flight.is_none() && self.held.is_empty() {
             let Some(job) = self.queue.pop_front() else {
                 return;
             };
             match job {
-                Job::Log { data, durable } => self.emit_log_job(data, durable),
+                Job::Log { mut data, mut durable } => {
+                    while let Some(Job::Log { .. }) = self.queue.front() {
+                        let Some(Job::Log { data: more, durable: later }) = self.queue.pop_front()
+                        else {
+                            unreachable!("front is a log job");
+                        };
+                        data.extend_from_slice(&more);
+                        durable.ready = durable.ready.max(later.ready);
+                        durable.messages.extend(later.messages);
+                        durable.snapshot_index = durable.snapshot_index.max(later.snapshot_index);
+                    }
+                    self.emit_log_job(data, durable);
+                }
                 Job::Snapshot { seq, record } => self.emit_snapshot(seq, record),
             }
         }
@@ -298,7 +314,11 @@ impl Persister {
         }
         match io.0 {
             IoKind::Plain | IoKind::Repair => None,
-            IoKind::JobSync { job } => self.held.remove(&job),
+            IoKind::JobSync { job } => {
+                let durable = self.held.remove(&job);
+                self.pump();
+                durable
+            }
             IoKind::SnapSync => {
                 self.on_snapshot_durable();
                 None

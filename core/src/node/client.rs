@@ -52,7 +52,7 @@ impl Node {
 
     fn topic_detail(&self, name: &str) -> ClientReply {
         let Some(topic) = self.meta.topic(name) else {
-            return ClientReply::Error(not_found(name));
+            return ClientReply::Error(self.unknown_topic(name));
         };
         let stats = (0..topic.partitions)
             .map(|index| {
@@ -113,7 +113,7 @@ impl Node {
         if let Some(error) = self.wal.latched() {
             return Err(ClientError::WalFailed(error.to_string()));
         }
-        let info = self.meta.topic(topic).ok_or_else(|| not_found(topic))?;
+        let info = self.meta.topic(topic).ok_or_else(|| self.unknown_topic(topic))?;
         let drafts = self.resolver.resolve(info, messages, batch, self.now.as_millis())?;
         let waiter = ProduceWaiter { request, records: drafts.len() };
         self.wal.stage(drafts, waiter).map_err(|error| ClientError::WalFailed(error.to_string()))
@@ -141,7 +141,8 @@ impl Node {
 
     fn consume(&mut self, request: RequestId, topic: &str, partition: u32, offset: u64, max: u32) {
         let Some(info) = self.meta.topic(topic) else {
-            return self.reply(request, ClientReply::Error(not_found(topic)));
+            let error = self.unknown_topic(topic);
+            return self.reply(request, ClientReply::Error(error));
         };
         if partition >= info.partitions {
             let message = format!(
@@ -246,6 +247,21 @@ impl Node {
                 tracing::error!(%error, "consume found a damaged record");
                 ClientError::Internal(error)
             }),
+        }
+    }
+}
+
+impl Node {
+    /// A topic this replica does not know: 404 only if the replica has caught up with the
+    /// leader; otherwise the topic may exist and we cannot tell yet (503, retry).
+    fn unknown_topic(&self, topic: &str) -> ClientError {
+        if self.meta.caught_up() {
+            not_found(topic)
+        } else {
+            ClientError::Unavailable(format!(
+                "topic `{topic}` is unknown to this node's metastore replica, which has not caught \
+                 up with the leader yet; retry"
+            ))
         }
     }
 }

@@ -19,6 +19,12 @@ impl Node {
                     tracing::error!(%error, "metastore disk operation failed");
                 }
                 self.meta.on_disk(io, result);
+                if let Some(error) = self.meta.failed() {
+                    // Raft state whose fsync failed cannot be trusted (nor the fsync retried):
+                    // the process must restart and recover from what is really on disk.
+                    let reason = format!("metastore disk failed: {error}");
+                    self.fatal.get_or_insert(reason);
+                }
             }
             IoPurpose::Partition(key, io) => self.on_partition_io(key, io, result),
             IoPurpose::Consume { request, key, plan, asker } => {

@@ -167,7 +167,7 @@ mod tests {
     #[test]
     fn power_loss_drops_unsynced_and_process_crash_keeps_it() {
         let mut d = disk();
-        let f = FileId::Catalog;
+        let f = FileId::MetaRaftLog;
         run(&mut d, DiskOp::Create { file: f });
         run(
             &mut d,
@@ -199,7 +199,7 @@ mod tests {
         run(
             &mut d,
             DiskOp::Create {
-                file: FileId::Catalog,
+                file: FileId::MetaRaftLog,
             },
         );
         run(
@@ -215,7 +215,7 @@ mod tests {
             },
         );
         d.power_loss();
-        assert!(d.file(&FileId::Catalog).is_none());
+        assert!(d.file(&FileId::MetaRaftLog).is_none());
         assert!(d.file(&FileId::WalCheckpoint).is_some());
         assert_eq!(d.hits.get(FaultClass::MissingDirFsync), 1);
     }

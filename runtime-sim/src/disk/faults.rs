@@ -11,8 +11,6 @@ pub enum FileClass {
     Wal,
     /// The WAL checkpoint.
     Checkpoint,
-    /// The topic catalogue.
-    Catalog,
     /// A partition log.
     Partition,
     /// The metastore's Raft log or snapshot (cluster).
@@ -25,7 +23,6 @@ impl FileClass {
         match file {
             FileId::WalSegment { .. } => FileClass::Wal,
             FileId::WalCheckpoint => FileClass::Checkpoint,
-            FileId::Catalog => FileClass::Catalog,
             FileId::PartitionLog(_) => FileClass::Partition,
             FileId::MetaRaftLog | FileId::MetaSnapshot => FileClass::Meta,
         }

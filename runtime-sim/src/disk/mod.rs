@@ -312,10 +312,10 @@ mod tests {
         let mut last = Instant(0);
         for i in 0..200u64 {
             let op = if i % 2 == 0 {
-                write(FileId::Catalog, i, b"x")
+                write(FileId::MetaRaftLog, i, b"x")
             } else {
                 DiskOp::Sync {
-                    file: FileId::Catalog,
+                    file: FileId::MetaRaftLog,
                 }
             };
             let at = d.schedule(Instant(1_000 + i), &op);
@@ -354,7 +354,7 @@ mod tests {
     #[test]
     fn disk_full_rejects_growth_only() {
         let mut d = disk();
-        let f = FileId::Catalog;
+        let f = FileId::MetaRaftLog;
         d.complete(&DiskOp::Create { file: f }).expect("create");
         d.complete(&write(f, 0, b"abcd")).expect("write");
         d.faults.disk_full = true;

@@ -2,7 +2,7 @@
 //! across a crash), the checkpoint never passes a record whose commit was not acknowledged,
 //! discards only hit deleted topics, and a latched WAL acks nothing until restart.
 
-use narad_core::{NodeEvent, PartitionKey, Stats};
+use narad_core::{NodeEvent, PartitionKey};
 
 use super::{Checker, inv};
 
@@ -14,6 +14,7 @@ impl Checker {
                 key,
                 first_offset,
                 origins,
+                ..
             } => {
                 self.on_committed(*key, *first_offset, origins);
             }
@@ -115,23 +116,16 @@ impl Checker {
     }
 
     /// The node recovered with these partition watermarks: nothing visible may have vanished.
-    pub fn on_restart(&mut self, stats: &Stats) {
+    pub fn on_restart(&mut self, watermarks: &[(PartitionKey, u64)]) {
         if self.started_once {
             self.counters.restarts += 1;
         }
         self.started_once = true;
         self.latched = false;
-        for (name, partition, hwm, _) in &stats.partitions {
-            let Some(&topic) = self.by_name.get(name) else {
-                continue;
-            };
-            if self.is_deleted(topic) {
+        for &(key, ref hwm) in watermarks {
+            if self.is_deleted(key.topic) {
                 continue;
             }
-            let key = PartitionKey {
-                topic,
-                partition: *partition,
-            };
             let state = self.parts.entry(key).or_default();
             let (before, amnesia) = (state.hwm, state.amnesia);
             state.hwm = *hwm;

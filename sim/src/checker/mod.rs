@@ -86,7 +86,8 @@ pub struct Counters {
     pub latches: u64,
     pub discarded: u64,
     pub restarts: u64,
-    /// WAL records the node declared lost (damaged at rest), from `NodeEvent::RecordsLost`.
+    /// Records the node reported damaged: WAL records declared lost (`NodeEvent::RecordsLost`)
+    /// and partition records the final read found damaged. Each excuses at most one loss.
     pub declared_lost: u64,
     pub consume_errors: u64,
     pub records_read: u64,

@@ -172,8 +172,8 @@ impl Simulation {
                 };
                 self.world
                     .checker
-                    .final_watermark(key, stats.high_watermark);
-                self.read_partition(&name, key, stats.high_watermark, kind);
+                    .final_watermark(key, stats.high_watermark.unwrap_or(0));
+                self.read_partition(&name, key, stats.high_watermark.unwrap_or(0), kind);
             }
         }
     }
@@ -198,6 +198,9 @@ impl Simulation {
                     errors += 1;
                     if max == 1 {
                         offset += 1; // the damaged record itself: skip it
+                        // The node detected and reported this damage: the message it held may
+                        // count as lost to corruption (the checker cannot always tell which).
+                        self.world.checker.counters.declared_lost += 1;
                     }
                     max = 1;
                 }

@@ -64,10 +64,7 @@ impl Simulation {
         schedule: Vec<ScheduledFault>,
         keep_trace: bool,
     ) -> Simulation {
-        let node_config = Config {
-            node_id: NodeId(1),
-            seed: component_seed(seed, Component::Node(1)),
-        };
+        let node_config = Config::single(NodeId(1), component_seed(seed, Component::Node(1)));
         let mut disk = SimDisk::new(component_rng(seed, Component::Disk(1)));
         apply_rates(&mut disk, &cfg);
         let workload = Workload::new(
@@ -151,6 +148,13 @@ impl Simulation {
 
     /// Processes one event.
     fn step(&mut self, event: Event) {
+        self.step_event(event);
+        for n in 0..self.hosts.len() {
+            self.exit_if_fatal(n);
+        }
+    }
+
+    fn step_event(&mut self, event: Event) {
         let now = self.world.queue.now();
         self.world.checker.set_now(now);
         crate::trace::set_stamp(now.0 - START.0, self.world.queue.popped());
@@ -255,7 +259,6 @@ impl Simulation {
         }
         let now = self.world.queue.now();
         self.hosts[n].disk_done(now, epoch, token, result, &mut self.world);
-        self.exit_if_fatal(n);
     }
 
     /// A node that reports a fatal error (a start-up sync failed) is stopped by its runtime, as

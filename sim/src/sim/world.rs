@@ -101,6 +101,7 @@ pub fn status_of(reply: &ClientReply) -> (u16, u64) {
         ClientReply::Produced { accepted } => (202, *accepted as u64),
         ClientReply::Records(records) => (200, records.len() as u64),
         ClientReply::Stats(_) => (200, 0),
+        ClientReply::Members(members) => (200, members.len() as u64),
         ClientReply::Error(e) => (e.http_status(), 0),
     }
 }
@@ -116,12 +117,18 @@ pub fn op_name(op: &ClientOp) -> &'static str {
         ClientOp::Produce { .. } => "produce",
         ClientOp::Consume { .. } => "consume",
         ClientOp::Stats => "stats",
+        ClientOp::Members => "members",
     }
 }
 
 impl HostRuntime for World {
-    fn ready(&mut self, _node: u32, stats: &narad_core::Stats) {
-        self.checker.on_restart(stats);
+    fn send(&mut self, node: u32, to: narad_core::NodeId, _bytes: bytes::Bytes) {
+        // Single-node simulations: a node never has a peer to talk to.
+        panic!("node {node} sent a peer message to node {} in a single-node simulation", to.0);
+    }
+
+    fn ready(&mut self, _node: u32, watermarks: &[(narad_core::PartitionKey, u64)]) {
+        self.checker.on_restart(watermarks);
     }
 
     fn disk_op(&mut self, node: u32, epoch: u32, token: IoToken, op: DiskOp) {
@@ -178,6 +185,7 @@ impl HostRuntime for World {
                 key,
                 first_offset,
                 origins,
+                ..
             } => What::Committed {
                 key: *key,
                 first: *first_offset,
