@@ -197,6 +197,10 @@ impl Driver {
                     Some(waiter) => drop(waiter.send(reply)),
                     None => tracing::warn!(request = request.0, "reply to an unknown request"),
                 },
+                Effect::Send { to, .. } => {
+                    // This binary has no node transport yet: a single node never sends.
+                    tracing::warn!(to = to.0, "no transport to other nodes; message dropped");
+                }
             }
         }
         while let Some(event) = self.node.poll_event() {
@@ -224,6 +228,7 @@ fn log_event(event: NodeEvent) {
             key,
             first_offset,
             origins,
+            ..
         } => {
             tracing::debug!(%key, first_offset, records = origins.len(), "records committed");
         }

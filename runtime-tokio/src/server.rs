@@ -36,10 +36,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let bytes: usize = files.values().map(|b| b.len()).sum();
     tracing::info!(data_dir = %args.data_dir.display(), files = files.len(), bytes, "recovering");
     let seed = args.seed.unwrap_or_else(clock_seed);
-    let config = Config {
-        node_id: NodeId(args.node_id),
-        seed,
-    };
+    let mut config = Config::single(NodeId(args.node_id), seed);
+    config.http_addr = args.http.to_string();
     let mut clock = Clock::default();
     let node = match Node::recover(config, clock.now(), files) {
         Ok(node) => node,

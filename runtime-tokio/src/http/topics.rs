@@ -39,8 +39,9 @@ struct TopicJson<'a> {
 struct PartitionJson {
     index: u32,
     owner_node: u32,
-    high_watermark: u64,
-    size_bytes: u64,
+    /// `null` for partitions owned by another node (read them through any node).
+    high_watermark: Option<u64>,
+    size_bytes: Option<u64>,
 }
 
 impl<'a> TopicJson<'a> {
