@@ -45,6 +45,9 @@ pub struct Config {
     /// Membership heartbeat period and the silence after which the leader marks a member dead.
     pub heartbeat_ms: u64,
     pub dead_after_ms: u64,
+    /// Owners skip records a partition already holds (per origin node and WAL sequence). On by
+    /// default; the simulator turns it off to measure the duplicates it prevents.
+    pub idempotent_commits: bool,
 }
 
 impl Config {
@@ -64,6 +67,7 @@ impl Config {
             cluster_addr: String::new(),
             heartbeat_ms: 1_000,
             dead_after_ms: 5_000,
+            idempotent_commits: true,
         }
     }
 
@@ -251,7 +255,9 @@ impl Node {
     fn recover_partitions(&mut self, files: &BTreeMap<FileId, Bytes>) -> Result<(), RecoveryError> {
         for (file, bytes) in files {
             if let FileId::PartitionLog(key) = file {
-                self.partitions.insert(*key, PartitionLog::recover(*key, bytes)?);
+                let mut log = PartitionLog::recover(*key, bytes)?;
+                log.idempotent = self.config.idempotent_commits;
+                self.partitions.insert(*key, log);
             }
         }
         Ok(())

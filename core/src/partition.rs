@@ -106,6 +106,9 @@ pub struct PartitionLog {
     state: LogState,
     outbox: VecDeque<(PartIo, DiskOp)>,
     origins: OriginIndex,
+    /// Skip records this partition already holds (on by default; off only to measure what
+    /// idempotent commits save).
+    pub idempotent: bool,
     /// fsyncs issued, for metrics.
     pub fsyncs: u64,
 }
@@ -130,6 +133,7 @@ impl PartitionLog {
             state: LogState::Idle,
             outbox: VecDeque::new(),
             origins: OriginIndex::default(),
+            idempotent: true,
             fsyncs: 0,
         }
     }
@@ -212,11 +216,11 @@ impl PartitionLog {
         for part in parts {
             assert!(part.records.iter().all(|r| r.origin_node == part.origin), "one origin a part");
             self.origins.prune_below(part.origin, part.origin_checkpoint);
-            let origins = &self.origins;
+            let (origins, idempotent) = (&self.origins, self.idempotent);
             let fresh: Vec<PartitionRecord> = part
                 .records
                 .into_iter()
-                .filter(|r| !origins.contains(part.origin, r.origin_seq, r.fingerprint()))
+                .filter(|r| !idempotent || !origins.contains(part.origin, r.origin_seq, r.fingerprint()))
                 .collect();
             if fresh.is_empty() {
                 let landed = Landed { first_offset: self.high_watermark(), origin_seqs: Vec::new() };

@@ -76,6 +76,7 @@ impl Node {
                 .partitions
                 .entry(key)
                 .or_insert_with(|| PartitionLog::new(key));
+            log.idempotent = self.config.idempotent_commits;
             match log.begin_commit(parts) {
                 Ok(decided) => {
                     for outcome in decided {
