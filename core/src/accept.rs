@@ -106,7 +106,11 @@ fn check_message(topic: &TopicInfo, message: &ProduceMessage) -> Result<(), Clie
             message.payload.len()
         )));
     }
-    if message.key.as_ref().is_some_and(|key| key.len() > MAX_KEY_BYTES) {
+    if message
+        .key
+        .as_ref()
+        .is_some_and(|key| key.len() > MAX_KEY_BYTES)
+    {
         return Err(ClientError::BadRequest(format!(
             "key longer than the {MAX_KEY_BYTES}-byte limit"
         )));

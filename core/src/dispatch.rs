@@ -181,7 +181,10 @@ impl Dispatcher {
     /// Takes the next sequences as lost (damaged at rest in the WAL): they count as done, so the
     /// checkpoint can pass them.
     pub fn skip_lost(&mut self, seqs: std::ops::Range<u64>) {
-        assert_eq!(seqs.start, self.read_upto, "invariant: lost records arrive in order");
+        assert_eq!(
+            seqs.start, self.read_upto,
+            "invariant: lost records arrive in order"
+        );
         self.counters.records_lost += seqs.end - seqs.start;
         for seq in seqs {
             self.read_upto += 1;

@@ -88,7 +88,11 @@ pub enum RecoveryError {
         "{file}: corrupt frame at byte {bad_pos} followed by valid data at byte {next_valid_pos}; \
          refusing to truncate acknowledged records"
     )]
-    CorruptLog { file: String, bad_pos: u64, next_valid_pos: u64 },
+    CorruptLog {
+        file: String,
+        bad_pos: u64,
+        next_valid_pos: u64,
+    },
     #[error("{file}: {what}")]
     Inconsistent { file: String, what: String },
 }
@@ -111,7 +115,10 @@ enum MetaWaiter {
     Heartbeat,
     /// A read barrier before confirming that a topic incarnation is gone, for our own
     /// dispatcher (`asker: None`) or for a follower's.
-    Confirm { topic: TopicId, asker: Option<(NodeId, u64)> },
+    Confirm {
+        topic: TopicId,
+        asker: Option<(NodeId, u64)>,
+    },
 }
 
 /// What a disk operation was for.
@@ -120,7 +127,12 @@ enum IoPurpose {
     Wal(WalIo),
     Meta(MetaIo),
     Partition(PartitionKey, PartIo),
-    Consume { request: RequestId, key: PartitionKey, plan: ReadPlan, asker: ConsumeAsker },
+    Consume {
+        request: RequestId,
+        key: PartitionKey,
+        plan: ReadPlan,
+        asker: ConsumeAsker,
+    },
     FileDelete,
     /// Start-up sync of a file found on disk (see `Node::sync_found_files`).
     StartupSync(FileId),
@@ -185,7 +197,9 @@ impl Placement for ClusterPlacement<'_> {
     }
 
     fn owner_alive(&self, key: PartitionKey) -> bool {
-        self.0.owner(key).is_some_and(|owner| self.0.is_alive(owner))
+        self.0
+            .owner(key)
+            .is_some_and(|owner| self.0.is_alive(owner))
     }
 }
 
@@ -369,7 +383,10 @@ impl Node {
     /// The high watermark of every partition log this node holds, whether or not its replica
     /// knows the topic yet (for checkers: what a restart recovered).
     pub fn watermarks(&self) -> Vec<(PartitionKey, u64)> {
-        self.partitions.iter().map(|(key, log)| (*key, log.high_watermark())).collect()
+        self.partitions
+            .iter()
+            .map(|(key, log)| (*key, log.high_watermark()))
+            .collect()
     }
 
     /// Counters and gauges.
@@ -382,7 +399,12 @@ impl Node {
             .iter()
             .filter_map(|(key, log)| {
                 let topic = self.meta.topic_by_id(key.topic)?;
-                Some((topic.name.clone(), key.partition, log.high_watermark(), log.size_bytes()))
+                Some((
+                    topic.name.clone(),
+                    key.partition,
+                    log.high_watermark(),
+                    log.size_bytes(),
+                ))
             })
             .collect();
         Stats {
@@ -426,7 +448,10 @@ impl Node {
         self.wal.pump(self.now, self.shutting_down);
         if self.wal_read_retry_at.is_none() {
             let room = self.dispatcher.room() as u64;
-            let limit = self.dispatcher.read_limit().min(self.dispatcher.read_upto() + room);
+            let limit = self
+                .dispatcher
+                .read_limit()
+                .min(self.dispatcher.read_upto() + room);
             self.wal.poll_read(limit);
         }
         self.start_commits();
@@ -438,7 +463,8 @@ impl Node {
     }
 
     fn advance_checkpoint(&mut self) {
-        self.wal.set_checkpoint_target(self.dispatcher.checkpoint(), self.now);
+        self.wal
+            .set_checkpoint_target(self.dispatcher.checkpoint(), self.now);
         self.wal.pump(self.now, self.shutting_down);
     }
 
@@ -466,10 +492,16 @@ impl Node {
 
     fn send(&mut self, to: NodeId, message: &PeerMessage) {
         if to == self.config.node_id {
-            tracing::error!(kind = message.kind(), "refusing to send a message to ourselves");
+            tracing::error!(
+                kind = message.kind(),
+                "refusing to send a message to ourselves"
+            );
             return;
         }
-        self.effects.push_back(Effect::Send { to, bytes: message.encode() });
+        self.effects.push_back(Effect::Send {
+            to,
+            bytes: message.encode(),
+        });
     }
 
     fn reply(&mut self, request: RequestId, reply: ClientReply) {

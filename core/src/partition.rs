@@ -161,7 +161,8 @@ impl PartitionLog {
             match PartitionRecord::decode(found.body(bytes)) {
                 Some(record) if record.offset == expected as u64 => {
                     log.positions.push(found.pos as u64);
-                    log.origins.insert(record.origin_node, record.origin_seq, record.fingerprint());
+                    log.origins
+                        .insert(record.origin_node, record.origin_seq, record.fingerprint());
                 }
                 _ => {
                     let what = format!("frame at byte {} is not offset {expected}", found.pos);
@@ -207,24 +208,39 @@ impl PartitionLog {
             LogState::Idle => {}
             LogState::Poisoned => {
                 self.start_repair();
-                return Err(format!("{}: poisoned by an earlier failure, repairing", self.key));
+                return Err(format!(
+                    "{}: poisoned by an earlier failure, repairing",
+                    self.key
+                ));
             }
             _ => return Err(format!("{}: busy", self.key)),
         }
         let mut decided = Vec::new();
         let mut fresh_parts = Vec::new();
         for part in parts {
-            assert!(part.records.iter().all(|r| r.origin_node == part.origin), "one origin a part");
-            self.origins.prune_below(part.origin, part.origin_checkpoint);
+            assert!(
+                part.records.iter().all(|r| r.origin_node == part.origin),
+                "one origin a part"
+            );
+            self.origins
+                .prune_below(part.origin, part.origin_checkpoint);
             let (origins, idempotent) = (&self.origins, self.idempotent);
             let fresh: Vec<PartitionRecord> = part
                 .records
                 .into_iter()
-                .filter(|r| !idempotent || !origins.contains(part.origin, r.origin_seq, r.fingerprint()))
+                .filter(|r| {
+                    !idempotent || !origins.contains(part.origin, r.origin_seq, r.fingerprint())
+                })
                 .collect();
             if fresh.is_empty() {
-                let landed = Landed { first_offset: self.high_watermark(), origin_seqs: Vec::new() };
-                decided.push(CommitOutcome { id: part.id, result: Ok(landed) });
+                let landed = Landed {
+                    first_offset: self.high_watermark(),
+                    origin_seqs: Vec::new(),
+                };
+                decided.push(CommitOutcome {
+                    id: part.id,
+                    result: Ok(landed),
+                });
             } else {
                 fresh_parts.push((part.id, part.origin, fresh));
             }
@@ -247,22 +263,40 @@ impl PartitionLog {
                 record.encode_into(&mut data);
                 count += 1;
             }
-            parts.push(WrittenPart { id, origin, origin_seqs, fingerprints });
+            parts.push(WrittenPart {
+                id,
+                origin,
+                origin_seqs,
+                fingerprints,
+            });
         }
         let file = FileId::PartitionLog(self.key);
         let mut ios_left = 2;
         if !self.file_exists {
-            self.outbox.push_back((PartIo::Commit, DiskOp::Create { file }));
+            self.outbox
+                .push_back((PartIo::Commit, DiskOp::Create { file }));
             self.file_exists = true;
             ios_left += 1;
         }
         let data = Bytes::from(data);
-        let write = DiskOp::Write { file, offset: self.size, data: data.clone() };
+        let write = DiskOp::Write {
+            file,
+            offset: self.size,
+            data: data.clone(),
+        };
         self.outbox.push_back((PartIo::Commit, write));
-        self.outbox.push_back((PartIo::Commit, DiskOp::Sync { file }));
+        self.outbox
+            .push_back((PartIo::Commit, DiskOp::Sync { file }));
         self.fsyncs += 1;
         let stage = Stage::Persisting;
-        self.state = LogState::Committing(Commit { data, count, parts, stage, ios_left, error: None });
+        self.state = LogState::Committing(Commit {
+            data,
+            count,
+            parts,
+            stage,
+            ios_left,
+            error: None,
+        });
     }
 
     /// Handles a completion; returns the outcome of every part once the commit is decided.
@@ -299,7 +333,11 @@ impl PartitionLog {
             Stage::Persisting => {
                 let file = FileId::PartitionLog(self.key);
                 let len = commit.data.len() as u64;
-                let read = DiskOp::Read { file, offset: self.size, len };
+                let read = DiskOp::Read {
+                    file,
+                    offset: self.size,
+                    len,
+                };
                 self.outbox.push_back((PartIo::Commit, read));
                 commit.stage = Stage::Verifying;
                 commit.ios_left = 1;
@@ -312,7 +350,9 @@ impl PartitionLog {
     /// Read-back check: every frame must be intact, carry the expected offsets, and equal what
     /// we wrote. Only then do the records become visible.
     fn verify_and_publish(&mut self, read: &[u8]) -> Vec<CommitOutcome> {
-        let LogState::Committing(commit) = &self.state else { unreachable!("checked by caller") };
+        let LogState::Committing(commit) = &self.state else {
+            unreachable!("checked by caller")
+        };
         if read != &commit.data[..] {
             return self.fail_commit("read-back differs from the bytes written".to_string());
         }
@@ -328,7 +368,8 @@ impl PartitionLog {
         let mut first_offset = self.high_watermark();
         self.positions.extend(positions);
         self.size += read.len() as u64;
-        let LogState::Committing(commit) = std::mem::replace(&mut self.state, LogState::Idle) else {
+        let LogState::Committing(commit) = std::mem::replace(&mut self.state, LogState::Idle)
+        else {
             unreachable!("checked above")
         };
         let mut outcomes = Vec::with_capacity(commit.parts.len());
@@ -337,8 +378,14 @@ impl PartitionLog {
                 self.origins.insert(part.origin, seq, fingerprint);
             }
             let landed_count = part.origin_seqs.len() as u64;
-            let landed = Landed { first_offset, origin_seqs: part.origin_seqs };
-            outcomes.push(CommitOutcome { id: part.id, result: Ok(landed) });
+            let landed = Landed {
+                first_offset,
+                origin_seqs: part.origin_seqs,
+            };
+            outcomes.push(CommitOutcome {
+                id: part.id,
+                result: Ok(landed),
+            });
             first_offset += landed_count;
         }
         outcomes
@@ -346,7 +393,9 @@ impl PartitionLog {
 
     fn fail_commit(&mut self, error: String) -> Vec<CommitOutcome> {
         let state = std::mem::replace(&mut self.state, LogState::Idle);
-        let LogState::Committing(commit) = state else { unreachable!("checked by caller") };
+        let LogState::Committing(commit) = state else {
+            unreachable!("checked by caller")
+        };
         if self.size == 0 {
             // Nothing committed yet: the next commit re-creates the file, which truncates it, so
             // whatever this one left behind can never be read or re-synced.
@@ -358,7 +407,10 @@ impl PartitionLog {
         commit
             .parts
             .into_iter()
-            .map(|part| CommitOutcome { id: part.id, result: Err(reason.clone()) })
+            .map(|part| CommitOutcome {
+                id: part.id,
+                result: Err(reason.clone()),
+            })
             .collect()
     }
 

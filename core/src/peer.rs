@@ -9,8 +9,8 @@
 
 use bytes::Bytes;
 
-use crate::codec::{Reader, put_optional_bytes};
 use crate::api::{ClientError, TopicInfo};
+use crate::codec::{Reader, put_optional_bytes};
 use crate::ids::{PartitionKey, TopicId};
 
 /// Version of the node protocol. Bump it when a message's layout changes.
@@ -30,7 +30,9 @@ pub struct WireRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireCommitResult {
     /// The records are visible (newly written, or already there from an earlier attempt).
-    Committed { first_offset: u64 },
+    Committed {
+        first_offset: u64,
+    },
     Failed(String),
     TopicGone,
 }
@@ -58,9 +60,17 @@ pub enum PeerMessage {
     /// The leader's answer once the command was applied (or refused).
     ProposeReply { id: u64, result: WireAdminResult },
     /// Read committed records of a partition the receiver owns.
-    Consume { id: u64, target: PartitionKey, offset: u64, max: u32 },
+    Consume {
+        id: u64,
+        target: PartitionKey,
+        offset: u64,
+        max: u32,
+    },
     /// The owner's answer.
-    ConsumeReply { id: u64, result: Result<Vec<WireConsumed>, WireError> },
+    ConsumeReply {
+        id: u64,
+        result: Result<Vec<WireConsumed>, WireError>,
+    },
 }
 
 /// The outcome of a forwarded metastore command.
@@ -81,7 +91,10 @@ pub struct WireError {
 impl WireError {
     /// The error as a client sees it.
     pub fn from_client(error: &ClientError) -> WireError {
-        WireError { status: error.http_status(), message: error.to_string() }
+        WireError {
+            status: error.http_status(),
+            message: error.to_string(),
+        }
     }
 
     /// Back to a `ClientError` with the same status.
@@ -180,7 +193,12 @@ impl PeerMessage {
                 put_u64s(&mut out, &[*id]);
                 encode_admin_result(&mut out, result);
             }
-            PeerMessage::Consume { id, target, offset, max } => {
+            PeerMessage::Consume {
+                id,
+                target,
+                offset,
+                max,
+            } => {
                 out.push(TAG_CONSUME);
                 put_u64s(&mut out, &[*id, target.topic.0, *offset]);
                 out.extend_from_slice(&target.partition.to_le_bytes());
@@ -230,19 +248,36 @@ impl PeerMessage {
                 };
                 Some(PeerMessage::ConfirmGoneReply { id, topic, gone })
             })(),
-            TAG_PROPOSE => reader.u64().map(|id| PeerMessage::Propose { id, command: bytes.slice(10..) }),
+            TAG_PROPOSE => reader.u64().map(|id| PeerMessage::Propose {
+                id,
+                command: bytes.slice(10..),
+            }),
             TAG_PROPOSE_REPLY => (|| {
                 let id = reader.u64()?;
-                Some(PeerMessage::ProposeReply { id, result: decode_admin_result(&mut reader)? })
+                Some(PeerMessage::ProposeReply {
+                    id,
+                    result: decode_admin_result(&mut reader)?,
+                })
             })(),
             TAG_CONSUME => (|| {
                 let (id, topic, offset) = (reader.u64()?, TopicId(reader.u64()?), reader.u64()?);
-                let target = PartitionKey { topic, partition: reader.u32()? };
-                Some(PeerMessage::Consume { id, target, offset, max: reader.u32()? })
+                let target = PartitionKey {
+                    topic,
+                    partition: reader.u32()?,
+                };
+                Some(PeerMessage::Consume {
+                    id,
+                    target,
+                    offset,
+                    max: reader.u32()?,
+                })
             })(),
             TAG_CONSUME_REPLY => (|| {
                 let id = reader.u64()?;
-                Some(PeerMessage::ConsumeReply { id, result: decode_consume_result(&mut reader)? })
+                Some(PeerMessage::ConsumeReply {
+                    id,
+                    result: decode_consume_result(&mut reader)?,
+                })
             })(),
             other => return Err(DecodeError::UnknownType(other)),
         };
@@ -321,7 +356,9 @@ fn encode_result(out: &mut Vec<u8>, result: &WireCommitResult) {
 
 fn decode_result(reader: &mut Reader<'_>) -> Option<WireCommitResult> {
     match reader.take(1)?[0] {
-        RESULT_COMMITTED => Some(WireCommitResult::Committed { first_offset: reader.u64()? }),
+        RESULT_COMMITTED => Some(WireCommitResult::Committed {
+            first_offset: reader.u64()?,
+        }),
         RESULT_FAILED => {
             let reason = reader.optional_bytes()??;
             Some(WireCommitResult::Failed(
@@ -347,7 +384,10 @@ fn encode_error(out: &mut Vec<u8>, error: &WireError) {
 }
 
 fn decode_error(reader: &mut Reader<'_>) -> Option<WireError> {
-    Some(WireError { status: reader.u16()?, message: read_text(reader)? })
+    Some(WireError {
+        status: reader.u16()?,
+        message: read_text(reader)?,
+    })
 }
 
 const ADMIN_CREATED: u8 = 0;
@@ -374,11 +414,18 @@ fn encode_admin_result(out: &mut Vec<u8>, result: &WireAdminResult) {
 fn decode_admin_result(reader: &mut Reader<'_>) -> Option<WireAdminResult> {
     match reader.take(1)?[0] {
         ADMIN_CREATED => {
-            let (id, retention, created_ms) = (TopicId(reader.u64()?), reader.u64()?, reader.u64()?);
+            let (id, retention, created_ms) =
+                (TopicId(reader.u64()?), reader.u64()?, reader.u64()?);
             let partitions = reader.u32()?;
             let name = read_text(reader)?;
             let retention_ms = (retention != u64::MAX).then_some(retention);
-            Some(WireAdminResult::Created(TopicInfo { name, id, partitions, retention_ms, created_ms }))
+            Some(WireAdminResult::Created(TopicInfo {
+                name,
+                id,
+                partitions,
+                retention_ms,
+                created_ms,
+            }))
         }
         ADMIN_DONE => Some(WireAdminResult::Done),
         ADMIN_ERROR => Some(WireAdminResult::Error(decode_error(reader)?)),
@@ -413,7 +460,12 @@ fn decode_consume_result(reader: &mut Reader<'_>) -> Option<Result<Vec<WireConsu
                 let (offset, timestamp_ms) = (reader.u64()?, reader.u64()?);
                 let key = reader.optional_bytes()?.map(Bytes::copy_from_slice);
                 let payload = Bytes::copy_from_slice(reader.optional_bytes()??);
-                records.push(WireConsumed { offset, timestamp_ms, key, payload });
+                records.push(WireConsumed {
+                    offset,
+                    timestamp_ms,
+                    key,
+                    payload,
+                });
             }
             Some(Ok(records))
         }

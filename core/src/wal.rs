@@ -510,7 +510,10 @@ impl<W> Wal<W> {
         if self.checkpoint.in_flight.is_some() {
             return None;
         }
-        let due = self.checkpoint.dirty_since.map(|since| since.plus_millis(CHECKPOINT_SYNC_DELAY_MS));
+        let due = self
+            .checkpoint
+            .dirty_since
+            .map(|since| since.plus_millis(CHECKPOINT_SYNC_DELAY_MS));
         due.map(|due| due.max(self.checkpoint.retry_at.unwrap_or(due)))
     }
 
@@ -686,7 +689,9 @@ impl<W> Wal<W> {
         self.damaged_reads += 1;
         let at = offset;
         if self.damaged_reads < damage::DAMAGED_READS_BEFORE_SKIP {
-            return Err(format!("WAL segment {segment}: no valid record at byte {at}"));
+            return Err(format!(
+                "WAL segment {segment}: no valid record at byte {at}"
+            ));
         }
         self.damaged_reads = 0;
         Ok(CursorRead::Lost(self.skip_damage(segment, offset, &bytes)))
@@ -701,11 +706,16 @@ impl<W> Wal<W> {
             .range(segment + 1..)
             .next()
             .map_or(self.durable_seq, |(&next, _)| next);
-        let (resume_offset, resume_seq) = match damage::find_resume(bytes, first_lost, segment_end_seq) {
-            Some((pos, seq)) => (offset + pos as u64, seq),
-            None => (self.segments[&segment].durable, segment_end_seq),
+        let (resume_offset, resume_seq) =
+            match damage::find_resume(bytes, first_lost, segment_end_seq) {
+                Some((pos, seq)) => (offset + pos as u64, seq),
+                None => (self.segments[&segment].durable, segment_end_seq),
+            };
+        self.cursor = Cursor {
+            seq: resume_seq,
+            segment,
+            offset: resume_offset,
         };
-        self.cursor = Cursor { seq: resume_seq, segment, offset: resume_offset };
         first_lost..resume_seq
     }
 

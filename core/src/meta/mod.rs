@@ -14,8 +14,8 @@
 //! fixed hasher and its logger is a discard logger, so its outputs are a function of its inputs.
 
 mod command;
-mod names;
 mod driver;
+mod names;
 mod persist;
 mod recovery;
 mod state;

@@ -234,9 +234,15 @@ impl Persister {
                 return;
             };
             match job {
-                Job::Log { mut data, mut durable } => {
+                Job::Log {
+                    mut data,
+                    mut durable,
+                } => {
                     while let Some(Job::Log { .. }) = self.queue.front() {
-                        let Some(Job::Log { data: more, durable: later }) = self.queue.pop_front()
+                        let Some(Job::Log {
+                            data: more,
+                            durable: later,
+                        }) = self.queue.pop_front()
                         else {
                             unreachable!("front is a log job");
                         };

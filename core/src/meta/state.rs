@@ -9,8 +9,8 @@
 
 use std::collections::BTreeMap;
 
-use crate::api::{ClientError, TopicInfo};
 use super::names::validate_name;
+use crate::api::{ClientError, TopicInfo};
 use crate::codec::Reader;
 use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
 use crate::ids::{NodeId, PartitionKey, TopicId};

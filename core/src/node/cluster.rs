@@ -28,7 +28,11 @@ pub(super) enum Forwarded {
     /// Our membership heartbeat sent to the leader (nobody waits).
     Heartbeat,
     /// A consume sent to the partition's owner.
-    Consume { request: RequestId, topic: String, partition: u32 },
+    Consume {
+        request: RequestId,
+        topic: String,
+        partition: u32,
+    },
     /// A discard confirmation asked of the leader.
     Confirm,
 }
@@ -88,12 +92,20 @@ impl Node {
         }
         match message {
             PeerMessage::Raft(bytes) => self.meta.handle_message(self.now, from, &bytes),
-            PeerMessage::CommitBatch { id, origin_checkpoint, target, records } => {
+            PeerMessage::CommitBatch {
+                id,
+                origin_checkpoint,
+                target,
+                records,
+            } => {
                 self.on_commit_batch(from, id, origin_checkpoint, target, records);
             }
             PeerMessage::CommitReply { id, result } => self.on_commit_reply(id, result),
             PeerMessage::ConfirmGone { id, topic } => {
-                let waiter = MetaWaiter::Confirm { topic, asker: Some((from, id)) };
+                let waiter = MetaWaiter::Confirm {
+                    topic,
+                    asker: Some((from, id)),
+                };
                 self.meta.read_barrier(self.now, waiter);
             }
             PeerMessage::ConfirmGoneReply { id, topic, gone } => {
@@ -103,7 +115,12 @@ impl Node {
             }
             PeerMessage::Propose { id, command } => self.on_forwarded_command(from, id, &command),
             PeerMessage::ProposeReply { id, result } => self.on_propose_reply(id, result),
-            PeerMessage::Consume { id, target, offset, max } => {
+            PeerMessage::Consume {
+                id,
+                target,
+                offset,
+                max,
+            } => {
                 self.on_forwarded_consume(from, id, target, offset, max);
             }
             PeerMessage::ConsumeReply { id, result } => self.on_consume_reply(id, result),
@@ -136,7 +153,13 @@ impl Node {
                 payload: r.payload,
             })
             .collect();
-        self.enqueue_commit(target, from, origin_checkpoint, records, ReplyTo::Peer { from, id });
+        self.enqueue_commit(
+            target,
+            from,
+            origin_checkpoint,
+            records,
+            ReplyTo::Peer { from, id },
+        );
         self.start_queued_commits();
     }
 
@@ -164,12 +187,18 @@ impl Node {
     /// A follower forwarded a metastore command to us.
     fn on_forwarded_command(&mut self, from: NodeId, id: u64, command: &[u8]) {
         let Some(command) = decode_command(command) else {
-            let error = WireError { status: 400, message: "undecodable command".into() };
+            let error = WireError {
+                status: 400,
+                message: "undecodable command".into(),
+            };
             let result = WireAdminResult::Error(error);
             self.send(from, &PeerMessage::ProposeReply { id, result });
             return;
         };
-        if let Err(error) = self.meta.propose(self.now, command, MetaWaiter::Peer { from, id }) {
+        if let Err(error) = self
+            .meta
+            .propose(self.now, command, MetaWaiter::Peer { from, id })
+        {
             let error = ClientError::Unavailable(error.to_string());
             let result = WireAdminResult::Error(WireError::from_client(&error));
             self.send(from, &PeerMessage::ProposeReply { id, result });
@@ -177,17 +206,33 @@ impl Node {
     }
 
     fn on_propose_reply(&mut self, id: u64, result: WireAdminResult) {
-        let Some((forwarded, _)) = self.remote.forwards.remove(&id) else { return };
-        let Forwarded::Admin { request, name } = forwarded else { return };
+        let Some((forwarded, _)) = self.remote.forwards.remove(&id) else {
+            return;
+        };
+        let Forwarded::Admin { request, name } = forwarded else {
+            return;
+        };
         let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
         match result {
             WireAdminResult::Created(topic) => {
                 let reply = ClientReply::TopicCreated(topic);
-                self.remote.settling.push(Settling { request, reply, name, present: true, deadline });
+                self.remote.settling.push(Settling {
+                    request,
+                    reply,
+                    name,
+                    present: true,
+                    deadline,
+                });
             }
             WireAdminResult::Done => {
                 let reply = ClientReply::TopicDeleted;
-                self.remote.settling.push(Settling { request, reply, name, present: false, deadline });
+                self.remote.settling.push(Settling {
+                    request,
+                    reply,
+                    name,
+                    present: false,
+                    deadline,
+                });
             }
             WireAdminResult::Error(error) => {
                 self.reply(request, ClientReply::Error(error.into_client()));
@@ -196,29 +241,63 @@ impl Node {
     }
 
     /// Another node reads one of our partitions for its client.
-    fn on_forwarded_consume(&mut self, from: NodeId, id: u64, target: PartitionKey, offset: u64, max: u32) {
+    fn on_forwarded_consume(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        target: PartitionKey,
+        offset: u64,
+        max: u32,
+    ) {
         let max = u64::from(max.clamp(1, MAX_CONSUME_RECORDS));
         let Some(log) = self.partitions.get(&target) else {
             let result = if self.meta.topic_by_id(target.topic).is_some() {
                 Ok(Vec::new())
             } else {
-                Err(WireError { status: 404, message: "topic not found".into() })
+                Err(WireError {
+                    status: 404,
+                    message: "topic not found".into(),
+                })
             };
             self.send(from, &PeerMessage::ConsumeReply { id, result });
             return;
         };
         let Some(plan) = log.read_plan(offset, max, MAX_CONSUME_BYTES) else {
-            self.send(from, &PeerMessage::ConsumeReply { id, result: Ok(Vec::new()) });
+            self.send(
+                from,
+                &PeerMessage::ConsumeReply {
+                    id,
+                    result: Ok(Vec::new()),
+                },
+            );
             return;
         };
-        let op = DiskOp::Read { file: FileId::PartitionLog(target), offset: plan.pos, len: plan.len };
+        let op = DiskOp::Read {
+            file: FileId::PartitionLog(target),
+            offset: plan.pos,
+            len: plan.len,
+        };
         let asker = ConsumeAsker::Peer { from, id };
-        self.emit(IoPurpose::Consume { request: RequestId(0), key: target, plan, asker }, op);
+        self.emit(
+            IoPurpose::Consume {
+                request: RequestId(0),
+                key: target,
+                plan,
+                asker,
+            },
+            op,
+        );
     }
 
     fn on_consume_reply(&mut self, id: u64, result: Result<Vec<WireConsumed>, WireError>) {
-        let Some((Forwarded::Consume { request, topic, partition }, _)) =
-            self.remote.forwards.remove(&id)
+        let Some((
+            Forwarded::Consume {
+                request,
+                topic,
+                partition,
+            },
+            _,
+        )) = self.remote.forwards.remove(&id)
         else {
             return;
         };
@@ -245,18 +324,29 @@ impl Node {
     /// retries), forwarded requests answer 503, settling answers go out as they are.
     pub(super) fn expire_remote(&mut self) {
         let now = self.now;
-        let expired: Vec<CommitId> =
-            self.remote.commits.iter().filter(|(_, (_, at))| *at <= now).map(|(id, _)| *id).collect();
+        let expired: Vec<CommitId> = self
+            .remote
+            .commits
+            .iter()
+            .filter(|(_, (_, at))| *at <= now)
+            .map(|(id, _)| *id)
+            .collect();
         for id in expired {
             self.remote.commits.remove(&id);
             self.counters.remote_commits_failed += 1;
             self.finish_commit(id, CommitResult::Failed("commit timed out".into()));
         }
-        let expired: Vec<u64> =
-            self.remote.forwards.iter().filter(|(_, (_, at))| *at <= now).map(|(id, _)| *id).collect();
+        let expired: Vec<u64> = self
+            .remote
+            .forwards
+            .iter()
+            .filter(|(_, (_, at))| *at <= now)
+            .map(|(id, _)| *id)
+            .collect();
         for id in expired {
             let (forwarded, _) = self.remote.forwards.remove(&id).expect("listed above");
-            let error = ClientError::Unavailable("the node that had to answer did not in time".into());
+            let error =
+                ClientError::Unavailable("the node that had to answer did not in time".into());
             match forwarded {
                 Forwarded::Admin { request, .. } | Forwarded::Consume { request, .. } => {
                     self.reply(request, ClientReply::Error(error));
@@ -264,8 +354,9 @@ impl Node {
                 Forwarded::Heartbeat | Forwarded::Confirm => {}
             }
         }
-        let (due, waiting): (Vec<_>, Vec<_>) =
-            std::mem::take(&mut self.remote.settling).into_iter().partition(|s| s.deadline <= now);
+        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.remote.settling)
+            .into_iter()
+            .partition(|s| s.deadline <= now);
         self.remote.settling = waiting;
         for settled in due {
             self.reply(settled.request, settled.reply);
@@ -290,20 +381,35 @@ impl Node {
             })
             .collect();
         let origin_checkpoint = self.wal.durable_checkpoint();
-        let message = PeerMessage::CommitBatch { id: id.0, origin_checkpoint, target, records };
+        let message = PeerMessage::CommitBatch {
+            id: id.0,
+            origin_checkpoint,
+            target,
+            records,
+        };
         self.send(owner, &message);
-        self.remote.commits.insert(id, (owner, self.now.plus_millis(COMMIT_TIMEOUT_MS)));
+        self.remote
+            .commits
+            .insert(id, (owner, self.now.plus_millis(COMMIT_TIMEOUT_MS)));
     }
 
     /// Membership says `owner` died: its commits in flight will not be answered, so they fail
     /// now (a commit that landed anyway makes an allowed duplicate) and its records reroute.
     pub(super) fn abandon_commits_to(&mut self, owner: NodeId) {
-        let doomed: Vec<CommitId> =
-            self.remote.commits.iter().filter(|(_, (to, _))| *to == owner).map(|(id, _)| *id).collect();
+        let doomed: Vec<CommitId> = self
+            .remote
+            .commits
+            .iter()
+            .filter(|(_, (to, _))| *to == owner)
+            .map(|(id, _)| *id)
+            .collect();
         for id in doomed {
             self.remote.commits.remove(&id);
             self.counters.remote_commits_failed += 1;
-            self.finish_commit(id, CommitResult::Failed(format!("owner node {} died", owner.0)));
+            self.finish_commit(
+                id,
+                CommitResult::Failed(format!("owner node {} died", owner.0)),
+            );
         }
     }
 }

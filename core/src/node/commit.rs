@@ -7,9 +7,9 @@ use super::owner::ReplyTo;
 use super::{ClusterPlacement, Node};
 use crate::constants::FAILURE_BACKOFF_MS;
 use crate::dispatch::CommitResult;
+use crate::io::NodeEvent;
 use crate::io::{DiskDone, DiskError};
 use crate::partition::{CommitId, PartitionRecord};
-use crate::io::NodeEvent;
 use crate::wal::{CursorRead, WalRecord};
 
 impl Node {

@@ -4,8 +4,8 @@
 //! confirms it is gone (a follower asks the leader; the leader first passes a read barrier and
 //! then re-reads its own state). Anything less keeps the records for a later pass.
 
-use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
 use super::cluster::{FORWARD_TIMEOUT_MS, Forwarded};
+use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
 use crate::ids::{PartitionKey, TopicId};
 use crate::io::{DiskOp, FileId, NodeEvent};
 use crate::peer::PeerMessage;
@@ -52,18 +52,23 @@ impl Node {
             return; // live, or we cannot tell yet: keep everything for a later pass
         }
         if self.meta.is_leader() {
-            self.meta.read_barrier(self.now, MetaWaiter::Confirm { topic, asker: None });
+            self.meta
+                .read_barrier(self.now, MetaWaiter::Confirm { topic, asker: None });
         } else if let Some(leader) = self.meta.leader() {
             let id = self.remote.next_id();
             let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
-            self.remote.forwards.insert(id, (Forwarded::Confirm, deadline));
+            self.remote
+                .forwards
+                .insert(id, (Forwarded::Confirm, deadline));
             self.send(leader, &PeerMessage::ConfirmGone { id, topic });
         }
     }
 
     /// A read barrier finished (we lead): answer the follower that asked, or ourselves.
     pub(super) fn on_barrier(&mut self, waiter: MetaWaiter, ok: bool) {
-        let MetaWaiter::Confirm { topic, asker } = waiter else { return };
+        let MetaWaiter::Confirm { topic, asker } = waiter else {
+            return;
+        };
         let gone = ok && self.meta.confirm_gone_locally(topic);
         match asker {
             Some((from, id)) => self.send(from, &PeerMessage::ConfirmGoneReply { id, topic, gone }),
@@ -81,14 +86,27 @@ impl Node {
             tracing::debug!(seq, topic = topic.0, "discarded record of a deleted topic");
             self.push_event(NodeEvent::Discarded { seq, topic });
         }
-        let orphaned: Vec<PartitionKey> =
-            self.partitions.keys().copied().filter(|key| key.topic == topic).collect();
+        let orphaned: Vec<PartitionKey> = self
+            .partitions
+            .keys()
+            .copied()
+            .filter(|key| key.topic == topic)
+            .collect();
         if !orphaned.is_empty() {
-            tracing::info!(topic = topic.0, partitions = orphaned.len(), "removing files of a deleted topic");
+            tracing::info!(
+                topic = topic.0,
+                partitions = orphaned.len(),
+                "removing files of a deleted topic"
+            );
         }
         for key in orphaned {
             self.partitions.remove(&key);
-            self.emit(IoPurpose::FileDelete, DiskOp::Delete { file: FileId::PartitionLog(key) });
+            self.emit(
+                IoPurpose::FileDelete,
+                DiskOp::Delete {
+                    file: FileId::PartitionLog(key),
+                },
+            );
         }
         self.orphan_files_asked.remove(&topic);
     }
@@ -100,7 +118,12 @@ impl Node {
         for partition in 0..partitions {
             let key = PartitionKey { topic, partition };
             if self.partitions.remove(&key).is_some() {
-                self.emit(IoPurpose::FileDelete, DiskOp::Delete { file: FileId::PartitionLog(key) });
+                self.emit(
+                    IoPurpose::FileDelete,
+                    DiskOp::Delete {
+                        file: FileId::PartitionLog(key),
+                    },
+                );
             }
         }
     }

@@ -14,9 +14,14 @@ impl Node {
     pub(super) fn tick_metastore(&mut self) {
         self.meta.handle_tick(self.now);
         if let Some(heartbeat) = self.meta.poll_heartbeat(self.now) {
-            match self.meta.propose(self.now, heartbeat.clone(), MetaWaiter::Heartbeat) {
+            match self
+                .meta
+                .propose(self.now, heartbeat.clone(), MetaWaiter::Heartbeat)
+            {
                 Ok(()) => {}
-                Err(ProposeError::NotLeader { leader: Some(leader) }) => {
+                Err(ProposeError::NotLeader {
+                    leader: Some(leader),
+                }) => {
                     self.forward_command(leader, &heartbeat, Forwarded::Heartbeat);
                 }
                 Err(error) => tracing::debug!(%error, "membership heartbeat not proposed"),
@@ -27,12 +32,19 @@ impl Node {
     /// A client's topic create or delete: proposed here if we lead, else forwarded.
     pub(super) fn propose_admin(&mut self, request: crate::ids::RequestId, command: MetaCommand) {
         let name = match &command {
-            MetaCommand::CreateTopic { name, .. } | MetaCommand::DeleteTopic { name } => name.clone(),
+            MetaCommand::CreateTopic { name, .. } | MetaCommand::DeleteTopic { name } => {
+                name.clone()
+            }
             _ => unreachable!("only topic commands come from clients"),
         };
-        match self.meta.propose(self.now, command.clone(), MetaWaiter::Client(request)) {
+        match self
+            .meta
+            .propose(self.now, command.clone(), MetaWaiter::Client(request))
+        {
             Ok(()) => {}
-            Err(ProposeError::NotLeader { leader: Some(leader) }) => {
+            Err(ProposeError::NotLeader {
+                leader: Some(leader),
+            }) => {
                 self.forward_command(leader, &command, Forwarded::Admin { request, name });
             }
             Err(ProposeError::NotLeader { leader: None }) => {
@@ -46,7 +58,12 @@ impl Node {
         }
     }
 
-    fn forward_command(&mut self, leader: crate::ids::NodeId, command: &MetaCommand, kind: Forwarded) {
+    fn forward_command(
+        &mut self,
+        leader: crate::ids::NodeId,
+        command: &MetaCommand,
+        kind: Forwarded,
+    ) {
         let id = self.remote.next_id();
         let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
         self.remote.forwards.insert(id, (kind, deadline));

@@ -7,8 +7,8 @@ use super::Node;
 use crate::dispatch::CommitResult;
 use crate::ids::{NodeId, PartitionKey, TopicId};
 use crate::io::NodeEvent;
-use crate::peer::{PeerMessage, WireCommitResult};
 use crate::partition::{CommitId, CommitOutcome, CommitPart, PartitionLog, PartitionRecord};
+use crate::peer::{PeerMessage, WireCommitResult};
 
 /// Who waits for a commit job's outcome.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,7 +47,14 @@ impl Node {
         }
         let id = CommitId(self.next_job);
         self.next_job += 1;
-        self.jobs.insert(id, Job { key, origin, reply_to });
+        self.jobs.insert(
+            id,
+            Job {
+                key,
+                origin,
+                reply_to,
+            },
+        );
         let part = CommitPart {
             id,
             origin,
@@ -108,7 +115,12 @@ impl Node {
                     let (first_offset, origins) = (landed.first_offset, landed.origin_seqs);
                     let origin = job.origin;
                     let key = job.key;
-                    self.push_event(NodeEvent::Committed { key, first_offset, origin, origins });
+                    self.push_event(NodeEvent::Committed {
+                        key,
+                        first_offset,
+                        origin,
+                        origins,
+                    });
                 }
                 CommitResult::Committed {
                     first_offset: landed.first_offset,

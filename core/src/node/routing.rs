@@ -27,7 +27,12 @@ impl Node {
                 }
             }
             IoPurpose::Partition(key, io) => self.on_partition_io(key, io, result),
-            IoPurpose::Consume { request, key, plan, asker } => {
+            IoPurpose::Consume {
+                request,
+                key,
+                plan,
+                asker,
+            } => {
                 self.answer_consume(request, key, plan, asker, result);
             }
             IoPurpose::StartupSync(file) => self.on_startup_sync(file, result),
@@ -97,10 +102,14 @@ impl Node {
         if let Err(error) = result {
             let path = file.relative_path();
             tracing::error!(%error, file = %path, "start-up sync failed: what was read may not be durable");
-            self.fatal.get_or_insert(format!("start-up sync of {path} failed: {error}"));
+            self.fatal
+                .get_or_insert(format!("start-up sync of {path} failed: {error}"));
         }
         if self.startup_syncs_left == 0 && self.fatal.is_none() {
-            tracing::info!(deferred = self.deferred.len(), "start-up syncs done; serving");
+            tracing::info!(
+                deferred = self.deferred.len(),
+                "start-up syncs done; serving"
+            );
             while let Some((request, op)) = self.deferred.pop_front() {
                 self.handle_client(request, op);
             }

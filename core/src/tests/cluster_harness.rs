@@ -66,7 +66,10 @@ impl Cluster {
 
     /// Starts (or restarts) node `ix` from its files.
     pub fn start(&mut self, ix: Ix) {
-        let snapshot = self.files[ix].iter().map(|(f, b)| (*f, Bytes::from(b.clone()))).collect();
+        let snapshot = self.files[ix]
+            .iter()
+            .map(|(f, b)| (*f, Bytes::from(b.clone())))
+            .collect();
         let node = Node::recover(config(ix, self.size), self.now, snapshot).expect("recovery");
         self.nodes[ix] = Some(node);
         self.drain(ix);
@@ -114,7 +117,12 @@ impl Cluster {
                 self.feed(ix, input);
                 continue;
             }
-            let next = self.nodes.iter().flatten().filter_map(Node::poll_timeout).min();
+            let next = self
+                .nodes
+                .iter()
+                .flatten()
+                .filter_map(Node::poll_timeout)
+                .min();
             match next {
                 Some(at) if at <= horizon => {
                     self.now = self.now.max(at);
@@ -122,7 +130,10 @@ impl Cluster {
                         let due = self.nodes[ix].as_ref().and_then(Node::poll_timeout);
                         if due.is_some_and(|due| due <= self.now) {
                             let now = self.now;
-                            self.nodes[ix].as_mut().expect("checked").handle_timeout(now);
+                            self.nodes[ix]
+                                .as_mut()
+                                .expect("checked")
+                                .handle_timeout(now);
                             self.drain(ix);
                         }
                     }
@@ -142,7 +153,9 @@ impl Cluster {
     }
 
     fn feed(&mut self, ix: Ix, input: Input) {
-        let Some(node) = self.nodes[ix].as_mut() else { return };
+        let Some(node) = self.nodes[ix].as_mut() else {
+            return;
+        };
         node.handle_input(self.now, input);
         self.drain(ix);
     }
@@ -151,7 +164,10 @@ impl Cluster {
         while let Some(effect) = self.nodes[ix].as_mut().and_then(Node::poll_effect) {
             match effect {
                 Effect::Reply { request, reply } => {
-                    assert!(self.replies.insert(request, reply).is_none(), "answered twice");
+                    assert!(
+                        self.replies.insert(request, reply).is_none(),
+                        "answered twice"
+                    );
                 }
                 Effect::Disk { token, op } => {
                     let result = Ok(execute(&mut self.files[ix], op));
@@ -188,7 +204,9 @@ fn execute(files: &mut BTreeMap<FileId, Vec<u8>>, op: DiskOp) -> DiskDone {
         DiskOp::Sync { .. } => DiskDone::Done,
         DiskOp::Read { file, offset, len } => {
             let content = &files[&file];
-            DiskDone::Data(Bytes::copy_from_slice(&content[offset as usize..(offset + len) as usize]))
+            DiskDone::Data(Bytes::copy_from_slice(
+                &content[offset as usize..(offset + len) as usize],
+            ))
         }
         DiskOp::Truncate { file, len } => {
             files.entry(file).or_default().truncate(len as usize);

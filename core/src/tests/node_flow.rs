@@ -406,23 +406,49 @@ fn shutdown_drains_dispatch_and_flushes_the_checkpoint() {
 fn nothing_read_at_start_up_is_used_before_it_is_synced() {
     let mut h = Harness::new();
     create(&mut h, "t", 1);
-    assert!(matches!(produce(&mut h, "t", vec![message("a", None, None)]), ClientReply::Produced { .. }));
+    assert!(matches!(
+        produce(&mut h, "t", vec![message("a", None, None)]),
+        ClientReply::Produced { .. }
+    ));
     let mut h = h.restart();
     assert!(!h.node.is_ready(), "start-up syncs are still running");
-    let request = h.submit(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 0, max: 1 });
-    assert!(!h.replies.contains_key(&request), "requests wait for the start-up syncs");
+    let request = h.submit(ClientOp::Consume {
+        topic: "t".into(),
+        partition: 0,
+        offset: 0,
+        max: 1,
+    });
+    assert!(
+        !h.replies.contains_key(&request),
+        "requests wait for the start-up syncs"
+    );
     h.run();
     assert!(h.node.is_ready());
-    let ClientReply::Records(records) = &h.replies[&request] else { panic!() };
+    let ClientReply::Records(records) = &h.replies[&request] else {
+        panic!()
+    };
     assert_eq!(records.len(), 1);
 
     // A failed start-up sync means what was read may not be durable: fatal, never ready.
     let files = h.files.clone();
     assert!(files.contains_key(&FileId::MetaRaftLog));
-    let mut h = Harness::from_files_with_fault(files, Box::new(|op| {
-        matches!(op, DiskOp::Sync { file: FileId::MetaRaftLog }).then(|| DiskError::Io("EIO".into()))
-    }));
+    let mut h = Harness::from_files_with_fault(
+        files,
+        Box::new(|op| {
+            matches!(
+                op,
+                DiskOp::Sync {
+                    file: FileId::MetaRaftLog
+                }
+            )
+            .then(|| DiskError::Io("EIO".into()))
+        }),
+    );
     h.run();
     assert!(!h.node.is_ready());
-    assert!(h.node.fatal_error().is_some_and(|e| e.contains("raft.log")), "{:?}", h.node.fatal_error());
+    assert!(
+        h.node.fatal_error().is_some_and(|e| e.contains("raft.log")),
+        "{:?}",
+        h.node.fatal_error()
+    );
 }
