@@ -128,7 +128,6 @@ enum IoPurpose {
     Meta(MetaIo),
     Partition(PartitionKey, PartIo),
     Consume {
-        request: RequestId,
         key: PartitionKey,
         plan: ReadPlan,
         asker: ConsumeAsker,
@@ -141,7 +140,7 @@ enum IoPurpose {
 /// Who asked for a partition read: a local client, or another node on a client's behalf.
 #[derive(Clone, Debug)]
 enum ConsumeAsker {
-    Client { topic: String },
+    Client { request: RequestId, topic: String },
     Peer { from: NodeId, id: u64 },
 }
 
@@ -265,7 +264,7 @@ impl Node {
     }
 
     /// Opens every partition log found on disk. Files of deleted incarnations are removed once
-    /// the metastore has caught up and says so (see `drop_dead_partitions`).
+    /// the leader confirms their incarnation is gone (see `node/discard.rs`).
     fn recover_partitions(&mut self, files: &BTreeMap<FileId, Bytes>) -> Result<(), RecoveryError> {
         for (file, bytes) in files {
             if let FileId::PartitionLog(key) = file {
@@ -312,7 +311,7 @@ impl Node {
         if self.wal_read_retry_at.is_some_and(|at| at <= self.now) {
             self.wal_read_retry_at = None;
         }
-        if self.is_started() && self.meta.next_tick() <= self.now {
+        if self.is_serving() && self.meta.next_tick() <= self.now {
             self.tick_metastore();
         }
         self.expire_remote();
@@ -331,7 +330,7 @@ impl Node {
 
     /// When `handle_timeout` should next be called.
     pub fn poll_timeout(&self) -> Option<Instant> {
-        let meta_tick = self.is_started().then(|| self.meta.next_tick());
+        let meta_tick = self.is_serving().then(|| self.meta.next_tick());
         [
             self.wal.checkpoint_deadline(),
             self.dispatcher.next_deadline(),
@@ -349,7 +348,7 @@ impl Node {
     /// and has caught up with it, and it lists this node as a live member (its heartbeat went
     /// through): the node is fully part of the cluster.
     pub fn is_ready(&self) -> bool {
-        self.is_started()
+        self.is_serving()
             && self.wal.is_repaired()
             && self.meta.is_ready()
             && self.meta.leader().is_some()
@@ -374,10 +373,6 @@ impl Node {
     /// nothing unless a destination was failing), and the checkpoint is durable.
     pub fn is_shut_down(&self) -> bool {
         self.shutting_down && self.io.is_empty()
-    }
-
-    fn is_started(&self) -> bool {
-        self.startup_syncs_left == 0 && self.fatal.is_none()
     }
 
     /// The high watermark of every partition log this node holds, whether or not its replica
@@ -439,7 +434,7 @@ impl Node {
     /// Moves every component forward: metastore outputs, group commit, checkpoint, dispatch
     /// reads, commits, discard confirmations; then turns disk requests into effects.
     fn pump(&mut self) {
-        if !self.is_started() {
+        if !self.is_serving() {
             self.drain_metastore();
             self.collect_io();
             return;

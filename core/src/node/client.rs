@@ -260,22 +260,13 @@ impl Node {
             offset: plan.pos,
             len: plan.len,
         };
-        let asker = ConsumeAsker::Client { topic };
-        self.emit(
-            IoPurpose::Consume {
-                request,
-                key,
-                plan,
-                asker,
-            },
-            op,
-        );
+        let asker = ConsumeAsker::Client { request, topic };
+        self.emit(IoPurpose::Consume { key, plan, asker }, op);
     }
 
     /// A partition read completed: answer the local client or the peer that asked.
     pub(super) fn answer_consume(
         &mut self,
-        request: RequestId,
         key: PartitionKey,
         plan: ReadPlan,
         asker: ConsumeAsker,
@@ -283,7 +274,7 @@ impl Node {
     ) {
         let decoded = self.decode_consume(key, plan, result);
         match asker {
-            ConsumeAsker::Client { topic } => {
+            ConsumeAsker::Client { request, topic } => {
                 let reply = match decoded {
                     Ok(records) => ClientReply::Records(
                         records

@@ -87,7 +87,7 @@ impl Node {
                 return;
             }
         };
-        if !self.is_started() {
+        if !self.is_serving() {
             return; // nothing read at start-up is trusted yet; peers retry
         }
         match message {
@@ -280,7 +280,6 @@ impl Node {
         let asker = ConsumeAsker::Peer { from, id };
         self.emit(
             IoPurpose::Consume {
-                request: RequestId(0),
                 key: target,
                 plan,
                 asker,

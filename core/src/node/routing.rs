@@ -27,13 +27,8 @@ impl Node {
                 }
             }
             IoPurpose::Partition(key, io) => self.on_partition_io(key, io, result),
-            IoPurpose::Consume {
-                request,
-                key,
-                plan,
-                asker,
-            } => {
-                self.answer_consume(request, key, plan, asker, result);
+            IoPurpose::Consume { key, plan, asker } => {
+                self.answer_consume(key, plan, asker, result)
             }
             IoPurpose::StartupSync(file) => self.on_startup_sync(file, result),
             IoPurpose::FileDelete => {
