@@ -223,62 +223,13 @@ impl PeerMessage {
         let tag = reader.take(1).ok_or(DecodeError::Malformed)?[0];
         let message = match tag {
             TAG_RAFT => Some(PeerMessage::Raft(bytes.slice(2..))),
-            TAG_COMMIT => decode_commit(&mut reader),
-            TAG_COMMIT_REPLY => {
-                let id = reader.u64();
-                id.and_then(|id| {
-                    Some(PeerMessage::CommitReply {
-                        id,
-                        result: decode_result(&mut reader)?,
-                    })
-                })
-            }
-            TAG_CONFIRM => (|| {
-                Some(PeerMessage::ConfirmGone {
-                    id: reader.u64()?,
-                    topic: TopicId(reader.u64()?),
-                })
-            })(),
-            TAG_CONFIRM_REPLY => (|| {
-                let (id, topic) = (reader.u64()?, TopicId(reader.u64()?));
-                let gone = match reader.take(1)?[0] {
-                    0 => false,
-                    1 => true,
-                    _ => return None,
-                };
-                Some(PeerMessage::ConfirmGoneReply { id, topic, gone })
-            })(),
             TAG_PROPOSE => reader.u64().map(|id| PeerMessage::Propose {
                 id,
                 command: bytes.slice(10..),
             }),
-            TAG_PROPOSE_REPLY => (|| {
-                let id = reader.u64()?;
-                Some(PeerMessage::ProposeReply {
-                    id,
-                    result: decode_admin_result(&mut reader)?,
-                })
-            })(),
-            TAG_CONSUME => (|| {
-                let (id, topic, offset) = (reader.u64()?, TopicId(reader.u64()?), reader.u64()?);
-                let target = PartitionKey {
-                    topic,
-                    partition: reader.u32()?,
-                };
-                Some(PeerMessage::Consume {
-                    id,
-                    target,
-                    offset,
-                    max: reader.u32()?,
-                })
-            })(),
-            TAG_CONSUME_REPLY => (|| {
-                let id = reader.u64()?;
-                Some(PeerMessage::ConsumeReply {
-                    id,
-                    result: decode_consume_result(&mut reader)?,
-                })
-            })(),
+            TAG_COMMIT => decode_commit(&mut reader),
+            TAG_COMMIT_REPLY | TAG_CONFIRM | TAG_CONFIRM_REPLY => decode_small(tag, &mut reader),
+            TAG_PROPOSE_REPLY | TAG_CONSUME | TAG_CONSUME_REPLY => decode_small(tag, &mut reader),
             other => return Err(DecodeError::UnknownType(other)),
         };
         let message = message.ok_or(DecodeError::Malformed)?;
@@ -309,6 +260,52 @@ fn put_u64s(out: &mut Vec<u8>, values: &[u64]) {
     for value in values {
         out.extend_from_slice(&value.to_le_bytes());
     }
+}
+
+/// Decodes the body of every message with a fixed, small layout after its id.
+fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
+    let id = reader.u64()?;
+    Some(match tag {
+        TAG_COMMIT_REPLY => PeerMessage::CommitReply {
+            id,
+            result: decode_result(reader)?,
+        },
+        TAG_CONFIRM => PeerMessage::ConfirmGone {
+            id,
+            topic: TopicId(reader.u64()?),
+        },
+        TAG_CONFIRM_REPLY => {
+            let topic = TopicId(reader.u64()?);
+            let gone = match reader.take(1)?[0] {
+                0 => false,
+                1 => true,
+                _ => return None,
+            };
+            PeerMessage::ConfirmGoneReply { id, topic, gone }
+        }
+        TAG_PROPOSE_REPLY => PeerMessage::ProposeReply {
+            id,
+            result: decode_admin_result(reader)?,
+        },
+        TAG_CONSUME => {
+            let (topic, offset) = (TopicId(reader.u64()?), reader.u64()?);
+            let target = PartitionKey {
+                topic,
+                partition: reader.u32()?,
+            };
+            PeerMessage::Consume {
+                id,
+                target,
+                offset,
+                max: reader.u32()?,
+            }
+        }
+        TAG_CONSUME_REPLY => PeerMessage::ConsumeReply {
+            id,
+            result: decode_consume_result(reader)?,
+        },
+        _ => return None,
+    })
 }
 
 fn decode_commit(reader: &mut Reader<'_>) -> Option<PeerMessage> {
