@@ -80,11 +80,7 @@ impl Placement for AllLive {
 #[divan::bench]
 fn dispatcher_place_and_batch_4096_over_64_partitions(bencher: Bencher) {
     bencher
-        .with_inputs(|| {
-            (0..4096u64)
-                .map(|seq| record(seq, (seq % 64) as u32))
-                .collect::<Vec<_>>()
-        })
+        .with_inputs(|| (0..4096u64).map(|seq| record(seq, (seq % 64) as u32)).collect::<Vec<_>>())
         .bench_local_values(|records| {
             let mut dispatcher = Dispatcher::new(0);
             dispatcher.accept(records, Instant(0), &AllLive);

@@ -23,10 +23,7 @@ pub struct Resolver {
 impl Resolver {
     /// A resolver drawing its random starting partitions from `seed`.
     pub fn new(seed: u64) -> Resolver {
-        Resolver {
-            rng: ChaCha8Rng::seed_from_u64(seed),
-            next_keyless: BTreeMap::new(),
-        }
+        Resolver { rng: ChaCha8Rng::seed_from_u64(seed), next_keyless: BTreeMap::new() }
     }
 
     /// Validates every message of a produce (all or nothing) and resolves their partitions.
@@ -75,9 +72,7 @@ impl Resolver {
 
 fn check_shape(messages: &[ProduceMessage], batch: bool) -> Result<(), ClientError> {
     if messages.is_empty() {
-        return Err(ClientError::BadRequest(
-            "a batch needs at least one message".into(),
-        ));
+        return Err(ClientError::BadRequest("a batch needs at least one message".into()));
     }
     if batch && messages.len() > MAX_BATCH_MESSAGES {
         return Err(ClientError::BadRequest(format!(
@@ -106,11 +101,7 @@ fn check_message(topic: &TopicInfo, message: &ProduceMessage) -> Result<(), Clie
             message.payload.len()
         )));
     }
-    if message
-        .key
-        .as_ref()
-        .is_some_and(|key| key.len() > MAX_KEY_BYTES)
-    {
+    if message.key.as_ref().is_some_and(|key| key.len() > MAX_KEY_BYTES) {
         return Err(ClientError::BadRequest(format!(
             "key longer than the {MAX_KEY_BYTES}-byte limit"
         )));
@@ -167,29 +158,17 @@ mod tests {
         let mut resolver = Resolver::new(7);
         let t = topic(4);
         let drafts = resolver
-            .resolve(
-                &t,
-                vec![msg(Some("k"), Some(2), b"x"), msg(Some("k"), None, b"x")],
-                true,
-                0,
-            )
+            .resolve(&t, vec![msg(Some("k"), Some(2), b"x"), msg(Some("k"), None, b"x")], true, 0)
             .unwrap();
         assert_eq!(drafts[0].partition, 2);
         assert_eq!(drafts[1].partition, fnv1a_32(b"k") % 4);
         let keyless: Vec<u32> = (0..8)
             .map(|_| {
-                resolver
-                    .resolve(&t, vec![msg(None, None, b"x")], false, 0)
-                    .unwrap()[0]
-                    .partition
+                resolver.resolve(&t, vec![msg(None, None, b"x")], false, 0).unwrap()[0].partition
             })
             .collect();
         for pair in keyless.windows(2) {
-            assert_eq!(
-                pair[1],
-                (pair[0] + 1) % 4,
-                "keyless records rotate: {keyless:?}"
-            );
+            assert_eq!(pair[1], (pair[0] + 1) % 4, "keyless records rotate: {keyless:?}");
         }
     }
 
@@ -202,22 +181,12 @@ mod tests {
             matches!(&error, ClientError::BadRequest(m) if m.starts_with("message 1:")),
             "{error}"
         );
-        let error = resolver
-            .resolve(&topic(4), vec![msg(None, None, b"")], false, 0)
-            .unwrap_err();
+        let error = resolver.resolve(&topic(4), vec![msg(None, None, b"")], false, 0).unwrap_err();
         assert_eq!(error.http_status(), 400);
         let big = vec![0u8; MAX_MESSAGE_BYTES + 1];
-        let error = resolver
-            .resolve(&topic(4), vec![msg(None, None, &big)], false, 0)
-            .unwrap_err();
+        let error = resolver.resolve(&topic(4), vec![msg(None, None, &big)], false, 0).unwrap_err();
         assert_eq!(error.http_status(), 413);
         let many = (0..1001).map(|_| msg(None, None, b"x")).collect();
-        assert_eq!(
-            resolver
-                .resolve(&topic(4), many, true, 0)
-                .unwrap_err()
-                .http_status(),
-            400
-        );
+        assert_eq!(resolver.resolve(&topic(4), many, true, 0).unwrap_err().http_status(), 400);
     }
 }

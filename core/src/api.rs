@@ -10,11 +10,7 @@ use crate::ids::TopicId;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientOp {
     /// Create a topic. `partitions` defaults to 3.
-    CreateTopic {
-        name: String,
-        partitions: Option<u32>,
-        retention_ms: Option<u64>,
-    },
+    CreateTopic { name: String, partitions: Option<u32>, retention_ms: Option<u64> },
     /// Delete a topic (records still in the WAL for it are discarded later).
     DeleteTopic { name: String },
     /// List every topic.
@@ -22,18 +18,9 @@ pub enum ClientOp {
     /// One topic with its partition statistics.
     GetTopic { name: String },
     /// Produce messages. `batch` selects the batch form (errors name the message index).
-    Produce {
-        topic: String,
-        messages: Vec<ProduceMessage>,
-        batch: bool,
-    },
+    Produce { topic: String, messages: Vec<ProduceMessage>, batch: bool },
     /// Read committed records of one partition from `offset`, at most `max` of them.
-    Consume {
-        topic: String,
-        partition: u32,
-        offset: u64,
-        max: u32,
-    },
+    Consume { topic: String, partition: u32, offset: u64, max: u32 },
     /// A snapshot of the node's counters.
     Stats,
     /// The cluster's members as this node's metastore replica sees them.

@@ -13,11 +13,7 @@ pub const MAX_FRAME_BODY_BYTES: usize = 2 * 1024 * 1024;
 /// Appends one frame holding `body` to `out`.
 pub fn put_frame(out: &mut Vec<u8>, body: &[u8]) {
     let len = u32::try_from(body.len()).expect("invariant: frame bodies are bounded by 2 MiB");
-    assert!(
-        body.len() <= MAX_FRAME_BODY_BYTES,
-        "frame body of {} bytes",
-        body.len()
-    );
+    assert!(body.len() <= MAX_FRAME_BODY_BYTES, "frame body of {} bytes", body.len());
     let len_bytes = len.to_le_bytes();
     out.extend_from_slice(&len_bytes);
     out.extend_from_slice(&frame_crc(&len_bytes, body).to_le_bytes());
@@ -60,10 +56,7 @@ pub enum ScanEnd {
     /// The bytes from `valid_len` on are an incomplete or damaged last write: truncate them.
     TornTail { valid_len: usize },
     /// A damaged frame at `bad_pos` is followed by a valid frame at `next_valid_pos`.
-    Corrupt {
-        bad_pos: usize,
-        next_valid_pos: usize,
-    },
+    Corrupt { bad_pos: usize, next_valid_pos: usize },
 }
 
 /// Result of scanning a buffer: its valid frames, then how it ends.
@@ -96,10 +89,7 @@ pub fn scan(bytes: &[u8]) -> Scan {
             }
         }
     }
-    Scan {
-        frames,
-        end: ScanEnd::Clean,
-    }
+    Scan { frames, end: ScanEnd::Clean }
 }
 
 /// The valid frame starting at `pos`, if there is one.
@@ -122,10 +112,7 @@ fn classify_bad(bytes: &[u8], bad_pos: usize) -> ScanEnd {
         return ScanEnd::Clean;
     }
     match find_valid_frame_after(bytes, bad_pos) {
-        Some(next_valid_pos) => ScanEnd::Corrupt {
-            bad_pos,
-            next_valid_pos,
-        },
+        Some(next_valid_pos) => ScanEnd::Corrupt { bad_pos, next_valid_pos },
         None => ScanEnd::TornTail { valid_len: bad_pos },
     }
 }

@@ -154,10 +154,7 @@ impl Dispatcher {
     /// Takes durable records, in sequence order, starting exactly at `read_upto`.
     pub fn accept(&mut self, records: Vec<WalRecord>, now: Instant, placement: &dyn Placement) {
         for record in records {
-            assert_eq!(
-                record.seq, self.read_upto,
-                "invariant: records arrive dense and in order"
-            );
+            assert_eq!(record.seq, self.read_upto, "invariant: records arrive dense and in order");
             self.read_upto += 1;
             let seq = record.seq;
             let destination = record.destination();
@@ -170,10 +167,7 @@ impl Dispatcher {
             if target != destination {
                 self.counters.records_rerouted += 1;
             }
-            self.destinations
-                .entry(target)
-                .or_default()
-                .enqueue(seq, now);
+            self.destinations.entry(target).or_default().enqueue(seq, now);
         }
         assert!(self.held.len() <= WINDOW_MAX_RECORDS * LOOKAHEAD_WINDOWS);
     }
@@ -181,10 +175,7 @@ impl Dispatcher {
     /// Takes the next sequences as lost (damaged at rest in the WAL): they count as done, so the
     /// checkpoint can pass them.
     pub fn skip_lost(&mut self, seqs: std::ops::Range<u64>) {
-        assert_eq!(
-            seqs.start, self.read_upto,
-            "invariant: lost records arrive in order"
-        );
+        assert_eq!(seqs.start, self.read_upto, "invariant: lost records arrive in order");
         self.counters.records_lost += seqs.end - seqs.start;
         for seq in seqs {
             self.read_upto += 1;
@@ -235,10 +226,7 @@ impl Dispatcher {
                 break;
             }
             let others_running = !self.in_flight.is_empty();
-            let dest = self
-                .destinations
-                .get_mut(&key)
-                .expect("rotation lists existing keys");
+            let dest = self.destinations.get_mut(&key).expect("rotation lists existing keys");
             if !dest.ready_to_send(now, others_running) {
                 continue;
             }
@@ -247,20 +235,9 @@ impl Dispatcher {
             let id = CommitId(self.next_commit);
             self.next_commit += 1;
             dest.in_flight = Some(id);
-            self.in_flight.insert(
-                id,
-                InFlight {
-                    target: key,
-                    seqs,
-                    started: now,
-                },
-            );
+            self.in_flight.insert(id, InFlight { target: key, seqs, started: now });
             self.next_start = Some(key);
-            out.push(CommitRequest {
-                id,
-                target: key,
-                records,
-            });
+            out.push(CommitRequest { id, target: key, records });
         }
         out
     }
@@ -286,14 +263,8 @@ impl Dispatcher {
         now: Instant,
         placement: &dyn Placement,
     ) {
-        let flight = self
-            .in_flight
-            .remove(&id)
-            .expect("invariant: outcomes match started commits");
-        let dest = self
-            .destinations
-            .get_mut(&flight.target)
-            .expect("in-flight destination exists");
+        let flight = self.in_flight.remove(&id).expect("invariant: outcomes match started commits");
+        let dest = self.destinations.get_mut(&flight.target).expect("in-flight destination exists");
         dest.in_flight = None;
         match result {
             CommitResult::Committed { .. } => {
@@ -313,10 +284,7 @@ impl Dispatcher {
             }
             CommitResult::TopicGone => {
                 for seq in flight.seqs {
-                    self.orphans
-                        .entry(flight.target.topic)
-                        .or_default()
-                        .push(seq);
+                    self.orphans.entry(flight.target.topic).or_default().push(seq);
                 }
             }
         }
@@ -328,11 +296,7 @@ impl Dispatcher {
         let Some(to) = self.sibling(from, placement) else {
             return;
         };
-        let moved = self
-            .destinations
-            .get_mut(&from)
-            .expect("exists")
-            .drain_all_but_probe();
+        let moved = self.destinations.get_mut(&from).expect("exists").drain_all_but_probe();
         self.counters.records_rerouted += moved.len() as u64;
         let target = self.destinations.entry(to).or_default();
         for seq in moved {
@@ -362,11 +326,7 @@ impl Dispatcher {
     }
 
     fn garbage_collect(&mut self, key: PartitionKey) {
-        if self
-            .destinations
-            .get(&key)
-            .is_some_and(Destination::is_forgettable)
-        {
+        if self.destinations.get(&key).is_some_and(Destination::is_forgettable) {
             self.destinations.remove(&key);
         }
     }
@@ -418,20 +378,13 @@ impl Dispatcher {
     /// Orphans whose topic turned out to be live after all (the local view caught up): put them
     /// back into their destinations.
     pub fn requeue_live_orphans(&mut self, now: Instant, placement: &dyn Placement) {
-        let live: Vec<TopicId> = self
-            .orphans
-            .keys()
-            .copied()
-            .filter(|t| placement.partitions(*t).is_some())
-            .collect();
+        let live: Vec<TopicId> =
+            self.orphans.keys().copied().filter(|t| placement.partitions(*t).is_some()).collect();
         for topic in live {
             for seq in self.orphans.remove(&topic).unwrap_or_default() {
                 let destination = self.held[&seq].destination();
                 let target = self.place(destination, placement);
-                self.destinations
-                    .entry(target)
-                    .or_default()
-                    .enqueue(seq, now);
+                self.destinations.entry(target).or_default().enqueue(seq, now);
             }
         }
     }
@@ -441,9 +394,7 @@ impl Dispatcher {
     pub fn next_deadline(&self) -> Option<Instant> {
         let destinations = self.destinations.values().filter_map(Destination::deadline);
         let confirmations = self.orphans.keys().filter_map(|t| {
-            self.confirm_asked_at
-                .get(t)
-                .map(|at| at.plus_millis(FAILURE_BACKOFF_MS))
+            self.confirm_asked_at.get(t).map(|at| at.plus_millis(FAILURE_BACKOFF_MS))
         });
         destinations.chain(confirmations).min()
     }
@@ -451,16 +402,8 @@ impl Dispatcher {
     /// Checks the structural invariants (used by tests and the simulator's checker).
     pub fn check_invariants(&self) {
         assert!(self.checkpoint <= self.read_upto);
-        assert!(
-            self.held
-                .keys()
-                .all(|&s| s >= self.checkpoint && s < self.read_upto)
-        );
-        assert!(
-            self.done_ahead
-                .iter()
-                .all(|&s| s > self.checkpoint && s < self.read_upto)
-        );
+        assert!(self.held.keys().all(|&s| s >= self.checkpoint && s < self.read_upto));
+        assert!(self.done_ahead.iter().all(|&s| s > self.checkpoint && s < self.read_upto));
         assert!(self.held.keys().all(|s| !self.done_ahead.contains(s)));
         assert!(
             (self.read_upto - self.checkpoint) as usize == self.held.len() + self.done_ahead.len()

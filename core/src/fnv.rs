@@ -6,9 +6,7 @@ const PRIME: u32 = 0x0100_0193;
 
 /// FNV-1a 32-bit hash of `bytes`.
 pub fn fnv1a_32(bytes: &[u8]) -> u32 {
-    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| {
-        (hash ^ u32::from(byte)).wrapping_mul(PRIME)
-    })
+    bytes.iter().fold(OFFSET_BASIS, |hash, &byte| (hash ^ u32::from(byte)).wrapping_mul(PRIME))
 }
 
 #[cfg(test)]

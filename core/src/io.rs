@@ -73,11 +73,7 @@ pub enum DiskOp {
     /// (fsync the directory).
     Create { file: FileId },
     /// Write `data` at `offset` (positional; extends the file as needed). Not durable until `Sync`.
-    Write {
-        file: FileId,
-        offset: u64,
-        data: Bytes,
-    },
+    Write { file: FileId, offset: u64, data: Bytes },
     /// Make everything written to the file durable (`fdatasync`).
     Sync { file: FileId },
     /// Read exactly `len` bytes at `offset`.
@@ -128,10 +124,7 @@ pub enum Input {
     /// A client request (HTTP in production, the workload in the simulator).
     Client { request: RequestId, op: ClientOp },
     /// Completion of the disk operation the node emitted with `token`.
-    Disk {
-        token: IoToken,
-        result: Result<DiskDone, DiskError>,
-    },
+    Disk { token: IoToken, result: Result<DiskDone, DiskError> },
     /// Bytes from another node (a `peer::PeerMessage`), over an authenticated connection: the
     /// transport, not the message, says who sent it.
     Peer { from: NodeId, bytes: Bytes },
@@ -146,10 +139,7 @@ pub enum Effect {
     /// Perform a disk operation and answer with `Input::Disk { token, .. }`.
     Disk { token: IoToken, op: DiskOp },
     /// Answer a client request.
-    Reply {
-        request: RequestId,
-        reply: ClientReply,
-    },
+    Reply { request: RequestId, reply: ClientReply },
     /// Send bytes (an encoded `peer::PeerMessage`) to another node. Best effort: the node copes
     /// with loss (timeouts, retries), so a runtime may drop a message it cannot deliver.
     Send { to: NodeId, bytes: Bytes },
@@ -187,10 +177,7 @@ mod tests {
 
     #[test]
     fn every_file_id_round_trips_through_its_path() {
-        let key = PartitionKey {
-            topic: TopicId(7),
-            partition: 3,
-        };
+        let key = PartitionKey { topic: TopicId(7), partition: 3 };
         for file in [
             FileId::WalSegment { first_seq: 42 },
             FileId::WalCheckpoint,

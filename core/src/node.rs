@@ -88,11 +88,7 @@ pub enum RecoveryError {
         "{file}: corrupt frame at byte {bad_pos} followed by valid data at byte {next_valid_pos}; \
          refusing to truncate acknowledged records"
     )]
-    CorruptLog {
-        file: String,
-        bad_pos: u64,
-        next_valid_pos: u64,
-    },
+    CorruptLog { file: String, bad_pos: u64, next_valid_pos: u64 },
     #[error("{file}: {what}")]
     Inconsistent { file: String, what: String },
 }
@@ -115,10 +111,7 @@ enum MetaWaiter {
     Heartbeat,
     /// A read barrier before confirming that a topic incarnation is gone, for our own
     /// dispatcher (`asker: None`) or for a follower's.
-    Confirm {
-        topic: TopicId,
-        asker: Option<(NodeId, u64)>,
-    },
+    Confirm { topic: TopicId, asker: Option<(NodeId, u64)> },
 }
 
 /// What a disk operation was for.
@@ -196,9 +189,7 @@ impl Placement for ClusterPlacement<'_> {
     }
 
     fn owner_alive(&self, key: PartitionKey) -> bool {
-        self.0
-            .owner(key)
-            .is_some_and(|owner| self.0.is_alive(owner))
+        self.0.owner(key).is_some_and(|owner| self.0.is_alive(owner))
     }
 }
 
@@ -378,10 +369,7 @@ impl Node {
     /// The high watermark of every partition log this node holds, whether or not its replica
     /// knows the topic yet (for checkers: what a restart recovered).
     pub fn watermarks(&self) -> Vec<(PartitionKey, u64)> {
-        self.partitions
-            .iter()
-            .map(|(key, log)| (*key, log.high_watermark()))
-            .collect()
+        self.partitions.iter().map(|(key, log)| (*key, log.high_watermark())).collect()
     }
 
     /// Counters and gauges.
@@ -394,12 +382,7 @@ impl Node {
             .iter()
             .filter_map(|(key, log)| {
                 let topic = self.meta.topic_by_id(key.topic)?;
-                Some((
-                    topic.name.clone(),
-                    key.partition,
-                    log.high_watermark(),
-                    log.size_bytes(),
-                ))
+                Some((topic.name.clone(), key.partition, log.high_watermark(), log.size_bytes()))
             })
             .collect();
         Stats {
@@ -443,10 +426,7 @@ impl Node {
         self.wal.pump(self.now, self.shutting_down);
         if self.wal_read_retry_at.is_none() {
             let room = self.dispatcher.room() as u64;
-            let limit = self
-                .dispatcher
-                .read_limit()
-                .min(self.dispatcher.read_upto() + room);
+            let limit = self.dispatcher.read_limit().min(self.dispatcher.read_upto() + room);
             self.wal.poll_read(limit);
         }
         self.start_commits();
@@ -458,8 +438,7 @@ impl Node {
     }
 
     fn advance_checkpoint(&mut self) {
-        self.wal
-            .set_checkpoint_target(self.dispatcher.checkpoint(), self.now);
+        self.wal.set_checkpoint_target(self.dispatcher.checkpoint(), self.now);
         self.wal.pump(self.now, self.shutting_down);
     }
 
@@ -487,16 +466,10 @@ impl Node {
 
     fn send(&mut self, to: NodeId, message: &PeerMessage) {
         if to == self.config.node_id {
-            tracing::error!(
-                kind = message.kind(),
-                "refusing to send a message to ourselves"
-            );
+            tracing::error!(kind = message.kind(), "refusing to send a message to ourselves");
             return;
         }
-        self.effects.push_back(Effect::Send {
-            to,
-            bytes: message.encode(),
-        });
+        self.effects.push_back(Effect::Send { to, bytes: message.encode() });
     }
 
     fn reply(&mut self, request: RequestId, reply: ClientReply) {

@@ -143,17 +143,9 @@ impl PartitionLog {
     pub fn recover(key: PartitionKey, bytes: &[u8]) -> Result<PartitionLog, RecoveryError> {
         let file = FileId::PartitionLog(key).relative_path();
         let scanned = scan(bytes);
-        if let ScanEnd::Corrupt {
-            bad_pos,
-            next_valid_pos,
-        } = scanned.end
-        {
+        if let ScanEnd::Corrupt { bad_pos, next_valid_pos } = scanned.end {
             let (bad_pos, next_valid_pos) = (bad_pos as u64, next_valid_pos as u64);
-            return Err(RecoveryError::CorruptLog {
-                file,
-                bad_pos,
-                next_valid_pos,
-            });
+            return Err(RecoveryError::CorruptLog { file, bad_pos, next_valid_pos });
         }
         let mut log = PartitionLog::new(key);
         log.file_exists = true;
@@ -161,8 +153,7 @@ impl PartitionLog {
             match PartitionRecord::decode(found.body(bytes)) {
                 Some(record) if record.offset == expected as u64 => {
                     log.positions.push(found.pos as u64);
-                    log.origins
-                        .insert(record.origin_node, record.origin_seq, record.fingerprint());
+                    log.origins.insert(record.origin_node, record.origin_seq, record.fingerprint());
                 }
                 _ => {
                     let what = format!("frame at byte {} is not offset {expected}", found.pos);
@@ -208,22 +199,15 @@ impl PartitionLog {
             LogState::Idle => {}
             LogState::Poisoned => {
                 self.start_repair();
-                return Err(format!(
-                    "{}: poisoned by an earlier failure, repairing",
-                    self.key
-                ));
+                return Err(format!("{}: poisoned by an earlier failure, repairing", self.key));
             }
             _ => return Err(format!("{}: busy", self.key)),
         }
         let mut decided = Vec::new();
         let mut fresh_parts = Vec::new();
         for part in parts {
-            assert!(
-                part.records.iter().all(|r| r.origin_node == part.origin),
-                "one origin a part"
-            );
-            self.origins
-                .prune_below(part.origin, part.origin_checkpoint);
+            assert!(part.records.iter().all(|r| r.origin_node == part.origin), "one origin a part");
+            self.origins.prune_below(part.origin, part.origin_checkpoint);
             let (origins, idempotent) = (&self.origins, self.idempotent);
             let fresh: Vec<PartitionRecord> = part
                 .records
@@ -233,14 +217,9 @@ impl PartitionLog {
                 })
                 .collect();
             if fresh.is_empty() {
-                let landed = Landed {
-                    first_offset: self.high_watermark(),
-                    origin_seqs: Vec::new(),
-                };
-                decided.push(CommitOutcome {
-                    id: part.id,
-                    result: Ok(landed),
-                });
+                let landed =
+                    Landed { first_offset: self.high_watermark(), origin_seqs: Vec::new() };
+                decided.push(CommitOutcome { id: part.id, result: Ok(landed) });
             } else {
                 fresh_parts.push((part.id, part.origin, fresh));
             }
@@ -263,40 +242,23 @@ impl PartitionLog {
                 record.encode_into(&mut data);
                 count += 1;
             }
-            parts.push(WrittenPart {
-                id,
-                origin,
-                origin_seqs,
-                fingerprints,
-            });
+            parts.push(WrittenPart { id, origin, origin_seqs, fingerprints });
         }
         let file = FileId::PartitionLog(self.key);
         let mut ios_left = 2;
         if !self.file_exists {
-            self.outbox
-                .push_back((PartIo::Commit, DiskOp::Create { file }));
+            self.outbox.push_back((PartIo::Commit, DiskOp::Create { file }));
             self.file_exists = true;
             ios_left += 1;
         }
         let data = Bytes::from(data);
-        let write = DiskOp::Write {
-            file,
-            offset: self.size,
-            data: data.clone(),
-        };
+        let write = DiskOp::Write { file, offset: self.size, data: data.clone() };
         self.outbox.push_back((PartIo::Commit, write));
-        self.outbox
-            .push_back((PartIo::Commit, DiskOp::Sync { file }));
+        self.outbox.push_back((PartIo::Commit, DiskOp::Sync { file }));
         self.fsyncs += 1;
         let stage = Stage::Persisting;
-        self.state = LogState::Committing(Commit {
-            data,
-            count,
-            parts,
-            stage,
-            ios_left,
-            error: None,
-        });
+        self.state =
+            LogState::Committing(Commit { data, count, parts, stage, ios_left, error: None });
     }
 
     /// Handles a completion; returns the outcome of every part once the commit is decided.
@@ -333,11 +295,7 @@ impl PartitionLog {
             Stage::Persisting => {
                 let file = FileId::PartitionLog(self.key);
                 let len = commit.data.len() as u64;
-                let read = DiskOp::Read {
-                    file,
-                    offset: self.size,
-                    len,
-                };
+                let read = DiskOp::Read { file, offset: self.size, len };
                 self.outbox.push_back((PartIo::Commit, read));
                 commit.stage = Stage::Verifying;
                 commit.ios_left = 1;
@@ -350,9 +308,7 @@ impl PartitionLog {
     /// Read-back check: every frame must be intact, carry the expected offsets, and equal what
     /// we wrote. Only then do the records become visible.
     fn verify_and_publish(&mut self, read: &[u8]) -> Vec<CommitOutcome> {
-        let LogState::Committing(commit) = &self.state else {
-            unreachable!("checked by caller")
-        };
+        let LogState::Committing(commit) = &self.state else { unreachable!("checked by caller") };
         if read != &commit.data[..] {
             return self.fail_commit("read-back differs from the bytes written".to_string());
         }
@@ -378,14 +334,8 @@ impl PartitionLog {
                 self.origins.insert(part.origin, seq, fingerprint);
             }
             let landed_count = part.origin_seqs.len() as u64;
-            let landed = Landed {
-                first_offset,
-                origin_seqs: part.origin_seqs,
-            };
-            outcomes.push(CommitOutcome {
-                id: part.id,
-                result: Ok(landed),
-            });
+            let landed = Landed { first_offset, origin_seqs: part.origin_seqs };
+            outcomes.push(CommitOutcome { id: part.id, result: Ok(landed) });
             first_offset += landed_count;
         }
         outcomes
@@ -393,9 +343,7 @@ impl PartitionLog {
 
     fn fail_commit(&mut self, error: String) -> Vec<CommitOutcome> {
         let state = std::mem::replace(&mut self.state, LogState::Idle);
-        let LogState::Committing(commit) = state else {
-            unreachable!("checked by caller")
-        };
+        let LogState::Committing(commit) = state else { unreachable!("checked by caller") };
         if self.size == 0 {
             // Nothing committed yet: the next commit re-creates the file, which truncates it, so
             // whatever this one left behind can never be read or re-synced.
@@ -407,10 +355,7 @@ impl PartitionLog {
         commit
             .parts
             .into_iter()
-            .map(|part| CommitOutcome {
-                id: part.id,
-                result: Err(reason.clone()),
-            })
+            .map(|part| CommitOutcome { id: part.id, result: Err(reason.clone()) })
             .collect()
     }
 
@@ -418,20 +363,10 @@ impl PartitionLog {
     /// commit (or a crash) left past the high watermark.
     fn start_repair(&mut self) {
         let file = FileId::PartitionLog(self.key);
-        self.outbox.push_back((
-            PartIo::Repair,
-            DiskOp::Truncate {
-                file,
-                len: self.size,
-            },
-        ));
-        self.outbox
-            .push_back((PartIo::Repair, DiskOp::Sync { file }));
+        self.outbox.push_back((PartIo::Repair, DiskOp::Truncate { file, len: self.size }));
+        self.outbox.push_back((PartIo::Repair, DiskOp::Sync { file }));
         self.fsyncs += 1;
-        self.state = LogState::Repairing {
-            ios_left: 2,
-            failed: false,
-        };
+        self.state = LogState::Repairing { ios_left: 2, failed: false };
     }
 
     fn on_repair_io(&mut self, result: Result<DiskDone, DiskError>) {
@@ -441,11 +376,7 @@ impl PartitionLog {
         *ios_left -= 1;
         *failed |= result.is_err();
         if *ios_left == 0 {
-            self.state = if *failed {
-                LogState::Poisoned
-            } else {
-                LogState::Idle
-            };
+            self.state = if *failed { LogState::Poisoned } else { LogState::Idle };
         }
     }
 
@@ -462,23 +393,14 @@ impl PartitionLog {
         let mut end = pos;
         while count < max && offset + count < hwm {
             let next = offset + count + 1;
-            let next_end = if next < hwm {
-                self.positions[next as usize]
-            } else {
-                self.size
-            };
+            let next_end = if next < hwm { self.positions[next as usize] } else { self.size };
             if count > 0 && next_end - pos > max_bytes {
                 break;
             }
             end = next_end;
             count += 1;
         }
-        Some(ReadPlan {
-            first_offset: offset,
-            pos,
-            len: end - pos,
-            count,
-        })
+        Some(ReadPlan { first_offset: offset, pos, len: end - pos, count })
     }
 
     /// Decodes the bytes of a `read_plan` read; errors name what was damaged.

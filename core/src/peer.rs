@@ -43,12 +43,7 @@ pub enum PeerMessage {
     /// A Raft message of the metastore (raft-rs protobuf bytes).
     Raft(Bytes),
     /// Commit these records on `target` (the receiver must own it).
-    CommitBatch {
-        id: u64,
-        origin_checkpoint: u64,
-        target: PartitionKey,
-        records: Vec<WireRecord>,
-    },
+    CommitBatch { id: u64, origin_checkpoint: u64, target: PartitionKey, records: Vec<WireRecord> },
     /// The answer to `CommitBatch { id, .. }`.
     CommitReply { id: u64, result: WireCommitResult },
     /// Asks the metastore leader whether a topic incarnation is gone for good.
@@ -60,17 +55,13 @@ pub enum PeerMessage {
     /// The leader's answer once the command was applied (or refused).
     ProposeReply { id: u64, result: WireAdminResult },
     /// Read committed records of a partition the receiver owns.
-    Consume {
-        id: u64,
-        target: PartitionKey,
-        offset: u64,
-        max: u32,
-    },
+    Consume { id: u64, target: PartitionKey, offset: u64, max: u32 },
     /// The owner's answer.
-    ConsumeReply {
-        id: u64,
-        result: Result<Vec<WireConsumed>, WireError>,
-    },
+    ConsumeReply { id: u64, result: Result<Vec<WireConsumed>, WireError> },
+    /// Watermark and size of the receiver's partitions of `topic` (for `GET /v1/topics/{t}`).
+    TopicStats { id: u64, topic: TopicId },
+    /// (partition, high watermark, size in bytes) of each partition of the topic it holds.
+    TopicStatsReply { id: u64, partitions: Vec<(u32, u64, u64)> },
 }
 
 /// The outcome of a forwarded metastore command.
@@ -91,10 +82,7 @@ pub struct WireError {
 impl WireError {
     /// The error as a client sees it.
     pub fn from_client(error: &ClientError) -> WireError {
-        WireError {
-            status: error.http_status(),
-            message: error.to_string(),
-        }
+        WireError { status: error.http_status(), message: error.to_string() }
     }
 
     /// Back to a `ClientError` with the same status.
@@ -139,6 +127,8 @@ const TAG_PROPOSE: u8 = 6;
 const TAG_PROPOSE_REPLY: u8 = 7;
 const TAG_CONSUME: u8 = 8;
 const TAG_CONSUME_REPLY: u8 = 9;
+const TAG_TOPIC_STATS: u8 = 10;
+const TAG_TOPIC_STATS_REPLY: u8 = 11;
 
 const RESULT_COMMITTED: u8 = 0;
 const RESULT_FAILED: u8 = 1;
@@ -153,12 +143,7 @@ impl PeerMessage {
                 out.push(TAG_RAFT);
                 out.extend_from_slice(bytes);
             }
-            PeerMessage::CommitBatch {
-                id,
-                origin_checkpoint,
-                target,
-                records,
-            } => {
+            PeerMessage::CommitBatch { id, origin_checkpoint, target, records } => {
                 out.push(TAG_COMMIT);
                 put_u64s(&mut out, &[*id, *origin_checkpoint, target.topic.0]);
                 out.extend_from_slice(&target.partition.to_le_bytes());
@@ -193,12 +178,7 @@ impl PeerMessage {
                 put_u64s(&mut out, &[*id]);
                 encode_admin_result(&mut out, result);
             }
-            PeerMessage::Consume {
-                id,
-                target,
-                offset,
-                max,
-            } => {
+            PeerMessage::Consume { id, target, offset, max } => {
                 out.push(TAG_CONSUME);
                 put_u64s(&mut out, &[*id, target.topic.0, *offset]);
                 out.extend_from_slice(&target.partition.to_le_bytes());
@@ -208,6 +188,18 @@ impl PeerMessage {
                 out.push(TAG_CONSUME_REPLY);
                 put_u64s(&mut out, &[*id]);
                 encode_consume_result(&mut out, result);
+            }
+            PeerMessage::TopicStats { id, topic } => {
+                out.push(TAG_TOPIC_STATS);
+                put_u64s(&mut out, &[*id, topic.0]);
+            }
+            PeerMessage::TopicStatsReply { id, partitions } => {
+                out.push(TAG_TOPIC_STATS_REPLY);
+                put_u64s(&mut out, &[*id, partitions.len() as u64]);
+                for (partition, hwm, size) in partitions {
+                    out.extend_from_slice(&partition.to_le_bytes());
+                    put_u64s(&mut out, &[*hwm, *size]);
+                }
             }
         }
         Bytes::from(out)
@@ -223,13 +215,13 @@ impl PeerMessage {
         let tag = reader.take(1).ok_or(DecodeError::Malformed)?[0];
         let message = match tag {
             TAG_RAFT => Some(PeerMessage::Raft(bytes.slice(2..))),
-            TAG_PROPOSE => reader.u64().map(|id| PeerMessage::Propose {
-                id,
-                command: bytes.slice(10..),
-            }),
+            TAG_PROPOSE => {
+                reader.u64().map(|id| PeerMessage::Propose { id, command: bytes.slice(10..) })
+            }
             TAG_COMMIT => decode_commit(&mut reader),
             TAG_COMMIT_REPLY | TAG_CONFIRM | TAG_CONFIRM_REPLY => decode_small(tag, &mut reader),
             TAG_PROPOSE_REPLY | TAG_CONSUME | TAG_CONSUME_REPLY => decode_small(tag, &mut reader),
+            TAG_TOPIC_STATS | TAG_TOPIC_STATS_REPLY => decode_small(tag, &mut reader),
             other => return Err(DecodeError::UnknownType(other)),
         };
         let message = message.ok_or(DecodeError::Malformed)?;
@@ -252,6 +244,8 @@ impl PeerMessage {
             PeerMessage::ProposeReply { .. } => "propose-reply",
             PeerMessage::Consume { .. } => "consume",
             PeerMessage::ConsumeReply { .. } => "consume-reply",
+            PeerMessage::TopicStats { .. } => "topic-stats",
+            PeerMessage::TopicStatsReply { .. } => "topic-stats-reply",
         }
     }
 }
@@ -266,14 +260,8 @@ fn put_u64s(out: &mut Vec<u8>, values: &[u64]) {
 fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
     let id = reader.u64()?;
     Some(match tag {
-        TAG_COMMIT_REPLY => PeerMessage::CommitReply {
-            id,
-            result: decode_result(reader)?,
-        },
-        TAG_CONFIRM => PeerMessage::ConfirmGone {
-            id,
-            topic: TopicId(reader.u64()?),
-        },
+        TAG_COMMIT_REPLY => PeerMessage::CommitReply { id, result: decode_result(reader)? },
+        TAG_CONFIRM => PeerMessage::ConfirmGone { id, topic: TopicId(reader.u64()?) },
         TAG_CONFIRM_REPLY => {
             let topic = TopicId(reader.u64()?);
             let gone = match reader.take(1)?[0] {
@@ -283,27 +271,24 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
             };
             PeerMessage::ConfirmGoneReply { id, topic, gone }
         }
-        TAG_PROPOSE_REPLY => PeerMessage::ProposeReply {
-            id,
-            result: decode_admin_result(reader)?,
-        },
+        TAG_PROPOSE_REPLY => PeerMessage::ProposeReply { id, result: decode_admin_result(reader)? },
         TAG_CONSUME => {
             let (topic, offset) = (TopicId(reader.u64()?), reader.u64()?);
-            let target = PartitionKey {
-                topic,
-                partition: reader.u32()?,
-            };
-            PeerMessage::Consume {
-                id,
-                target,
-                offset,
-                max: reader.u32()?,
-            }
+            let target = PartitionKey { topic, partition: reader.u32()? };
+            PeerMessage::Consume { id, target, offset, max: reader.u32()? }
         }
-        TAG_CONSUME_REPLY => PeerMessage::ConsumeReply {
-            id,
-            result: decode_consume_result(reader)?,
-        },
+        TAG_TOPIC_STATS => PeerMessage::TopicStats { id, topic: TopicId(reader.u64()?) },
+        TAG_TOPIC_STATS_REPLY => {
+            let count = reader.u64()?;
+            let mut partitions = Vec::with_capacity(usize::try_from(count.min(4096)).ok()?);
+            for _ in 0..count {
+                partitions.push((reader.u32()?, reader.u64()?, reader.u64()?));
+            }
+            PeerMessage::TopicStatsReply { id, partitions }
+        }
+        TAG_CONSUME_REPLY => {
+            PeerMessage::ConsumeReply { id, result: decode_consume_result(reader)? }
+        }
         _ => return None,
     })
 }
@@ -321,20 +306,10 @@ fn decode_commit(reader: &mut Reader<'_>) -> Option<PeerMessage> {
         let timestamp_ms = reader.u64()?;
         let key = reader.optional_bytes()?.map(Bytes::copy_from_slice);
         let payload = Bytes::copy_from_slice(reader.optional_bytes()??);
-        records.push(WireRecord {
-            seq,
-            timestamp_ms,
-            key,
-            payload,
-        });
+        records.push(WireRecord { seq, timestamp_ms, key, payload });
     }
     let target = PartitionKey { topic, partition };
-    Some(PeerMessage::CommitBatch {
-        id,
-        origin_checkpoint,
-        target,
-        records,
-    })
+    Some(PeerMessage::CommitBatch { id, origin_checkpoint, target, records })
 }
 
 fn encode_result(out: &mut Vec<u8>, result: &WireCommitResult) {
@@ -353,14 +328,10 @@ fn encode_result(out: &mut Vec<u8>, result: &WireCommitResult) {
 
 fn decode_result(reader: &mut Reader<'_>) -> Option<WireCommitResult> {
     match reader.take(1)?[0] {
-        RESULT_COMMITTED => Some(WireCommitResult::Committed {
-            first_offset: reader.u64()?,
-        }),
+        RESULT_COMMITTED => Some(WireCommitResult::Committed { first_offset: reader.u64()? }),
         RESULT_FAILED => {
             let reason = reader.optional_bytes()??;
-            Some(WireCommitResult::Failed(
-                String::from_utf8_lossy(reason).into_owned(),
-            ))
+            Some(WireCommitResult::Failed(String::from_utf8_lossy(reason).into_owned()))
         }
         RESULT_GONE => Some(WireCommitResult::TopicGone),
         _ => None,
@@ -381,10 +352,7 @@ fn encode_error(out: &mut Vec<u8>, error: &WireError) {
 }
 
 fn decode_error(reader: &mut Reader<'_>) -> Option<WireError> {
-    Some(WireError {
-        status: reader.u16()?,
-        message: read_text(reader)?,
-    })
+    Some(WireError { status: reader.u16()?, message: read_text(reader)? })
 }
 
 const ADMIN_CREATED: u8 = 0;
@@ -457,12 +425,7 @@ fn decode_consume_result(reader: &mut Reader<'_>) -> Option<Result<Vec<WireConsu
                 let (offset, timestamp_ms) = (reader.u64()?, reader.u64()?);
                 let key = reader.optional_bytes()?.map(Bytes::copy_from_slice);
                 let payload = Bytes::copy_from_slice(reader.optional_bytes()??);
-                records.push(WireConsumed {
-                    offset,
-                    timestamp_ms,
-                    key,
-                    payload,
-                });
+                records.push(WireConsumed { offset, timestamp_ms, key, payload });
             }
             Some(Ok(records))
         }
@@ -492,27 +455,16 @@ mod tests {
     }
 
     fn arb_message() -> impl Strategy<Value = PeerMessage> {
-        let key = (any::<u64>(), any::<u32>()).prop_map(|(t, partition)| PartitionKey {
-            topic: TopicId(t),
-            partition,
-        });
+        let key = (any::<u64>(), any::<u32>())
+            .prop_map(|(t, partition)| PartitionKey { topic: TopicId(t), partition });
         prop_oneof![
             prop::collection::vec(any::<u8>(), 0..50)
                 .prop_map(|b| PeerMessage::Raft(Bytes::from(b))),
-            (
-                any::<u64>(),
-                any::<u64>(),
-                key,
-                prop::collection::vec(arb_record(), 0..5)
-            )
-                .prop_map(|(id, origin_checkpoint, target, records)| {
-                    PeerMessage::CommitBatch {
-                        id,
-                        origin_checkpoint,
-                        target,
-                        records,
-                    }
-                }),
+            (any::<u64>(), any::<u64>(), key, prop::collection::vec(arb_record(), 0..5)).prop_map(
+                |(id, origin_checkpoint, target, records)| {
+                    PeerMessage::CommitBatch { id, origin_checkpoint, target, records }
+                }
+            ),
             (any::<u64>(), any::<u64>()).prop_map(|(id, first_offset)| PeerMessage::CommitReply {
                 id,
                 result: WireCommitResult::Committed { first_offset }
@@ -525,16 +477,10 @@ mod tests {
                 id,
                 result: WireCommitResult::TopicGone
             }),
-            (any::<u64>(), any::<u64>()).prop_map(|(id, t)| PeerMessage::ConfirmGone {
-                id,
-                topic: TopicId(t)
-            }),
+            (any::<u64>(), any::<u64>())
+                .prop_map(|(id, t)| PeerMessage::ConfirmGone { id, topic: TopicId(t) }),
             (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(id, t, gone)| {
-                PeerMessage::ConfirmGoneReply {
-                    id,
-                    topic: TopicId(t),
-                    gone,
-                }
+                PeerMessage::ConfirmGoneReply { id, topic: TopicId(t), gone }
             }),
         ]
     }
@@ -562,17 +508,11 @@ mod tests {
 
     #[test]
     fn unknown_versions_and_types_are_refused_cleanly() {
-        assert_eq!(
-            PeerMessage::decode(&Bytes::from_static(&[9, 1])),
-            Err(DecodeError::Version(9))
-        );
+        assert_eq!(PeerMessage::decode(&Bytes::from_static(&[9, 1])), Err(DecodeError::Version(9)));
         assert_eq!(
             PeerMessage::decode(&Bytes::from_static(&[1, 77])),
             Err(DecodeError::UnknownType(77))
         );
-        assert_eq!(
-            PeerMessage::decode(&Bytes::new()),
-            Err(DecodeError::Malformed)
-        );
+        assert_eq!(PeerMessage::decode(&Bytes::new()), Err(DecodeError::Malformed));
     }
 }

@@ -178,15 +178,7 @@ impl<W> Wal<W> {
         let segments = recovered
             .segments
             .iter()
-            .map(|(&first, &len)| {
-                (
-                    first,
-                    Segment {
-                        written: len,
-                        durable: len,
-                    },
-                )
-            })
+            .map(|(&first, &len)| (first, Segment { written: len, durable: len }))
             .collect();
         let cursor = Cursor {
             seq: recovered.checkpoint,
@@ -309,20 +301,9 @@ impl<W> Wal<W> {
         }
         let first_seq = self.next_seq;
         let file = FileId::WalSegment { first_seq };
-        self.outbox
-            .push_back((WalIo::Delete, DiskOp::Create { file }));
-        self.segments.insert(
-            first_seq,
-            Segment {
-                written: 0,
-                durable: 0,
-            },
-        );
-        self.cursor = Cursor {
-            seq: first_seq,
-            segment: first_seq,
-            offset: 0,
-        };
+        self.outbox.push_back((WalIo::Delete, DiskOp::Create { file }));
+        self.segments.insert(first_seq, Segment { written: 0, durable: 0 });
+        self.cursor = Cursor { seq: first_seq, segment: first_seq, offset: 0 };
         self.compact();
     }
 
@@ -332,15 +313,8 @@ impl<W> Wal<W> {
         let mut ios = 2;
         if self.needs_new_segment() {
             let file = FileId::WalSegment { first_seq };
-            self.outbox
-                .push_back((WalIo::Batch, DiskOp::Create { file }));
-            self.segments.insert(
-                first_seq,
-                Segment {
-                    written: 0,
-                    durable: 0,
-                },
-            );
+            self.outbox.push_back((WalIo::Batch, DiskOp::Create { file }));
+            self.segments.insert(first_seq, Segment { written: 0, durable: 0 });
             self.force_new_segment = false;
             ios += 1;
         }
@@ -349,13 +323,9 @@ impl<W> Wal<W> {
         let len = staging.bytes.len() as u64;
         let file = FileId::WalSegment { first_seq: segment };
         let data = Bytes::from(staging.bytes);
-        self.outbox
-            .push_back((WalIo::Batch, DiskOp::Write { file, offset, data }));
+        self.outbox.push_back((WalIo::Batch, DiskOp::Write { file, offset, data }));
         self.outbox.push_back((WalIo::Batch, DiskOp::Sync { file }));
-        self.segments
-            .get_mut(&segment)
-            .expect("active segment")
-            .written += len;
+        self.segments.get_mut(&segment).expect("active segment").written += len;
         self.counters.group_commits += 1;
         self.counters.fsyncs += 1;
         self.counters.bytes_written += len;
@@ -384,10 +354,7 @@ impl<W> Wal<W> {
     /// Handles the completion of a `WalIo::Batch` operation; returns the outcome once the whole
     /// group commit has completed.
     pub fn on_batch_io(&mut self, result: Result<DiskDone, DiskError>) -> Option<BatchOutcome<W>> {
-        let in_flight = self
-            .in_flight
-            .as_mut()
-            .expect("invariant: batch io only while in flight");
+        let in_flight = self.in_flight.as_mut().expect("invariant: batch io only while in flight");
         if let Err(error) = result {
             in_flight.error.get_or_insert(error);
         }
@@ -404,27 +371,12 @@ impl<W> Wal<W> {
 
     fn complete_batch(&mut self, done: InFlight<W>) -> BatchOutcome<W> {
         self.durable_seq = done.first_seq + done.records.len() as u64;
-        self.segments
-            .get_mut(&done.segment)
-            .expect("segment of a batch")
-            .durable = done.end_offset;
+        self.segments.get_mut(&done.segment).expect("segment of a batch").durable = done.end_offset;
         self.counters.records_synced += done.records.len() as u64;
-        let InFlight {
-            first_seq,
-            segment,
-            records,
-            frame_lens,
-            waiters,
-            ..
-        } = done;
+        let InFlight { first_seq, segment, records, frame_lens, waiters, .. } = done;
         let start_offset = done_start(&frame_lens, self.segments[&segment].durable);
         let durable = self.take_for_cursor(first_seq, segment, start_offset, records, &frame_lens);
-        BatchOutcome {
-            acked: waiters,
-            failed: Vec::new(),
-            error: None,
-            durable,
-        }
+        BatchOutcome { acked: waiters, failed: Vec::new(), error: None, durable }
     }
 
     /// The records of a synced batch the cursor may take straight from memory: all of them when
@@ -444,33 +396,17 @@ impl<W> Wal<W> {
         if self.cursor.segment != segment {
             // The batch opened a new segment and the cursor sits at the end of the previous one.
             let previous = self.segments[&self.cursor.segment];
-            assert_eq!(
-                self.cursor.offset, previous.durable,
-                "invariant: the cursor read it all"
-            );
-            self.cursor = Cursor {
-                seq: first_seq,
-                segment,
-                offset: start_offset,
-            };
+            assert_eq!(self.cursor.offset, previous.durable, "invariant: the cursor read it all");
+            self.cursor = Cursor { seq: first_seq, segment, offset: start_offset };
         }
-        assert_eq!(
-            self.cursor.offset, start_offset,
-            "invariant: the cursor sits at the batch"
-        );
-        records
-            .into_iter()
-            .zip(frame_lens.iter().map(|&len| u64::from(len)))
-            .collect()
+        assert_eq!(self.cursor.offset, start_offset, "invariant: the cursor sits at the batch");
+        records.into_iter().zip(frame_lens.iter().map(|&len| u64::from(len))).collect()
     }
 
     /// Advances the cursor past records the dispatcher took (from a batch or a read), in order.
     pub fn advance_cursor(&mut self, taken: &[(WalRecord, u64)]) {
         for (record, frame_len) in taken {
-            assert_eq!(
-                record.seq, self.cursor.seq,
-                "invariant: the cursor moves record by record"
-            );
+            assert_eq!(record.seq, self.cursor.seq, "invariant: the cursor moves record by record");
             self.cursor.seq += 1;
             self.cursor.offset += frame_len;
         }
@@ -481,24 +417,13 @@ impl<W> Wal<W> {
         self.latched = Some(error.clone());
         let mut failed = done.waiters;
         failed.append(&mut std::mem::take(&mut self.staging).waiters);
-        BatchOutcome {
-            acked: Vec::new(),
-            failed,
-            error: Some(error),
-            durable: Vec::new(),
-        }
+        BatchOutcome { acked: Vec::new(), failed, error: Some(error), durable: Vec::new() }
     }
 
     /// Records the dispatcher's checkpoint (first sequence not yet done).
     pub fn set_checkpoint_target(&mut self, checkpoint: u64, now: Instant) {
-        assert!(
-            checkpoint >= self.checkpoint.target,
-            "checkpoint went backwards"
-        );
-        assert!(
-            checkpoint <= self.durable_seq,
-            "checkpoint past the durable WAL"
-        );
+        assert!(checkpoint >= self.checkpoint.target, "checkpoint went backwards");
+        assert!(checkpoint <= self.durable_seq, "checkpoint past the durable WAL");
         if checkpoint > self.checkpoint.target {
             self.checkpoint.target = checkpoint;
             self.checkpoint.dirty_since.get_or_insert(now);
@@ -510,10 +435,8 @@ impl<W> Wal<W> {
         if self.checkpoint.in_flight.is_some() {
             return None;
         }
-        let due = self
-            .checkpoint
-            .dirty_since
-            .map(|since| since.plus_millis(CHECKPOINT_SYNC_DELAY_MS));
+        let due =
+            self.checkpoint.dirty_since.map(|since| since.plus_millis(CHECKPOINT_SYNC_DELAY_MS));
         due.map(|due| due.max(self.checkpoint.retry_at.unwrap_or(due)))
     }
 
@@ -531,18 +454,15 @@ impl<W> Wal<W> {
         let file = FileId::WalCheckpoint;
         let mut ios = 2;
         if !state.file_exists {
-            self.outbox
-                .push_back((WalIo::Checkpoint, DiskOp::Create { file }));
+            self.outbox.push_back((WalIo::Checkpoint, DiskOp::Create { file }));
             state.file_exists = true;
             ios += 1;
         }
         let offset = state.next_slot * checkpoint::SLOT_STRIDE;
         state.next_slot = 1 - state.next_slot;
         let data = Bytes::from(checkpoint::encode_slot(state.target));
-        self.outbox
-            .push_back((WalIo::Checkpoint, DiskOp::Write { file, offset, data }));
-        self.outbox
-            .push_back((WalIo::Checkpoint, DiskOp::Sync { file }));
+        self.outbox.push_back((WalIo::Checkpoint, DiskOp::Write { file, offset, data }));
+        self.outbox.push_back((WalIo::Checkpoint, DiskOp::Sync { file }));
         state.in_flight = Some((state.target, ios));
         state.dirty_since = None;
         self.counters.fsyncs += 1;
@@ -556,10 +476,7 @@ impl<W> Wal<W> {
         now: Instant,
     ) -> Option<u64> {
         let state = &mut self.checkpoint;
-        let (value, ios_left) = state
-            .in_flight
-            .as_mut()
-            .expect("checkpoint io while in flight");
+        let (value, ios_left) = state.in_flight.as_mut().expect("checkpoint io while in flight");
         *ios_left -= 1;
         if result.is_err() {
             // The in-flight value is not durable: retry later, re-creating the file (which
@@ -594,8 +511,7 @@ impl<W> Wal<W> {
             if next_first <= checkpoint && self.cursor.segment != first {
                 self.segments.remove(&first);
                 let file = FileId::WalSegment { first_seq: first };
-                self.outbox
-                    .push_back((WalIo::Delete, DiskOp::Delete { file }));
+                self.outbox.push_back((WalIo::Delete, DiskOp::Delete { file }));
             }
         }
     }
@@ -621,43 +537,21 @@ impl<W> Wal<W> {
             return;
         }
         loop {
-            let segment = *self
-                .segments
-                .get(&self.cursor.segment)
-                .expect("cursor segment exists");
+            let segment = *self.segments.get(&self.cursor.segment).expect("cursor segment exists");
             if self.cursor.offset < segment.durable {
                 let len = (segment.durable - self.cursor.offset).min(WAL_READ_CHUNK_BYTES);
-                let file = FileId::WalSegment {
-                    first_seq: self.cursor.segment,
-                };
-                let io = WalIo::CursorRead {
-                    segment: self.cursor.segment,
-                    offset: self.cursor.offset,
-                };
-                self.outbox.push_back((
-                    io,
-                    DiskOp::Read {
-                        file,
-                        offset: self.cursor.offset,
-                        len,
-                    },
-                ));
+                let file = FileId::WalSegment { first_seq: self.cursor.segment };
+                let io =
+                    WalIo::CursorRead { segment: self.cursor.segment, offset: self.cursor.offset };
+                self.outbox.push_back((io, DiskOp::Read { file, offset: self.cursor.offset, len }));
                 self.read_in_flight = true;
                 return;
             }
             // The cursor's segment is exhausted: the next record starts the next segment.
-            let next = self
-                .segments
-                .range(self.cursor.segment + 1..)
-                .next()
-                .map(|(&f, _)| f);
+            let next = self.segments.range(self.cursor.segment + 1..).next().map(|(&f, _)| f);
             let next = next.expect("invariant: durable records past the cursor live in a segment");
             assert_eq!(next, self.cursor.seq, "segments are dense");
-            self.cursor = Cursor {
-                seq: next,
-                segment: next,
-                offset: 0,
-            };
+            self.cursor = Cursor { seq: next, segment: next, offset: 0 };
         }
     }
 
@@ -689,9 +583,7 @@ impl<W> Wal<W> {
         self.damaged_reads += 1;
         let at = offset;
         if self.damaged_reads < damage::DAMAGED_READS_BEFORE_SKIP {
-            return Err(format!(
-                "WAL segment {segment}: no valid record at byte {at}"
-            ));
+            return Err(format!("WAL segment {segment}: no valid record at byte {at}"));
         }
         self.damaged_reads = 0;
         Ok(CursorRead::Lost(self.skip_damage(segment, offset, &bytes)))
@@ -701,21 +593,14 @@ impl<W> Wal<W> {
     /// returns the sequences lost on the way.
     fn skip_damage(&mut self, segment: u64, offset: u64, bytes: &[u8]) -> std::ops::Range<u64> {
         let first_lost = self.cursor.seq;
-        let segment_end_seq = self
-            .segments
-            .range(segment + 1..)
-            .next()
-            .map_or(self.durable_seq, |(&next, _)| next);
+        let segment_end_seq =
+            self.segments.range(segment + 1..).next().map_or(self.durable_seq, |(&next, _)| next);
         let (resume_offset, resume_seq) =
             match damage::find_resume(bytes, first_lost, segment_end_seq) {
                 Some((pos, seq)) => (offset + pos as u64, seq),
                 None => (self.segments[&segment].durable, segment_end_seq),
             };
-        self.cursor = Cursor {
-            seq: resume_seq,
-            segment,
-            offset: resume_offset,
-        };
+        self.cursor = Cursor { seq: resume_seq, segment, offset: resume_offset };
         first_lost..resume_seq
     }
 

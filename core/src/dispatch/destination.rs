@@ -82,10 +82,7 @@ impl Destination {
         if self.in_flight.is_some() || self.queue.is_empty() {
             return None;
         }
-        [self.retry_at, self.linger_until()]
-            .into_iter()
-            .flatten()
-            .max()
+        [self.retry_at, self.linger_until()].into_iter().flatten().max()
     }
 
     /// Takes the next batch: queued records in order up to `byte_budget` (at least one); a
@@ -95,10 +92,7 @@ impl Destination {
         let mut batch = Vec::new();
         let mut bytes = 0;
         while let Some(&seq) = self.queue.front() {
-            let weight = held
-                .get(&seq)
-                .expect("invariant: queued records are held")
-                .weight();
+            let weight = held.get(&seq).expect("invariant: queued records are held").weight();
             if batch.len() >= limit || (!batch.is_empty() && bytes + weight > byte_budget) {
                 break;
             }
@@ -114,10 +108,8 @@ impl Destination {
     pub fn on_success(&mut self, latency_us: u64) {
         self.failed_passes = 0;
         self.retry_at = None;
-        self.latency_us = Some(
-            self.latency_us
-                .map_or(latency_us, |old| (old * 7 + latency_us) / 8),
-        );
+        self.latency_us =
+            Some(self.latency_us.map_or(latency_us, |old| (old * 7 + latency_us) / 8));
     }
 
     /// The commit failed: its records go back to the front, retried at `retry_at`.

@@ -78,10 +78,8 @@ impl Model {
                 self.dispatcher.accept(records, self.now, &AllAlive);
             }
             Op::Complete { which, ok } => {
-                let Some(&id) = self
-                    .in_flight
-                    .keys()
-                    .nth(usize::from(which) % self.in_flight.len().max(1))
+                let Some(&id) =
+                    self.in_flight.keys().nth(usize::from(which) % self.in_flight.len().max(1))
                 else {
                     return;
                 };
@@ -100,10 +98,7 @@ impl Model {
         }
         for request in self.dispatcher.poll_commits(self.now) {
             let seqs: Vec<u64> = request.records.iter().map(|r| r.seq).collect();
-            assert!(
-                seqs.iter().all(|s| !self.committed.contains(s)),
-                "recommitting done records"
-            );
+            assert!(seqs.iter().all(|s| !self.committed.contains(s)), "recommitting done records");
             self.in_flight.insert(request.id, seqs);
         }
         self.check();
@@ -157,12 +152,8 @@ fn window_scales_with_active_destinations() {
     let mut dispatcher = Dispatcher::new(0);
     assert_eq!(dispatcher.window(), WINDOW_BASE_RECORDS);
     let placement = ManyPartitions;
-    let records = (0..200u64)
-        .map(|seq| WalRecord {
-            partition: seq as u32,
-            ..record(seq, 0)
-        })
-        .collect();
+    let records =
+        (0..200u64).map(|seq| WalRecord { partition: seq as u32, ..record(seq, 0) }).collect();
     dispatcher.accept(records, Instant(0), &placement);
     assert_eq!(dispatcher.window(), 200 * 64);
 }
@@ -191,11 +182,7 @@ fn lookahead_bounds_reading_past_a_stuck_record() {
     let mut seq = 1;
     while dispatcher.room() > 0 {
         let n = dispatcher.room().min(1000) as u64;
-        dispatcher.accept(
-            (seq..seq + n).map(|s| record(s, 1)).collect(),
-            Instant(0),
-            &AllAlive,
-        );
+        dispatcher.accept((seq..seq + n).map(|s| record(s, 1)).collect(), Instant(0), &AllAlive);
         seq += n;
         for request in dispatcher.poll_commits(Instant(0)) {
             let ok = CommitResult::Committed { first_offset: 0 };
@@ -203,10 +190,6 @@ fn lookahead_bounds_reading_past_a_stuck_record() {
         }
     }
     assert_eq!(dispatcher.checkpoint(), 0, "pinned by the stuck record");
-    assert_eq!(
-        dispatcher.read_upto(),
-        limit,
-        "reading stops at 16 windows past the checkpoint"
-    );
+    assert_eq!(dispatcher.read_upto(), limit, "reading stops at 16 windows past the checkpoint");
     dispatcher.check_invariants();
 }

@@ -10,21 +10,11 @@ use crate::ids::NodeId;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MetaCommand {
     /// Create a topic; its partitions are assigned round-robin over the live members.
-    CreateTopic {
-        name: String,
-        partitions: Option<u32>,
-        retention_ms: Option<u64>,
-        now_ms: u64,
-    },
+    CreateTopic { name: String, partitions: Option<u32>, retention_ms: Option<u64>, now_ms: u64 },
     /// Delete a topic (its incarnation id is never reused).
     DeleteTopic { name: String },
     /// A member says it is alive (and where it listens). Makes it alive if it was dead.
-    Heartbeat {
-        node: NodeId,
-        http_addr: String,
-        cluster_addr: String,
-        now_ms: u64,
-    },
+    Heartbeat { node: NodeId, http_addr: String, cluster_addr: String, now_ms: u64 },
     /// Proposed by the leader: the member stopped heartbeating. Applied only if no heartbeat of
     /// `node` was applied since the leader counted `seen_heartbeats` (a heartbeat racing the
     /// verdict in the log wins).
@@ -68,10 +58,7 @@ pub(super) fn put_u64(out: &mut Vec<u8>, v: u64) {
 
 /// A string as `u32` length then UTF-8 bytes.
 pub(super) fn put_str(out: &mut Vec<u8>, s: &str) {
-    put_u32(
-        out,
-        u32::try_from(s.len()).expect("invariant: strings are small"),
-    );
+    put_u32(out, u32::try_from(s.len()).expect("invariant: strings are small"));
     out.extend_from_slice(s.as_bytes());
 }
 
@@ -88,12 +75,7 @@ pub(super) fn get_u8(reader: &mut Reader<'_>) -> Option<u8> {
 pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
     let mut out = Vec::new();
     match command {
-        MetaCommand::CreateTopic {
-            name,
-            partitions,
-            retention_ms,
-            now_ms,
-        } => {
+        MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms } => {
             out.push(CMD_CREATE);
             put_str(&mut out, name);
             put_u64(&mut out, partitions.map_or(NONE_U64, u64::from));
@@ -104,22 +86,14 @@ pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
             out.push(CMD_DELETE);
             put_str(&mut out, name);
         }
-        MetaCommand::Heartbeat {
-            node,
-            http_addr,
-            cluster_addr,
-            now_ms,
-        } => {
+        MetaCommand::Heartbeat { node, http_addr, cluster_addr, now_ms } => {
             out.push(CMD_HEARTBEAT);
             put_u32(&mut out, node.0);
             put_str(&mut out, http_addr);
             put_str(&mut out, cluster_addr);
             put_u64(&mut out, *now_ms);
         }
-        MetaCommand::MarkDead {
-            node,
-            seen_heartbeats,
-        } => {
+        MetaCommand::MarkDead { node, seen_heartbeats } => {
             out.push(CMD_MARK_DEAD);
             put_u32(&mut out, node.0);
             put_u64(&mut out, *seen_heartbeats);
@@ -145,22 +119,17 @@ pub fn decode_command(bytes: &[u8]) -> Option<MetaCommand> {
             retention_ms: Some(r.u64()?).filter(|&v| v != NONE_U64),
             now_ms: r.u64()?,
         },
-        CMD_DELETE => MetaCommand::DeleteTopic {
-            name: get_str(&mut r)?,
-        },
+        CMD_DELETE => MetaCommand::DeleteTopic { name: get_str(&mut r)? },
         CMD_HEARTBEAT => MetaCommand::Heartbeat {
             node: NodeId(r.u32()?),
             http_addr: get_str(&mut r)?,
             cluster_addr: get_str(&mut r)?,
             now_ms: r.u64()?,
         },
-        CMD_MARK_DEAD => MetaCommand::MarkDead {
-            node: NodeId(r.u32()?),
-            seen_heartbeats: r.u64()?,
-        },
-        CMD_MARK_ALIVE => MetaCommand::MarkAlive {
-            node: NodeId(r.u32()?),
-        },
+        CMD_MARK_DEAD => {
+            MetaCommand::MarkDead { node: NodeId(r.u32()?), seen_heartbeats: r.u64()? }
+        }
+        CMD_MARK_ALIVE => MetaCommand::MarkAlive { node: NodeId(r.u32()?) },
         _ => return None,
     };
     r.rest().is_empty().then_some(command)

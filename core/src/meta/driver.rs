@@ -70,12 +70,7 @@ impl<W> Metastore<W> {
         }
         let was = self.role;
         (self.role, self.role_term) = (role, term);
-        tracing::debug!(
-            node = self.config.node_id.0,
-            role = self.role(),
-            term,
-            "metastore role"
-        );
+        tracing::debug!(node = self.config.node_id.0, role = self.role(), term, "metastore role");
         if was == StateRole::Leader && role != StateRole::Leader {
             self.seen.clear();
             self.marking.clear();
@@ -114,14 +109,8 @@ impl<W> Metastore<W> {
                 continue;
             }
             let seen_heartbeats = self.state.heartbeats(node).expect("alive members exist");
-            let verdict = MetaCommand::MarkDead {
-                node,
-                seen_heartbeats,
-            };
-            tracing::info!(
-                node = node.0,
-                "metastore leader: marking a silent member dead"
-            );
+            let verdict = MetaCommand::MarkDead { node, seen_heartbeats };
+            tracing::info!(node = node.0, "metastore leader: marking a silent member dead");
             if self.propose_internal(&verdict, None).is_ok() {
                 self.marking.insert(node, now);
             }
@@ -141,18 +130,11 @@ impl<W> Metastore<W> {
             let proposal = self.proposals.remove(&index).expect("listed above");
             self.fail_waiter(proposal.waiter, "metastore proposal timed out (no quorum?)");
         }
-        let expired: Vec<u64> = self
-            .barriers
-            .iter()
-            .filter(|(_, b)| b.deadline <= now)
-            .map(|(id, _)| *id)
-            .collect();
+        let expired: Vec<u64> =
+            self.barriers.iter().filter(|(_, b)| b.deadline <= now).map(|(id, _)| *id).collect();
         for id in expired {
             let barrier = self.barriers.remove(&id).expect("listed above");
-            self.outputs.push_back(MetaOutput::Barrier {
-                ctx: barrier.ctx,
-                ok: false,
-            });
+            self.outputs.push_back(MetaOutput::Barrier { ctx: barrier.ctx, ok: false });
         }
         let retry = self.config.tick_ms * BARRIER_RETRY_TICKS;
         let mut asks = Vec::new();
@@ -208,18 +190,14 @@ impl<W> Metastore<W> {
             return Err(ProposeError::Failed(error.clone()));
         }
         if !self.is_leader() {
-            return Err(ProposeError::NotLeader {
-                leader: self.leader(),
-            });
+            return Err(ProposeError::NotLeader { leader: self.leader() });
         }
         let data = encode_command(command);
         if data.len() > MAX_COMMAND_BYTES {
             return Err(ProposeError::TooLarge(data.len()));
         }
         let before = self.raw.raft.raft_log.last_index();
-        self.raw
-            .propose(Vec::new(), data)
-            .map_err(|_| ProposeError::Dropped)?;
+        self.raw.propose(Vec::new(), data).map_err(|_| ProposeError::Dropped)?;
         let index = self.raw.raft.raft_log.last_index();
         assert_eq!(index, before + 1, "invariant: a proposal appends one entry");
         let proposal = Proposal {
@@ -236,8 +214,7 @@ impl<W> Metastore<W> {
 
     pub(super) fn start_barrier(&mut self, ctx: W) {
         if self.persist.failed().is_some() || self.leader().is_none() {
-            self.outputs
-                .push_back(MetaOutput::Barrier { ctx, ok: false });
+            self.outputs.push_back(MetaOutput::Barrier { ctx, ok: false });
             return;
         }
         let id = self.next_barrier;
@@ -245,9 +222,7 @@ impl<W> Metastore<W> {
         let barrier = Barrier {
             ctx,
             deadline: self.now.plus_millis(self.config.request_timeout_ms),
-            retry_at: self
-                .now
-                .plus_millis(self.config.tick_ms * BARRIER_RETRY_TICKS),
+            retry_at: self.now.plus_millis(self.config.tick_ms * BARRIER_RETRY_TICKS),
             read_index: None,
         };
         self.barriers.insert(id, barrier);
@@ -285,10 +260,7 @@ impl<W> Metastore<W> {
             .collect();
         for id in done {
             let barrier = self.barriers.remove(&id).expect("listed above");
-            self.outputs.push_back(MetaOutput::Barrier {
-                ctx: barrier.ctx,
-                ok: true,
-            });
+            self.outputs.push_back(MetaOutput::Barrier { ctx: barrier.ctx, ok: true });
         }
     }
 
@@ -315,9 +287,7 @@ impl<W> Metastore<W> {
             let entries = ready.take_entries();
             let hard_state = ready.hs().cloned();
             let store = self.raw.mut_store();
-            store
-                .append(&entries)
-                .expect("invariant: raft hands out contiguous entries");
+            store.append(&entries).expect("invariant: raft hands out contiguous entries");
             if let Some(hs) = &hard_state {
                 store.set_hard_state(hs.clone());
             }
@@ -359,13 +329,8 @@ impl<W> Metastore<W> {
 
     fn send(&mut self, message: Message) {
         let to = NodeId(u32::try_from(message.to).expect("invariant: node ids are u32"));
-        let bytes = message
-            .write_to_bytes()
-            .expect("invariant: raft messages encode");
-        self.outputs.push_back(MetaOutput::Send {
-            to,
-            bytes: Bytes::from(bytes),
-        });
+        let bytes = message.write_to_bytes().expect("invariant: raft messages encode");
+        self.outputs.push_back(MetaOutput::Send { to, bytes: Bytes::from(bytes) });
     }
 
     fn apply_entries(&mut self, entries: Vec<Entry>) {
@@ -416,13 +381,9 @@ impl<W> Metastore<W> {
         let result = self.state.apply(command);
         if let Ok(Applied::Liveness { node, alive }) = &result {
             tracing::info!(node = node.0, alive, "metastore: member liveness changed");
-            self.outputs.push_back(MetaOutput::MembershipChanged {
-                node: *node,
-                alive: *alive,
-            });
+            self.outputs.push_back(MetaOutput::MembershipChanged { node: *node, alive: *alive });
         }
-        self.outputs
-            .push_back(MetaOutput::Applied { waiter, result });
+        self.outputs.push_back(MetaOutput::Applied { waiter, result });
     }
 
     /// Installs a snapshot received from the leader (in memory now, durably via a snapshot
@@ -437,10 +398,7 @@ impl<W> Metastore<W> {
         let covered: Vec<u64> = self.proposals.range(..=index).map(|(i, _)| *i).collect();
         for i in covered {
             let proposal = self.proposals.remove(&i).expect("listed above");
-            self.fail_waiter(
-                proposal.waiter,
-                "metastore proposal outcome unknown (snapshot)",
-            );
+            self.fail_waiter(proposal.waiter, "metastore proposal outcome unknown (snapshot)");
         }
         let store = self.raw.mut_store();
         store.install_snapshot(snapshot.clone());
@@ -452,8 +410,7 @@ impl<W> Metastore<W> {
             image: snapshot.data.clone(),
             entries: Vec::new(),
         };
-        self.persist
-            .push_snapshot(self.snapshot_seq, encode_snap_record(&record));
+        self.persist.push_snapshot(self.snapshot_seq, encode_snap_record(&record));
         self.counters.snapshots_installed += 1;
         index
     }
@@ -473,15 +430,11 @@ impl<W> Metastore<W> {
         for member in self.state.members() {
             if old.is_alive(member.id) != member.alive {
                 let (node, alive) = (member.id, member.alive);
-                self.outputs
-                    .push_back(MetaOutput::MembershipChanged { node, alive });
+                self.outputs.push_back(MetaOutput::MembershipChanged { node, alive });
             }
         }
         for result in changes {
-            self.outputs.push_back(MetaOutput::Applied {
-                waiter: None,
-                result,
-            });
+            self.outputs.push_back(MetaOutput::Applied { waiter: None, result });
         }
     }
 
@@ -499,9 +452,7 @@ impl<W> Metastore<W> {
         let mut snapshot = Snapshot::default();
         let meta = snapshot.mut_metadata();
         meta.index = index;
-        meta.term = store
-            .term_of(index)
-            .expect("invariant: applied entries are in the log");
+        meta.term = store.term_of(index).expect("invariant: applied entries are in the log");
         meta.set_conf_state(store.conf_state().clone());
         let image = Bytes::from(self.state.encode());
         snapshot.set_data(image.clone());
@@ -514,8 +465,7 @@ impl<W> Metastore<W> {
             entries: store.entries_after(index).to_vec(),
         };
         self.raw.mut_store().compact_to(snapshot);
-        self.persist
-            .push_snapshot(self.snapshot_seq, encode_snap_record(&record));
+        self.persist.push_snapshot(self.snapshot_seq, encode_snap_record(&record));
         self.counters.snapshots_taken += 1;
         tracing::debug!(index, seq = self.snapshot_seq, "metastore snapshot taken");
     }

@@ -125,10 +125,7 @@ pub enum MetaOutput<W> {
     Send { to: NodeId, bytes: Bytes },
     /// A committed command was applied on this replica. `waiter` is set on the replica that
     /// proposed it; a waiter whose proposal was lost or timed out gets `Unavailable`.
-    Applied {
-        waiter: Option<W>,
-        result: Result<Applied, ClientError>,
-    },
+    Applied { waiter: Option<W>, result: Result<Applied, ClientError> },
     /// A read barrier finished: `ok` means this replica has applied everything the leader had
     /// committed when it confirmed its leadership with a quorum, after the barrier was asked.
     Barrier { ctx: W, ok: bool },
@@ -308,9 +305,8 @@ impl<W> Metastore<W> {
     /// This node's membership heartbeat when one is due (every `heartbeat_ms`, and at once after
     /// start-up): propose it here if leader, else forward it to the leader.
     pub fn poll_heartbeat(&mut self, now: Instant) -> Option<MetaCommand> {
-        let due = self
-            .last_heartbeat
-            .is_none_or(|at| now >= at.plus_millis(self.config.heartbeat_ms));
+        let due =
+            self.last_heartbeat.is_none_or(|at| now >= at.plus_millis(self.config.heartbeat_ms));
         if !due {
             return None;
         }

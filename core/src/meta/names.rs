@@ -5,18 +5,14 @@ use crate::constants::MAX_TOPIC_NAME_BYTES;
 
 /// Checks a topic name: `[A-Za-z0-9._-]{1,200}`, not `.` or `..`.
 pub fn validate_name(name: &str) -> Result<(), ClientError> {
-    let charset_ok = name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
+    let charset_ok = name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b));
     if name.is_empty() || name.len() > MAX_TOPIC_NAME_BYTES || !charset_ok {
         return Err(ClientError::BadRequest(format!(
             "invalid topic name {name:?}: use 1-{MAX_TOPIC_NAME_BYTES} characters from [A-Za-z0-9._-]"
         )));
     }
     if name == "." || name == ".." {
-        return Err(ClientError::BadRequest(format!(
-            "invalid topic name {name:?}"
-        )));
+        return Err(ClientError::BadRequest(format!("invalid topic name {name:?}")));
     }
     Ok(())
 }

@@ -131,11 +131,7 @@ impl Persister {
         let ops = [
             DiskOp::Truncate { file: LOG, len: 0 },
             DiskOp::Sync { file: LOG },
-            DiskOp::Write {
-                file: LOG,
-                offset: 0,
-                data: Bytes::from(header),
-            },
+            DiskOp::Write { file: LOG, offset: 0, data: Bytes::from(header) },
             DiskOp::Sync { file: LOG },
         ];
         for op in ops {
@@ -198,11 +194,7 @@ impl Persister {
     /// The durability point a write-less `Ready` can share: the last log job queued, else the
     /// last in flight, else (only a snapshot queued) a fresh empty job behind it.
     fn last_pending(&mut self) -> Option<&mut Durable> {
-        if let Some(i) = self
-            .queue
-            .iter()
-            .rposition(|j| matches!(j, Job::Log { .. }))
-        {
+        if let Some(i) = self.queue.iter().rposition(|j| matches!(j, Job::Log { .. })) {
             let Job::Log { durable, .. } = &mut self.queue[i] else {
                 unreachable!("position of a log job");
             };
@@ -214,10 +206,7 @@ impl Persister {
         if self.queue.is_empty() {
             return None;
         }
-        self.queue.push_back(Job::Log {
-            data: Vec::new(),
-            durable: Durable::default(),
-        });
+        self.queue.push_back(Job::Log { data: Vec::new(), durable: Durable::default() });
         let Some(Job::Log { durable, .. }) = self.queue.back_mut() else {
             unreachable!("just pushed a log job");
         };
@@ -234,15 +223,9 @@ impl Persister {
                 return;
             };
             match job {
-                Job::Log {
-                    mut data,
-                    mut durable,
-                } => {
+                Job::Log { mut data, mut durable } => {
                     while let Some(Job::Log { .. }) = self.queue.front() {
-                        let Some(Job::Log {
-                            data: more,
-                            durable: later,
-                        }) = self.queue.pop_front()
+                        let Some(Job::Log { data: more, durable: later }) = self.queue.pop_front()
                         else {
                             unreachable!("front is a log job");
                         };
@@ -263,11 +246,7 @@ impl Persister {
             let len = data.len() as u64;
             self.outbox.push_back((
                 MetaIo(IoKind::Plain),
-                DiskOp::Write {
-                    file: LOG,
-                    offset: self.log_len,
-                    data: Bytes::from(data),
-                },
+                DiskOp::Write { file: LOG, offset: self.log_len, data: Bytes::from(data) },
             ));
             self.log_len += len;
             self.log_bytes += len;
@@ -275,8 +254,7 @@ impl Persister {
         let job = self.next_job;
         self.next_job += 1;
         self.held.insert(job, durable);
-        self.outbox
-            .push_back((MetaIo(IoKind::JobSync { job }), DiskOp::Sync { file: LOG }));
+        self.outbox.push_back((MetaIo(IoKind::JobSync { job }), DiskOp::Sync { file: LOG }));
     }
 
     fn emit_snapshot(&mut self, seq: u64, record: Vec<u8>) {
@@ -284,25 +262,13 @@ impl Persister {
         let offset = place_snap_record(self.snap_slot, len);
         if !self.snap_exists {
             self.snap_exists = true;
-            self.outbox
-                .push_back((MetaIo(IoKind::Plain), DiskOp::Create { file: SNAP }));
+            self.outbox.push_back((MetaIo(IoKind::Plain), DiskOp::Create { file: SNAP }));
         }
         let data = Bytes::from(record);
-        self.outbox.push_back((
-            MetaIo(IoKind::Plain),
-            DiskOp::Write {
-                file: SNAP,
-                offset,
-                data,
-            },
-        ));
-        self.outbox
-            .push_back((MetaIo(IoKind::SnapSync), DiskOp::Sync { file: SNAP }));
+        self.outbox.push_back((MetaIo(IoKind::Plain), DiskOp::Write { file: SNAP, offset, data }));
+        self.outbox.push_back((MetaIo(IoKind::SnapSync), DiskOp::Sync { file: SNAP }));
         self.snap_file_len = self.snap_file_len.max(offset + len);
-        self.snap_in_flight = Some(SnapInFlight {
-            seq,
-            slot: Slot { offset, len },
-        });
+        self.snap_in_flight = Some(SnapInFlight { seq, slot: Slot { offset, len } });
     }
 
     /// Handles the completion of an op we emitted. Returns what became durable, if anything.
@@ -343,10 +309,7 @@ impl Persister {
             self.snap_file_len = done.slot.len;
             self.outbox.push_back((
                 MetaIo(IoKind::Plain),
-                DiskOp::Truncate {
-                    file: SNAP,
-                    len: done.slot.len,
-                },
+                DiskOp::Truncate { file: SNAP, len: done.slot.len },
             ));
         }
         self.reset_log(done.seq, false);

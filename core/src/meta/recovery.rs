@@ -51,10 +51,7 @@ pub fn recover(
         }
     };
     let repair = match raft_log {
-        None => LogRepair::Reset {
-            create: true,
-            base_seq: seq,
-        },
+        None => LogRepair::Reset { create: true, base_seq: seq },
         Some(bytes) => replay_log(&mut store, bytes, seq)?,
     };
     let mut hs = store.hard_state().clone();
@@ -62,21 +59,12 @@ pub fn recover(
     if hs.commit > store.last() {
         return Err(inconsistent(
             FileId::MetaRaftLog,
-            format!(
-                "commit index {} beyond the last entry {}",
-                hs.commit,
-                store.last()
-            ),
+            format!("commit index {} beyond the last entry {}", hs.commit, store.last()),
         ));
     }
     store.set_hard_state(hs);
     let persister = Persister::new(repair, snapshot.map(|b| b.len() as u64), slot);
-    Ok(Recovered {
-        store,
-        state,
-        snapshot_seq: seq,
-        persister,
-    })
+    Ok(Recovered { store, state, snapshot_seq: seq, persister })
 }
 
 fn from_record(record: SnapRecord) -> Result<(LogStore, MetaState), RecoveryError> {
@@ -90,9 +78,7 @@ fn from_record(record: SnapRecord) -> Result<(LogStore, MetaState), RecoveryErro
     let mut hs = store.hard_state().clone();
     merge_hard_state(&mut hs, &record.hard_state);
     store.set_hard_state(hs);
-    store
-        .append(&record.entries)
-        .map_err(|what| inconsistent(FileId::MetaSnapshot, what))?;
+    store.append(&record.entries).map_err(|what| inconsistent(FileId::MetaSnapshot, what))?;
     Ok((store, state))
 }
 
@@ -100,23 +86,13 @@ fn replay_log(store: &mut LogStore, bytes: &Bytes, seq: u64) -> Result<LogRepair
     let scan = scan_log(bytes)?;
     let base = match scan.base_seq {
         None => {
-            return Ok(LogRepair::Reset {
-                create: false,
-                base_seq: seq,
-            });
+            return Ok(LogRepair::Reset { create: false, base_seq: seq });
         }
         Some(base) => base,
     };
     if base < seq {
-        tracing::info!(
-            base,
-            seq,
-            "metastore log predates the newest snapshot; resetting it"
-        );
-        return Ok(LogRepair::Reset {
-            create: false,
-            base_seq: seq,
-        });
+        tracing::info!(base, seq, "metastore log predates the newest snapshot; resetting it");
+        return Ok(LogRepair::Reset { create: false, base_seq: seq });
     }
     if base > seq {
         return Err(inconsistent(
@@ -140,17 +116,12 @@ fn replay_log(store: &mut LogStore, bytes: &Bytes, seq: u64) -> Result<LogRepair
         }
     }
     Ok(if scan.valid_len < scan.file_len {
-        LogRepair::Truncate {
-            len: scan.valid_len,
-        }
+        LogRepair::Truncate { len: scan.valid_len }
     } else {
         LogRepair::None { len: scan.file_len }
     })
 }
 
 fn inconsistent(file: FileId, what: String) -> RecoveryError {
-    RecoveryError::Inconsistent {
-        file: file.relative_path(),
-        what,
-    }
+    RecoveryError::Inconsistent { file: file.relative_path(), what }
 }

@@ -64,10 +64,7 @@ pub struct MetaState {
 
 impl MetaState {
     pub fn new() -> MetaState {
-        MetaState {
-            next_topic_id: 1,
-            ..MetaState::default()
-        }
+        MetaState { next_topic_id: 1, ..MetaState::default() }
     }
 
     pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
@@ -106,19 +103,14 @@ impl MetaState {
 
     /// Ids of the members currently marked alive, ascending.
     pub fn alive_members(&self) -> impl Iterator<Item = NodeId> + '_ {
-        self.members
-            .iter()
-            .filter(|(_, m)| m.alive)
-            .map(|(id, _)| *id)
+        self.members.iter().filter(|(_, m)| m.alive).map(|(id, _)| *id)
     }
 
     pub fn members(&self) -> Vec<MemberInfo> {
         let mut owned: BTreeMap<NodeId, u32> = BTreeMap::new();
         for topic in self.topics.values() {
             for p in 0..topic.info.partitions {
-                *owned
-                    .entry(topic.owners[p as usize % topic.owners.len()])
-                    .or_default() += 1;
+                *owned.entry(topic.owners[p as usize % topic.owners.len()]).or_default() += 1;
             }
         }
         self.members
@@ -139,23 +131,16 @@ impl MetaState {
     /// result on every replica.
     pub fn apply(&mut self, command: MetaCommand) -> Result<Applied, ClientError> {
         match command {
-            MetaCommand::CreateTopic {
-                name,
-                partitions,
-                retention_ms,
-                now_ms,
-            } => self.create(name, partitions, retention_ms, now_ms),
+            MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms } => {
+                self.create(name, partitions, retention_ms, now_ms)
+            }
             MetaCommand::DeleteTopic { name } => self.delete(&name),
-            MetaCommand::Heartbeat {
-                node,
-                http_addr,
-                cluster_addr,
-                now_ms,
-            } => Ok(self.heartbeat(node, http_addr, cluster_addr, now_ms)),
-            MetaCommand::MarkDead {
-                node,
-                seen_heartbeats,
-            } => Ok(self.mark_dead(node, seen_heartbeats)),
+            MetaCommand::Heartbeat { node, http_addr, cluster_addr, now_ms } => {
+                Ok(self.heartbeat(node, http_addr, cluster_addr, now_ms))
+            }
+            MetaCommand::MarkDead { node, seen_heartbeats } => {
+                Ok(self.mark_dead(node, seen_heartbeats))
+            }
             MetaCommand::MarkAlive { node } => Ok(self.set_alive(node, true)),
         }
     }
@@ -175,9 +160,7 @@ impl MetaState {
             )));
         }
         if self.topics.contains_key(&name) {
-            return Err(ClientError::Conflict(format!(
-                "topic `{name}` already exists"
-            )));
+            return Err(ClientError::Conflict(format!("topic `{name}` already exists")));
         }
         let mut owners: Vec<NodeId> = self.alive_members().collect();
         if owners.is_empty() {
@@ -197,13 +180,7 @@ impl MetaState {
         };
         self.next_topic_id += 1;
         self.names.insert(info.id, name.clone());
-        self.topics.insert(
-            name,
-            Topic {
-                info: info.clone(),
-                owners,
-            },
-        );
+        self.topics.insert(name, Topic { info: info.clone(), owners });
         Ok(Applied::Created(info))
     }
 
@@ -301,11 +278,8 @@ impl MetaState {
         if get_u8(&mut r)? != IMAGE_VERSION {
             return None;
         }
-        let mut state = MetaState {
-            next_topic_id: r.u64()?,
-            cursor: r.u64()?,
-            ..MetaState::default()
-        };
+        let mut state =
+            MetaState { next_topic_id: r.u64()?, cursor: r.u64()?, ..MetaState::default() };
         for _ in 0..r.u32()? {
             let topic = decode_topic(&mut r)?;
             let name = topic.info.name.clone();
@@ -342,13 +316,7 @@ fn decode_topic(r: &mut Reader<'_>) -> Option<Topic> {
     for _ in 0..count {
         owners.push(NodeId(r.u32()?));
     }
-    let info = TopicInfo {
-        name,
-        id,
-        partitions,
-        retention_ms,
-        created_ms,
-    };
+    let info = TopicInfo { name, id, partitions, retention_ms, created_ms };
     Some(Topic { info, owners })
 }
 
@@ -384,74 +352,32 @@ mod tests {
         state.apply(create("a", 4)).unwrap();
         let a = state.topic("a").unwrap().id;
         let owners = |s: &MetaState, t, n| -> Vec<u32> {
-            (0..n)
-                .map(|p| {
-                    s.owner(PartitionKey {
-                        topic: t,
-                        partition: p,
-                    })
-                    .unwrap()
-                    .0
-                })
-                .collect()
+            (0..n).map(|p| s.owner(PartitionKey { topic: t, partition: p }).unwrap().0).collect()
         };
         assert_eq!(owners(&state, a, 4), [1, 2, 3, 1]);
-        let dead = state.apply(MetaCommand::MarkDead {
-            node: NodeId(2),
-            seen_heartbeats: 1,
-        });
-        assert_eq!(
-            dead,
-            Ok(Applied::Liveness {
-                node: NodeId(2),
-                alive: false
-            })
-        );
+        let dead = state.apply(MetaCommand::MarkDead { node: NodeId(2), seen_heartbeats: 1 });
+        assert_eq!(dead, Ok(Applied::Liveness { node: NodeId(2), alive: false }));
         state.apply(create("b", 3)).unwrap();
         let b = state.topic("b").unwrap().id;
         // The cursor stood at 4; over the live members [1, 3] that starts at 1.
         assert_eq!(owners(&state, b, 3), [1, 3, 1]);
         assert_eq!(owners(&state, a, 4), [1, 2, 3, 1], "sticky");
-        assert_eq!(
-            state.owner(PartitionKey {
-                topic: a,
-                partition: 4
-            }),
-            None
-        );
+        assert_eq!(state.owner(PartitionKey { topic: a, partition: 4 }), None);
     }
 
     #[test]
     fn validation_happens_at_apply() {
         let mut state = MetaState::new();
-        assert!(matches!(
-            state.apply(create("t", 1)),
-            Err(ClientError::Unavailable(_))
-        ));
+        assert!(matches!(state.apply(create("t", 1)), Err(ClientError::Unavailable(_))));
         state.apply(heartbeat(1)).unwrap();
-        assert!(matches!(
-            state.apply(create("a/b", 1)),
-            Err(ClientError::BadRequest(_))
-        ));
-        assert!(matches!(
-            state.apply(create("t", 0)),
-            Err(ClientError::BadRequest(_))
-        ));
-        assert!(matches!(
-            state.apply(create("t", 4097)),
-            Err(ClientError::BadRequest(_))
-        ));
+        assert!(matches!(state.apply(create("a/b", 1)), Err(ClientError::BadRequest(_))));
+        assert!(matches!(state.apply(create("t", 0)), Err(ClientError::BadRequest(_))));
+        assert!(matches!(state.apply(create("t", 4097)), Err(ClientError::BadRequest(_))));
         state.apply(create("t", 1)).unwrap();
-        assert!(matches!(
-            state.apply(create("t", 1)),
-            Err(ClientError::Conflict(_))
-        ));
+        assert!(matches!(state.apply(create("t", 1)), Err(ClientError::Conflict(_))));
         let gone = state.topic("t").unwrap().id;
         let delete = MetaCommand::DeleteTopic { name: "t".into() };
-        assert!(matches!(
-            state.apply(delete.clone()),
-            Ok(Applied::Deleted(_))
-        ));
+        assert!(matches!(state.apply(delete.clone()), Ok(Applied::Deleted(_))));
         assert!(matches!(state.apply(delete), Err(ClientError::NotFound(_))));
         assert!(state.is_gone(gone));
         assert!(!state.is_gone(TopicId(gone.0 + 1)), "never issued");
@@ -464,10 +390,7 @@ mod tests {
         state.apply(heartbeat(1)).unwrap();
         let seen = state.heartbeats(NodeId(1)).unwrap();
         state.apply(heartbeat(1)).unwrap();
-        let verdict = MetaCommand::MarkDead {
-            node: NodeId(1),
-            seen_heartbeats: seen,
-        };
+        let verdict = MetaCommand::MarkDead { node: NodeId(1), seen_heartbeats: seen };
         assert_eq!(state.apply(verdict), Ok(Applied::Unchanged));
         assert!(state.is_alive(NodeId(1)));
     }
@@ -484,10 +407,7 @@ mod tests {
             },
             MetaCommand::DeleteTopic { name: "x".into() },
             heartbeat(2),
-            MetaCommand::MarkDead {
-                node: NodeId(2),
-                seen_heartbeats: 9,
-            },
+            MetaCommand::MarkDead { node: NodeId(2), seen_heartbeats: 9 },
             MetaCommand::MarkAlive { node: NodeId(2) },
         ];
         let mut state = MetaState::new();

@@ -83,11 +83,7 @@ impl LogStore {
             return Ok(());
         };
         if head.index > self.last() + 1 {
-            return Err(format!(
-                "entry {} would leave a gap after {}",
-                head.index,
-                self.last()
-            ));
+            return Err(format!("entry {} would leave a gap after {}", head.index, self.last()));
         }
         self.entries.truncate((head.index - first) as usize);
         for (expected, entry) in (head.index..).zip(&entries) {
@@ -135,10 +131,7 @@ impl LogStore {
 
 impl Storage for LogStore {
     fn initial_state(&self) -> raft::Result<RaftState> {
-        Ok(RaftState::new(
-            self.hard_state.clone(),
-            self.conf_state.clone(),
-        ))
+        Ok(RaftState::new(self.hard_state.clone(), self.conf_state.clone()))
     }
 
     fn entries(
@@ -165,8 +158,7 @@ impl Storage for LogStore {
         if index < self.snapshot_index() {
             return Err(raft::Error::Store(StorageError::Compacted));
         }
-        self.term_of(index)
-            .ok_or(raft::Error::Store(StorageError::Unavailable))
+        self.term_of(index).ok_or(raft::Error::Store(StorageError::Unavailable))
     }
 
     fn first_index(&self) -> raft::Result<u64> {
@@ -179,9 +171,7 @@ impl Storage for LogStore {
 
     fn snapshot(&self, request_index: u64, _to: u64) -> raft::Result<Snapshot> {
         if self.snapshot_index() == 0 || self.snapshot_index() < request_index {
-            return Err(raft::Error::Store(
-                StorageError::SnapshotTemporarilyUnavailable,
-            ));
+            return Err(raft::Error::Store(StorageError::SnapshotTemporarilyUnavailable));
         }
         Ok(self.snapshot.clone())
     }
@@ -232,12 +222,7 @@ fn put_hard_state(out: &mut Vec<u8>, hs: &HardState) {
 }
 
 fn get_hard_state(r: &mut Reader<'_>) -> Option<HardState> {
-    Some(HardState {
-        term: r.u64()?,
-        vote: r.u64()?,
-        commit: r.u64()?,
-        ..HardState::default()
-    })
+    Some(HardState { term: r.u64()?, vote: r.u64()?, commit: r.u64()?, ..HardState::default() })
 }
 
 fn decode_frame(body: &[u8]) -> Option<LogFrame> {
@@ -275,11 +260,7 @@ pub struct LogScan {
 pub fn scan_log(bytes: &[u8]) -> Result<LogScan, RecoveryError> {
     let file = FileId::MetaRaftLog.relative_path();
     let scanned = scan(bytes);
-    if let ScanEnd::Corrupt {
-        bad_pos,
-        next_valid_pos,
-    } = scanned.end
-    {
+    if let ScanEnd::Corrupt { bad_pos, next_valid_pos } = scanned.end {
         return Err(RecoveryError::CorruptLog {
             file,
             bad_pos: bad_pos as u64,
@@ -332,10 +313,7 @@ pub struct SnapRecord {
 /// Bytes of a snapshot record.
 pub fn encode_snap_record(record: &SnapRecord) -> Vec<u8> {
     let mut body = Vec::new();
-    let meta = record
-        .metadata
-        .write_to_bytes()
-        .expect("invariant: metadata encodes");
+    let meta = record.metadata.write_to_bytes().expect("invariant: metadata encodes");
     body.extend_from_slice(&(meta.len() as u32).to_le_bytes());
     body.extend_from_slice(&meta);
     put_hard_state(&mut body, &record.hard_state);
@@ -393,13 +371,7 @@ fn decode_snap_body(seq: u64, body: &[u8]) -> Option<SnapRecord> {
         let len = r.u32()? as usize;
         entries.push(Entry::parse_from_bytes(r.take(len)?).ok()?);
     }
-    r.rest().is_empty().then_some(SnapRecord {
-        seq,
-        metadata,
-        hard_state,
-        image,
-        entries,
-    })
+    r.rest().is_empty().then_some(SnapRecord { seq, metadata, hard_state, image, entries })
 }
 
 /// Where a record sits in the snapshot file.
@@ -421,10 +393,7 @@ pub fn newest_snap_record(bytes: &[u8]) -> Option<(SnapRecord, Slot)> {
         if let Some((record, len)) = snap_record_at(bytes, pos)
             && best.as_ref().is_none_or(|(b, _)| record.seq > b.seq)
         {
-            let slot = Slot {
-                offset: pos as u64,
-                len: len as u64,
-            };
+            let slot = Slot { offset: pos as u64, len: len as u64 };
             best = Some((record, slot));
         }
     }
@@ -444,20 +413,13 @@ mod tests {
     use super::*;
 
     fn entry(index: u64, term: u64) -> Entry {
-        Entry {
-            index,
-            term,
-            data: Bytes::from(vec![index as u8; 3]),
-            ..Entry::default()
-        }
+        Entry { index, term, data: Bytes::from(vec![index as u8; 3]), ..Entry::default() }
     }
 
     #[test]
     fn append_replaces_a_conflicting_suffix_and_refuses_gaps() {
         let mut store = LogStore::new(ConfState::default());
-        store
-            .append(&[entry(1, 1), entry(2, 1), entry(3, 1)])
-            .unwrap();
+        store.append(&[entry(1, 1), entry(2, 1), entry(3, 1)]).unwrap();
         store.append(&[entry(2, 2)]).unwrap();
         assert_eq!(store.last(), 2);
         assert_eq!(store.term_of(2), Some(2));
@@ -485,13 +447,7 @@ mod tests {
         let first = encode_snap_record(&record(1, b"one"));
         let mut file = first.clone();
         let slot = newest_snap_record(&file).unwrap().1;
-        assert_eq!(
-            slot,
-            Slot {
-                offset: 0,
-                len: first.len() as u64
-            }
-        );
+        assert_eq!(slot, Slot { offset: 0, len: first.len() as u64 });
         let second = encode_snap_record(&record(2, b"two, a bit longer"));
         let at = place_snap_record(Some(slot), second.len() as u64);
         assert_eq!(at, first.len() as u64, "does not fit before: goes after");
@@ -509,10 +465,7 @@ mod tests {
     fn the_log_must_start_with_a_header_and_corruption_is_loud() {
         let mut bytes = Vec::new();
         put_header(&mut bytes, 4);
-        let hs = HardState {
-            term: 2,
-            ..HardState::default()
-        };
+        let hs = HardState { term: 2, ..HardState::default() };
         put_entries(&mut bytes, &[entry(1, 1), entry(2, 2)], Some(&hs));
         let scan = scan_log(&bytes).unwrap();
         assert_eq!(scan.base_seq, Some(4));
@@ -524,16 +477,10 @@ mod tests {
         assert!(scan.valid_len < scan.file_len);
         let mut flipped = bytes.clone();
         flipped[20] ^= 1;
-        assert!(matches!(
-            scan_log(&flipped),
-            Err(RecoveryError::CorruptLog { .. })
-        ));
+        assert!(matches!(scan_log(&flipped), Err(RecoveryError::CorruptLog { .. })));
         let mut headless = Vec::new();
         put_entries(&mut headless, &[entry(1, 1)], None);
-        assert!(matches!(
-            scan_log(&headless),
-            Err(RecoveryError::Inconsistent { .. })
-        ));
+        assert!(matches!(scan_log(&headless), Err(RecoveryError::Inconsistent { .. })));
     }
 
     #[test]

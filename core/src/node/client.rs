@@ -17,18 +17,9 @@ use crate::peer::{PeerMessage, WireConsumed, WireError};
 impl Node {
     pub(super) fn handle_client(&mut self, request: RequestId, op: ClientOp) {
         match op {
-            ClientOp::CreateTopic {
-                name,
-                partitions,
-                retention_ms,
-            } => {
+            ClientOp::CreateTopic { name, partitions, retention_ms } => {
                 let now_ms = self.now.as_millis();
-                let command = MetaCommand::CreateTopic {
-                    name,
-                    partitions,
-                    retention_ms,
-                    now_ms,
-                };
+                let command = MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms };
                 self.propose_admin(request, command);
             }
             ClientOp::DeleteTopic { name } => {
@@ -38,23 +29,14 @@ impl Node {
                 let topics = self.meta.topics().cloned().collect();
                 self.reply(request, ClientReply::Topics(topics));
             }
-            ClientOp::GetTopic { name } => {
-                let reply = self.topic_detail(&name);
-                self.reply(request, reply);
-            }
-            ClientOp::Produce {
-                topic,
-                messages,
-                batch,
-            } => {
+            ClientOp::GetTopic { name } => match self.topic_detail(&name) {
+                ClientReply::Topic(topic, stats) => self.gather_topic_stats(request, topic, stats),
+                reply => self.reply(request, reply),
+            },
+            ClientOp::Produce { topic, messages, batch } => {
                 self.produce(request, &topic, messages, batch);
             }
-            ClientOp::Consume {
-                topic,
-                partition,
-                offset,
-                max,
-            } => {
+            ClientOp::Consume { topic, partition, offset, max } => {
                 self.consume(request, &topic, partition, offset, max);
             }
             ClientOp::Stats => {
@@ -74,10 +56,7 @@ impl Node {
         };
         let stats = (0..topic.partitions)
             .map(|index| {
-                let key = PartitionKey {
-                    topic: topic.id,
-                    partition: index,
-                };
+                let key = PartitionKey { topic: topic.id, partition: index };
                 let owner = self.meta.owner(key).map_or(0, |n| n.0);
                 let local = owner == self.config.node_id.0;
                 let log = self.partitions.get(&key);
@@ -140,20 +119,10 @@ impl Node {
         if let Some(error) = self.wal.latched() {
             return Err(ClientError::WalFailed(error.to_string()));
         }
-        let info = self
-            .meta
-            .topic(topic)
-            .ok_or_else(|| self.unknown_topic(topic))?;
-        let drafts = self
-            .resolver
-            .resolve(info, messages, batch, self.now.as_millis())?;
-        let waiter = ProduceWaiter {
-            request,
-            records: drafts.len(),
-        };
-        self.wal
-            .stage(drafts, waiter)
-            .map_err(|error| ClientError::WalFailed(error.to_string()))
+        let info = self.meta.topic(topic).ok_or_else(|| self.unknown_topic(topic))?;
+        let drafts = self.resolver.resolve(info, messages, batch, self.now.as_millis())?;
+        let waiter = ProduceWaiter { request, records: drafts.len() };
+        self.wal.stage(drafts, waiter).map_err(|error| ClientError::WalFailed(error.to_string()))
     }
 
     /// Answers the produces of a completed group commit.
@@ -166,12 +135,7 @@ impl Node {
         for waiter in acked {
             self.counters.produce_requests_accepted += 1;
             self.counters.records_accepted += waiter.records as u64;
-            self.reply(
-                waiter.request,
-                ClientReply::Produced {
-                    accepted: waiter.records,
-                },
-            );
+            self.reply(waiter.request, ClientReply::Produced { accepted: waiter.records });
         }
         let reason = error.map_or_else(String::new, ToString::to_string);
         for waiter in failed {
@@ -191,15 +155,9 @@ impl Node {
                 "partition {partition} out of range: topic `{topic}` has {} partitions",
                 info.partitions
             );
-            return self.reply(
-                request,
-                ClientReply::Error(ClientError::BadRequest(message)),
-            );
+            return self.reply(request, ClientReply::Error(ClientError::BadRequest(message)));
         }
-        let key = PartitionKey {
-            topic: info.id,
-            partition,
-        };
+        let key = PartitionKey { topic: info.id, partition };
         match self.meta.owner(key) {
             Some(owner) if owner == self.config.node_id => {
                 self.read_local(request, key, offset, max, topic.to_string());
@@ -208,26 +166,10 @@ impl Node {
                 let id = self.remote.next_id();
                 let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
                 let topic = topic.to_string();
-                self.remote.forwards.insert(
-                    id,
-                    (
-                        Forwarded::Consume {
-                            request,
-                            topic,
-                            partition,
-                        },
-                        deadline,
-                    ),
-                );
-                self.send(
-                    owner,
-                    &PeerMessage::Consume {
-                        id,
-                        target: key,
-                        offset,
-                        max,
-                    },
-                );
+                self.remote
+                    .forwards
+                    .insert(id, (Forwarded::Consume { request, topic, partition }, deadline));
+                self.send(owner, &PeerMessage::Consume { id, target: key, offset, max });
             }
             owner => {
                 let who = owner.map_or_else(|| "unknown".into(), |n| format!("node {}", n.0));
@@ -248,18 +190,12 @@ impl Node {
         topic: String,
     ) {
         let max = u64::from(max.clamp(1, MAX_CONSUME_RECORDS));
-        let plan = self
-            .partitions
-            .get(&key)
-            .and_then(|log| log.read_plan(offset, max, MAX_CONSUME_BYTES));
+        let plan =
+            self.partitions.get(&key).and_then(|log| log.read_plan(offset, max, MAX_CONSUME_BYTES));
         let Some(plan) = plan else {
             return self.reply(request, ClientReply::Records(Vec::new()));
         };
-        let op = DiskOp::Read {
-            file: FileId::PartitionLog(key),
-            offset: plan.pos,
-            len: plan.len,
-        };
+        let op = DiskOp::Read { file: FileId::PartitionLog(key), offset: plan.pos, len: plan.len };
         let asker = ConsumeAsker::Client { request, topic };
         self.emit(IoPurpose::Consume { key, plan, asker }, op);
     }

@@ -19,6 +19,8 @@ use super::owner::ReplyTo;
 
 /// How long a forwarded command or consume may take before the client gets a 503.
 pub(super) const FORWARD_TIMEOUT_MS: u64 = 6_000;
+/// How long `GET /v1/topics/{t}` waits for other owners' statistics.
+const STATS_TIMEOUT_MS: u64 = 2_000;
 
 /// A client request forwarded to another node.
 #[derive(Clone, Debug)]
@@ -28,11 +30,7 @@ pub(super) enum Forwarded {
     /// Our membership heartbeat sent to the leader (nobody waits).
     Heartbeat,
     /// A consume sent to the partition's owner.
-    Consume {
-        request: RequestId,
-        topic: String,
-        partition: u32,
-    },
+    Consume { request: RequestId, topic: String, partition: u32 },
     /// A discard confirmation asked of the leader.
     Confirm,
 }
@@ -48,6 +46,17 @@ pub(super) struct Remote {
     /// Forwarded topic commands already decided by the leader, waiting until our own replica
     /// has applied them too (read-your-writes), or until the deadline.
     pub(super) settling: Vec<Settling>,
+    /// `GET /v1/topics/{t}` answers waiting for other owners' partition statistics.
+    pub(super) topic_stats: BTreeMap<u64, PendingTopicStats>,
+}
+
+/// A topic's statistics being gathered from the partitions' owners.
+pub(super) struct PendingTopicStats {
+    pub request: RequestId,
+    pub topic: crate::api::TopicInfo,
+    pub stats: Vec<crate::api::PartitionStats>,
+    pub waiting: std::collections::BTreeSet<NodeId>,
+    pub deadline: Instant,
 }
 
 /// A topic command's answer held back until the local replica shows its effect.
@@ -72,7 +81,8 @@ impl Remote {
         let commits = self.commits.values().map(|(_, at)| *at);
         let forwards = self.forwards.values().map(|(_, at)| *at);
         let settling = self.settling.iter().map(|s| s.deadline);
-        commits.chain(forwards).chain(settling).min()
+        let stats = self.topic_stats.values().map(|s| s.deadline);
+        commits.chain(forwards).chain(settling).chain(stats).min()
     }
 }
 
@@ -92,20 +102,12 @@ impl Node {
         }
         match message {
             PeerMessage::Raft(bytes) => self.meta.handle_message(self.now, from, &bytes),
-            PeerMessage::CommitBatch {
-                id,
-                origin_checkpoint,
-                target,
-                records,
-            } => {
+            PeerMessage::CommitBatch { id, origin_checkpoint, target, records } => {
                 self.on_commit_batch(from, id, origin_checkpoint, target, records);
             }
             PeerMessage::CommitReply { id, result } => self.on_commit_reply(id, result),
             PeerMessage::ConfirmGone { id, topic } => {
-                let waiter = MetaWaiter::Confirm {
-                    topic,
-                    asker: Some((from, id)),
-                };
+                let waiter = MetaWaiter::Confirm { topic, asker: Some((from, id)) };
                 self.meta.read_barrier(self.now, waiter);
             }
             PeerMessage::ConfirmGoneReply { id, topic, gone } => {
@@ -115,15 +117,17 @@ impl Node {
             }
             PeerMessage::Propose { id, command } => self.on_forwarded_command(from, id, &command),
             PeerMessage::ProposeReply { id, result } => self.on_propose_reply(id, result),
-            PeerMessage::Consume {
-                id,
-                target,
-                offset,
-                max,
-            } => {
+            PeerMessage::Consume { id, target, offset, max } => {
                 self.on_forwarded_consume(from, id, target, offset, max);
             }
             PeerMessage::ConsumeReply { id, result } => self.on_consume_reply(id, result),
+            PeerMessage::TopicStats { id, topic } => {
+                let partitions = self.local_partition_stats(topic);
+                self.send(from, &PeerMessage::TopicStatsReply { id, partitions });
+            }
+            PeerMessage::TopicStatsReply { id, partitions } => {
+                self.on_topic_stats(from, id, &partitions);
+            }
         }
     }
 
@@ -153,13 +157,7 @@ impl Node {
                 payload: r.payload,
             })
             .collect();
-        self.enqueue_commit(
-            target,
-            from,
-            origin_checkpoint,
-            records,
-            ReplyTo::Peer { from, id },
-        );
+        self.enqueue_commit(target, from, origin_checkpoint, records, ReplyTo::Peer { from, id });
         self.start_queued_commits();
     }
 
@@ -187,18 +185,12 @@ impl Node {
     /// A follower forwarded a metastore command to us.
     fn on_forwarded_command(&mut self, from: NodeId, id: u64, command: &[u8]) {
         let Some(command) = decode_command(command) else {
-            let error = WireError {
-                status: 400,
-                message: "undecodable command".into(),
-            };
+            let error = WireError { status: 400, message: "undecodable command".into() };
             let result = WireAdminResult::Error(error);
             self.send(from, &PeerMessage::ProposeReply { id, result });
             return;
         };
-        if let Err(error) = self
-            .meta
-            .propose(self.now, command, MetaWaiter::Peer { from, id })
-        {
+        if let Err(error) = self.meta.propose(self.now, command, MetaWaiter::Peer { from, id }) {
             let error = ClientError::Unavailable(error.to_string());
             let result = WireAdminResult::Error(WireError::from_client(&error));
             self.send(from, &PeerMessage::ProposeReply { id, result });
@@ -254,49 +246,24 @@ impl Node {
             let result = if self.meta.topic_by_id(target.topic).is_some() {
                 Ok(Vec::new())
             } else {
-                Err(WireError {
-                    status: 404,
-                    message: "topic not found".into(),
-                })
+                Err(WireError { status: 404, message: "topic not found".into() })
             };
             self.send(from, &PeerMessage::ConsumeReply { id, result });
             return;
         };
         let Some(plan) = log.read_plan(offset, max, MAX_CONSUME_BYTES) else {
-            self.send(
-                from,
-                &PeerMessage::ConsumeReply {
-                    id,
-                    result: Ok(Vec::new()),
-                },
-            );
+            self.send(from, &PeerMessage::ConsumeReply { id, result: Ok(Vec::new()) });
             return;
         };
-        let op = DiskOp::Read {
-            file: FileId::PartitionLog(target),
-            offset: plan.pos,
-            len: plan.len,
-        };
+        let op =
+            DiskOp::Read { file: FileId::PartitionLog(target), offset: plan.pos, len: plan.len };
         let asker = ConsumeAsker::Peer { from, id };
-        self.emit(
-            IoPurpose::Consume {
-                key: target,
-                plan,
-                asker,
-            },
-            op,
-        );
+        self.emit(IoPurpose::Consume { key: target, plan, asker }, op);
     }
 
     fn on_consume_reply(&mut self, id: u64, result: Result<Vec<WireConsumed>, WireError>) {
-        let Some((
-            Forwarded::Consume {
-                request,
-                topic,
-                partition,
-            },
-            _,
-        )) = self.remote.forwards.remove(&id)
+        let Some((Forwarded::Consume { request, topic, partition }, _)) =
+            self.remote.forwards.remove(&id)
         else {
             return;
         };
@@ -353,9 +320,19 @@ impl Node {
                 Forwarded::Heartbeat | Forwarded::Confirm => {}
             }
         }
-        let (due, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.remote.settling)
-            .into_iter()
-            .partition(|s| s.deadline <= now);
+        let late: Vec<u64> = self
+            .remote
+            .topic_stats
+            .iter()
+            .filter(|(_, p)| p.deadline <= now)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in late {
+            let pending = self.remote.topic_stats.remove(&id).expect("listed above");
+            self.reply(pending.request, ClientReply::Topic(pending.topic, pending.stats));
+        }
+        let (due, waiting): (Vec<_>, Vec<_>) =
+            std::mem::take(&mut self.remote.settling).into_iter().partition(|s| s.deadline <= now);
         self.remote.settling = waiting;
         for settled in due {
             self.reply(settled.request, settled.reply);
@@ -380,16 +357,9 @@ impl Node {
             })
             .collect();
         let origin_checkpoint = self.wal.durable_checkpoint();
-        let message = PeerMessage::CommitBatch {
-            id: id.0,
-            origin_checkpoint,
-            target,
-            records,
-        };
+        let message = PeerMessage::CommitBatch { id: id.0, origin_checkpoint, target, records };
         self.send(owner, &message);
-        self.remote
-            .commits
-            .insert(id, (owner, self.now.plus_millis(COMMIT_TIMEOUT_MS)));
+        self.remote.commits.insert(id, (owner, self.now.plus_millis(COMMIT_TIMEOUT_MS)));
     }
 
     /// Membership says `owner` died: its commits in flight will not be answered, so they fail
@@ -405,10 +375,61 @@ impl Node {
         for id in doomed {
             self.remote.commits.remove(&id);
             self.counters.remote_commits_failed += 1;
-            self.finish_commit(
-                id,
-                CommitResult::Failed(format!("owner node {} died", owner.0)),
-            );
+            self.finish_commit(id, CommitResult::Failed(format!("owner node {} died", owner.0)));
+        }
+    }
+
+    /// (partition, high watermark, size) of every partition of `topic` held here.
+    fn local_partition_stats(&self, topic: crate::ids::TopicId) -> Vec<(u32, u64, u64)> {
+        self.partitions
+            .range(
+                PartitionKey { topic, partition: 0 }..=PartitionKey { topic, partition: u32::MAX },
+            )
+            .map(|(key, log)| (key.partition, log.high_watermark(), log.size_bytes()))
+            .collect()
+    }
+
+    /// Asks every live owner of `topic`'s partitions for their statistics, or answers at once if
+    /// there is nobody to ask. Owners that do not answer in time leave their partitions unknown.
+    pub(super) fn gather_topic_stats(
+        &mut self,
+        request: RequestId,
+        topic: crate::api::TopicInfo,
+        stats: Vec<crate::api::PartitionStats>,
+    ) {
+        let waiting: std::collections::BTreeSet<NodeId> = stats
+            .iter()
+            .filter(|p| p.high_watermark.is_none())
+            .map(|p| NodeId(p.owner_node))
+            .filter(|owner| *owner != self.config.node_id && self.meta.is_alive(*owner))
+            .collect();
+        if waiting.is_empty() {
+            return self.reply(request, ClientReply::Topic(topic, stats));
+        }
+        let id = self.remote.next_id();
+        for owner in &waiting {
+            self.send(*owner, &PeerMessage::TopicStats { id, topic: topic.id });
+        }
+        let deadline = self.now.plus_millis(STATS_TIMEOUT_MS);
+        let pending = PendingTopicStats { request, topic, stats, waiting, deadline };
+        self.remote.topic_stats.insert(id, pending);
+    }
+
+    fn on_topic_stats(&mut self, from: NodeId, id: u64, partitions: &[(u32, u64, u64)]) {
+        let Some(pending) = self.remote.topic_stats.get_mut(&id) else { return };
+        if !pending.waiting.remove(&from) {
+            return;
+        }
+        for &(partition, hwm, size) in partitions {
+            let known = pending.stats.get_mut(partition as usize);
+            if let Some(entry) = known.filter(|p| p.owner_node == from.0) {
+                entry.high_watermark = Some(hwm);
+                entry.size_bytes = Some(size);
+            }
+        }
+        if pending.waiting.is_empty() {
+            let done = self.remote.topic_stats.remove(&id).expect("present above");
+            self.reply(done.request, ClientReply::Topic(done.topic, done.stats));
         }
     }
 }

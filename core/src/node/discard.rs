@@ -52,14 +52,11 @@ impl Node {
             return; // live, or we cannot tell yet: keep everything for a later pass
         }
         if self.meta.is_leader() {
-            self.meta
-                .read_barrier(self.now, MetaWaiter::Confirm { topic, asker: None });
+            self.meta.read_barrier(self.now, MetaWaiter::Confirm { topic, asker: None });
         } else if let Some(leader) = self.meta.leader() {
             let id = self.remote.next_id();
             let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
-            self.remote
-                .forwards
-                .insert(id, (Forwarded::Confirm, deadline));
+            self.remote.forwards.insert(id, (Forwarded::Confirm, deadline));
             self.send(leader, &PeerMessage::ConfirmGone { id, topic });
         }
     }
@@ -86,12 +83,8 @@ impl Node {
             tracing::debug!(seq, topic = topic.0, "discarded record of a deleted topic");
             self.push_event(NodeEvent::Discarded { seq, topic });
         }
-        let orphaned: Vec<PartitionKey> = self
-            .partitions
-            .keys()
-            .copied()
-            .filter(|key| key.topic == topic)
-            .collect();
+        let orphaned: Vec<PartitionKey> =
+            self.partitions.keys().copied().filter(|key| key.topic == topic).collect();
         if !orphaned.is_empty() {
             tracing::info!(
                 topic = topic.0,
@@ -101,12 +94,7 @@ impl Node {
         }
         for key in orphaned {
             self.partitions.remove(&key);
-            self.emit(
-                IoPurpose::FileDelete,
-                DiskOp::Delete {
-                    file: FileId::PartitionLog(key),
-                },
-            );
+            self.emit(IoPurpose::FileDelete, DiskOp::Delete { file: FileId::PartitionLog(key) });
         }
         self.orphan_files_asked.remove(&topic);
     }
@@ -120,9 +108,7 @@ impl Node {
             if self.partitions.remove(&key).is_some() {
                 self.emit(
                     IoPurpose::FileDelete,
-                    DiskOp::Delete {
-                        file: FileId::PartitionLog(key),
-                    },
+                    DiskOp::Delete { file: FileId::PartitionLog(key) },
                 );
             }
         }

@@ -14,14 +14,9 @@ impl Node {
     pub(super) fn tick_metastore(&mut self) {
         self.meta.handle_tick(self.now);
         if let Some(heartbeat) = self.meta.poll_heartbeat(self.now) {
-            match self
-                .meta
-                .propose(self.now, heartbeat.clone(), MetaWaiter::Heartbeat)
-            {
+            match self.meta.propose(self.now, heartbeat.clone(), MetaWaiter::Heartbeat) {
                 Ok(()) => {}
-                Err(ProposeError::NotLeader {
-                    leader: Some(leader),
-                }) => {
+                Err(ProposeError::NotLeader { leader: Some(leader) }) => {
                     self.forward_command(leader, &heartbeat, Forwarded::Heartbeat);
                 }
                 Err(error) => tracing::debug!(%error, "membership heartbeat not proposed"),
@@ -37,14 +32,9 @@ impl Node {
             }
             _ => unreachable!("only topic commands come from clients"),
         };
-        match self
-            .meta
-            .propose(self.now, command.clone(), MetaWaiter::Client(request))
-        {
+        match self.meta.propose(self.now, command.clone(), MetaWaiter::Client(request)) {
             Ok(()) => {}
-            Err(ProposeError::NotLeader {
-                leader: Some(leader),
-            }) => {
+            Err(ProposeError::NotLeader { leader: Some(leader) }) => {
                 self.forward_command(leader, &command, Forwarded::Admin { request, name });
             }
             Err(ProposeError::NotLeader { leader: None }) => {

@@ -37,30 +37,15 @@ impl Node {
         records: Vec<PartitionRecord>,
         reply_to: ReplyTo,
     ) {
-        let live = self
-            .meta
-            .topic_by_id(key.topic)
-            .is_some_and(|t| key.partition < t.partitions);
+        let live = self.meta.topic_by_id(key.topic).is_some_and(|t| key.partition < t.partitions);
         if !live {
             self.answer_job(reply_to, CommitResult::TopicGone);
             return;
         }
         let id = CommitId(self.next_job);
         self.next_job += 1;
-        self.jobs.insert(
-            id,
-            Job {
-                key,
-                origin,
-                reply_to,
-            },
-        );
-        let part = CommitPart {
-            id,
-            origin,
-            origin_checkpoint,
-            records,
-        };
+        self.jobs.insert(id, Job { key, origin, reply_to });
+        let part = CommitPart { id, origin, origin_checkpoint, records };
         self.commit_queue.entry(key).or_default().push(part);
     }
 
@@ -70,19 +55,12 @@ impl Node {
             .commit_queue
             .keys()
             .copied()
-            .filter(|key| {
-                self.partitions
-                    .get(key)
-                    .is_none_or(PartitionLog::can_start_commit)
-            })
+            .filter(|key| self.partitions.get(key).is_none_or(PartitionLog::can_start_commit))
             .collect();
         for key in ready {
             let parts = self.commit_queue.remove(&key).unwrap_or_default();
             let ids: Vec<CommitId> = parts.iter().map(|part| part.id).collect();
-            let log = self
-                .partitions
-                .entry(key)
-                .or_insert_with(|| PartitionLog::new(key));
+            let log = self.partitions.entry(key).or_insert_with(|| PartitionLog::new(key));
             log.idempotent = self.config.idempotent_commits;
             match log.begin_commit(parts) {
                 Ok(decided) => {
@@ -93,10 +71,7 @@ impl Node {
                 Err(reason) => {
                     tracing::warn!(partition = %key, %reason, "commit refused");
                     for id in ids {
-                        self.on_commit_outcome(CommitOutcome {
-                            id,
-                            result: Err(reason.clone()),
-                        });
+                        self.on_commit_outcome(CommitOutcome { id, result: Err(reason.clone()) });
                     }
                 }
             }
@@ -105,33 +80,20 @@ impl Node {
 
     /// A job's commit was decided by the partition log.
     pub(super) fn on_commit_outcome(&mut self, outcome: CommitOutcome) {
-        let job = self
-            .jobs
-            .remove(&outcome.id)
-            .expect("invariant: outcomes belong to known jobs");
+        let job = self.jobs.remove(&outcome.id).expect("invariant: outcomes belong to known jobs");
         let result = match outcome.result {
             Ok(landed) => {
                 if !landed.origin_seqs.is_empty() {
                     let (first_offset, origins) = (landed.first_offset, landed.origin_seqs);
                     let origin = job.origin;
                     let key = job.key;
-                    self.push_event(NodeEvent::Committed {
-                        key,
-                        first_offset,
-                        origin,
-                        origins,
-                    });
+                    self.push_event(NodeEvent::Committed { key, first_offset, origin, origins });
                 }
-                CommitResult::Committed {
-                    first_offset: landed.first_offset,
-                }
+                CommitResult::Committed { first_offset: landed.first_offset }
             }
             Err(reason) => {
                 tracing::warn!(partition = %job.key, %reason, "commit failed; nothing became visible");
-                self.push_event(NodeEvent::CommitFailed {
-                    key: job.key,
-                    reason: reason.clone(),
-                });
+                self.push_event(NodeEvent::CommitFailed { key: job.key, reason: reason.clone() });
                 CommitResult::Failed(reason)
             }
         };
@@ -142,12 +104,8 @@ impl Node {
     /// only after the authority confirms).
     pub(super) fn abandon_jobs_of(&mut self, topic: TopicId) {
         self.commit_queue.retain(|key, _| key.topic != topic);
-        let doomed: Vec<CommitId> = self
-            .jobs
-            .iter()
-            .filter(|(_, job)| job.key.topic == topic)
-            .map(|(id, _)| *id)
-            .collect();
+        let doomed: Vec<CommitId> =
+            self.jobs.iter().filter(|(_, job)| job.key.topic == topic).map(|(id, _)| *id).collect();
         for id in doomed {
             let job = self.jobs.remove(&id).expect("listed above");
             self.answer_job(job.reply_to, CommitResult::TopicGone);

@@ -8,10 +8,7 @@ use crate::wal::WalIo;
 
 impl Node {
     pub(super) fn handle_disk(&mut self, token: IoToken, result: Result<DiskDone, DiskError>) {
-        let purpose = self
-            .io
-            .remove(&token)
-            .expect("invariant: completions echo tokens we issued");
+        let purpose = self.io.remove(&token).expect("invariant: completions echo tokens we issued");
         match purpose {
             IoPurpose::Wal(io) => self.on_wal_io(io, result),
             IoPurpose::Meta(io) => {
@@ -97,14 +94,10 @@ impl Node {
         if let Err(error) = result {
             let path = file.relative_path();
             tracing::error!(%error, file = %path, "start-up sync failed: what was read may not be durable");
-            self.fatal
-                .get_or_insert(format!("start-up sync of {path} failed: {error}"));
+            self.fatal.get_or_insert(format!("start-up sync of {path} failed: {error}"));
         }
         if self.startup_syncs_left == 0 && self.fatal.is_none() {
-            tracing::info!(
-                deferred = self.deferred.len(),
-                "start-up syncs done; serving"
-            );
+            tracing::info!(deferred = self.deferred.len(), "start-up syncs done; serving");
             while let Some((request, op)) = self.deferred.pop_front() {
                 self.handle_client(request, op);
             }

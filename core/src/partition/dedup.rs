@@ -33,10 +33,7 @@ impl OriginIndex {
 
     /// Remembers a committed record.
     pub fn insert(&mut self, origin: NodeId, seq: u64, fingerprint: u32) {
-        self.by_origin
-            .entry(origin)
-            .or_default()
-            .insert(seq, fingerprint);
+        self.by_origin.entry(origin).or_default().insert(seq, fingerprint);
     }
 
     /// Forgets sequences of `origin` below its durable checkpoint: it never re-sends them.
@@ -76,14 +73,8 @@ mod tests {
         index.prune_below(NodeId(1), 6);
         assert!(!index.contains(NodeId(1), 5, 7));
         assert!(index.contains(NodeId(1), 6, 7));
-        assert!(
-            !index.contains(NodeId(1), 6, 8),
-            "same sequence, other content: not a replay"
-        );
-        assert!(
-            index.contains(NodeId(2), 3, 7),
-            "other origins are untouched"
-        );
+        assert!(!index.contains(NodeId(1), 6, 8), "same sequence, other content: not a replay");
+        assert!(index.contains(NodeId(2), 3, 7), "other origins are untouched");
         assert_eq!(index.len(), 5);
         index.insert(NodeId(1), DEDUP_HORIZON + 20, 7);
         index.prune_to_horizon();

@@ -54,14 +54,7 @@ impl PartitionRecord {
         let origin_seq = reader.u64()?;
         let key = reader.optional_bytes()?.map(Bytes::copy_from_slice);
         let payload = Bytes::copy_from_slice(reader.rest());
-        Some(PartitionRecord {
-            offset,
-            timestamp_ms,
-            origin_node,
-            origin_seq,
-            key,
-            payload,
-        })
+        Some(PartitionRecord { offset, timestamp_ms, origin_node, origin_seq, key, payload })
     }
 }
 

@@ -74,53 +74,29 @@ fn begin(
     origin: u32,
     records: Vec<PartitionRecord>,
 ) -> Result<Option<CommitOutcome>, String> {
-    let records = records
-        .into_iter()
-        .map(|r| PartitionRecord {
-            origin_node: NodeId(origin),
-            ..r
-        })
-        .collect();
-    let part = CommitPart {
-        id: CommitId(id),
-        origin: NodeId(origin),
-        origin_checkpoint: 0,
-        records,
-    };
-    log.begin_commit(vec![part])
-        .map(|mut decided| decided.pop())
+    let records =
+        records.into_iter().map(|r| PartitionRecord { origin_node: NodeId(origin), ..r }).collect();
+    let part =
+        CommitPart { id: CommitId(id), origin: NodeId(origin), origin_checkpoint: 0, records };
+    log.begin_commit(vec![part]).map(|mut decided| decided.pop())
 }
 
 fn key() -> PartitionKey {
-    PartitionKey {
-        topic: TopicId(1),
-        partition: 0,
-    }
+    PartitionKey { topic: TopicId(1), partition: 0 }
 }
 
 #[test]
 fn commit_becomes_visible_only_after_verified_read_back() {
-    let mut disk = MemDisk {
-        file: Vec::new(),
-        fail_sync: false,
-        corrupt_reads: false,
-    };
+    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(3)).unwrap();
-    assert_eq!(
-        log.high_watermark(),
-        0,
-        "nothing visible before the commit completes"
-    );
+    assert_eq!(log.high_watermark(), 0, "nothing visible before the commit completes");
     let outcome = disk.run(&mut log).unwrap();
     assert_eq!(
         outcome,
         CommitOutcome {
             id: CommitId(1),
-            result: Ok(Landed {
-                first_offset: 0,
-                origin_seqs: vec![0, 1, 2]
-            })
+            result: Ok(Landed { first_offset: 0, origin_seqs: vec![0, 1, 2] })
         }
     );
     assert_eq!(log.high_watermark(), 3);
@@ -133,11 +109,7 @@ fn commit_becomes_visible_only_after_verified_read_back() {
 
 #[test]
 fn failed_read_back_leaves_nothing_visible_and_truncates() {
-    let mut disk = MemDisk {
-        file: Vec::new(),
-        fail_sync: false,
-        corrupt_reads: false,
-    };
+    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(2)).unwrap();
     disk.run(&mut log).unwrap();
@@ -147,16 +119,8 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
     begin(&mut log, 2, 1, records_from(2, 4)).unwrap();
     let outcome = disk.run(&mut log).unwrap();
     assert!(outcome.result.is_err(), "{outcome:?}");
-    assert_eq!(
-        log.high_watermark(),
-        2,
-        "the damaged commit must not become visible"
-    );
-    assert_eq!(
-        disk.file.len(),
-        committed_len,
-        "the failed commit's bytes are truncated away"
-    );
+    assert_eq!(log.high_watermark(), 2, "the damaged commit must not become visible");
+    assert_eq!(disk.file.len(), committed_len, "the failed commit's bytes are truncated away");
     assert!(log.is_idle());
 
     disk.corrupt_reads = false;
@@ -170,11 +134,7 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
 
 #[test]
 fn fsync_failure_fails_the_commit_and_repair_failure_poisons() {
-    let mut disk = MemDisk {
-        file: Vec::new(),
-        fail_sync: false,
-        corrupt_reads: false,
-    };
+    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(1)).unwrap();
     disk.run(&mut log).unwrap().result.unwrap();
@@ -192,18 +152,11 @@ fn fsync_failure_fails_the_commit_and_repair_failure_poisons() {
 
 #[test]
 fn a_failed_first_commit_recreates_the_file_instead_of_repairing() {
-    let mut disk = MemDisk {
-        file: Vec::new(),
-        fail_sync: true,
-        corrupt_reads: false,
-    };
+    let mut disk = MemDisk { file: Vec::new(), fail_sync: true, corrupt_reads: false };
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(2)).unwrap();
     assert!(disk.run(&mut log).unwrap().result.is_err());
-    assert!(
-        log.is_idle(),
-        "nothing to repair in a log with no committed record"
-    );
+    assert!(log.is_idle(), "nothing to repair in a log with no committed record");
     disk.fail_sync = false;
     begin(&mut log, 2, 1, records(2)).unwrap();
     let ops: Vec<DiskOp> = std::iter::from_fn(|| log.poll_io().map(|(_, op)| op)).collect();
@@ -212,11 +165,7 @@ fn a_failed_first_commit_recreates_the_file_instead_of_repairing() {
 
 #[test]
 fn recovery_truncates_a_torn_tail() {
-    let mut disk = MemDisk {
-        file: Vec::new(),
-        fail_sync: false,
-        corrupt_reads: false,
-    };
+    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(3)).unwrap();
     disk.run(&mut log).unwrap();
@@ -232,50 +181,27 @@ fn recovery_truncates_a_torn_tail() {
 
 #[test]
 fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
-    let mut disk = MemDisk {
-        file: Vec::new(),
-        fail_sync: false,
-        corrupt_reads: false,
-    };
+    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(3)).unwrap();
     disk.run(&mut log).unwrap();
     // Seqs 1-2 again plus a new one: only seq 3 lands.
     begin(&mut log, 2, 1, records_from(1, 3)).unwrap();
     let landed = disk.run(&mut log).unwrap().result.unwrap();
-    assert_eq!(
-        landed,
-        Landed {
-            first_offset: 3,
-            origin_seqs: vec![3]
-        }
-    );
+    assert_eq!(landed, Landed { first_offset: 3, origin_seqs: vec![3] });
     let mut log = PartitionLog::recover(key(), &disk.file).unwrap();
     let done = begin(&mut log, 3, 1, records(4)).unwrap();
-    assert_eq!(
-        done.unwrap().result.unwrap().origin_seqs,
-        Vec::<u64>::new(),
-        "all known: no write"
-    );
+    assert_eq!(done.unwrap().result.unwrap().origin_seqs, Vec::<u64>::new(), "all known: no write");
     assert_eq!(log.high_watermark(), 4);
     // Another origin's seq 0 is a different record.
-    let other = records(1)
-        .into_iter()
-        .map(|r| PartitionRecord {
-            origin_node: NodeId(2),
-            ..r
-        })
-        .collect();
+    let other =
+        records(1).into_iter().map(|r| PartitionRecord { origin_node: NodeId(2), ..r }).collect();
     assert!(begin(&mut log, 4, 2, other).unwrap().is_none());
 }
 
 #[test]
 fn concurrent_requests_share_one_write_and_fsync() {
-    let mut disk = MemDisk {
-        file: Vec::new(),
-        fail_sync: false,
-        corrupt_reads: false,
-    };
+    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
     let mut log = PartitionLog::new(key());
     let part = |id: u64, origin: u32, seqs: std::ops::Range<u64>| CommitPart {
         id: CommitId(id),
@@ -283,15 +209,10 @@ fn concurrent_requests_share_one_write_and_fsync() {
         origin_checkpoint: 0,
         records: records_from(seqs.start, seqs.end - seqs.start)
             .into_iter()
-            .map(|r| PartitionRecord {
-                origin_node: NodeId(origin),
-                ..r
-            })
+            .map(|r| PartitionRecord { origin_node: NodeId(origin), ..r })
             .collect(),
     };
-    let decided = log
-        .begin_commit(vec![part(1, 1, 0..3), part(2, 2, 0..2)])
-        .unwrap();
+    let decided = log.begin_commit(vec![part(1, 1, 0..3), part(2, 2, 0..2)]).unwrap();
     assert!(decided.is_empty());
     let mut outcomes = Vec::new();
     while let Some((io, op)) = log.poll_io() {

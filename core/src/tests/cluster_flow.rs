@@ -33,11 +33,7 @@ fn produce(
         partition: None,
         payload: Bytes::from(payload),
     };
-    let op = ClientOp::Produce {
-        topic: topic.into(),
-        messages: vec![message],
-        batch: false,
-    };
+    let op = ClientOp::Produce { topic: topic.into(), messages: vec![message], batch: false };
     c.call(via, op, 10_000).expect("produce answered")
 }
 
@@ -48,12 +44,7 @@ fn read_all(c: &mut Cluster, via: Ix, topic: &str, partitions: u32) -> BTreeMap<
         let mut offset = 0;
         let mut payloads = Vec::new();
         loop {
-            let op = ClientOp::Consume {
-                topic: topic.into(),
-                partition,
-                offset,
-                max: 100,
-            };
+            let op = ClientOp::Consume { topic: topic.into(), partition, offset, max: 100 };
             let reply = c.call(via, op, 10_000).expect("consume answered");
             let ClientReply::Records(records) = reply else {
                 panic!("partition {partition}: {reply:?}")
@@ -63,9 +54,7 @@ fn read_all(c: &mut Cluster, via: Ix, topic: &str, partitions: u32) -> BTreeMap<
             }
             offset += records.len() as u64;
             payloads.extend(
-                records
-                    .into_iter()
-                    .map(|r| String::from_utf8(r.payload.to_vec()).unwrap()),
+                records.into_iter().map(|r| String::from_utf8(r.payload.to_vec()).unwrap()),
             );
         }
         out.insert(partition, payloads);
@@ -74,11 +63,7 @@ fn read_all(c: &mut Cluster, via: Ix, topic: &str, partitions: u32) -> BTreeMap<
 }
 
 fn backlog(c: &Cluster) -> u64 {
-    c.nodes
-        .iter()
-        .flatten()
-        .map(|n| n.stats().dispatch_backlog)
-        .sum()
+    c.nodes.iter().flatten().map(|n| n.stats().dispatch_backlog).sum()
 }
 
 #[test]
@@ -92,11 +77,7 @@ fn any_node_administers_accepts_and_serves() {
         other => panic!("{other:?}"),
     };
     for node in 1..=3 {
-        assert_eq!(
-            owners.iter().filter(|&&o| o == node).count(),
-            2,
-            "owners {owners:?}"
-        );
+        assert_eq!(owners.iter().filter(|&&o| o == node).count(), 2, "owners {owners:?}");
     }
     for i in 0..300 {
         let reply = produce(&mut c, i % 3, "t", format!("m{i}"), Some(format!("k{i}")));
@@ -109,20 +90,17 @@ fn any_node_administers_accepts_and_serves() {
     all.sort();
     let mut expected: Vec<String> = (0..300).map(|i| format!("m{i}")).collect();
     expected.sort();
-    assert_eq!(
-        all, expected,
-        "every record exactly once, read through one node"
-    );
-    let remote: u64 = c
-        .nodes
-        .iter()
-        .flatten()
-        .map(|n| n.stats().remote_commits_ok)
-        .sum();
-    assert!(
-        remote > 0,
-        "records accepted on one node were committed on others"
-    );
+    assert_eq!(all, expected, "every record exactly once, read through one node");
+    let remote: u64 = c.nodes.iter().flatten().map(|n| n.stats().remote_commits_ok).sum();
+    assert!(remote > 0, "records accepted on one node were committed on others");
+    let Some(ClientReply::Topic(_, stats)) =
+        c.call(1, ClientOp::GetTopic { name: "t".into() }, 5_000)
+    else {
+        panic!("topic stats");
+    };
+    let watermarks: Option<Vec<u64>> = stats.iter().map(|p| p.high_watermark).collect();
+    let watermarks = watermarks.expect("every owner answered with its partitions' statistics");
+    assert_eq!(watermarks.iter().sum::<u64>(), 300, "{stats:?}");
 }
 
 #[test]
@@ -133,25 +111,12 @@ fn a_dead_owners_share_is_rerouted_to_live_siblings() {
     c.kill(2);
     for i in 0..200 {
         let reply = produce(&mut c, i % 2, "t", format!("m{i}"), Some(format!("k{i}")));
-        assert_eq!(
-            reply,
-            ClientReply::Produced { accepted: 1 },
-            "data plane stays available"
-        );
+        assert_eq!(reply, ClientReply::Produced { accepted: 1 }, "data plane stays available");
     }
     // Node 3 is marked dead after 5 s; its share then moves to live siblings.
     c.run_until(15_000, |c| backlog(c) == 0);
-    assert_eq!(
-        backlog(&c),
-        0,
-        "everything committed somewhere while node 3 is dead"
-    );
-    let rerouted: u64 = c
-        .nodes
-        .iter()
-        .flatten()
-        .map(|n| n.stats().records_rerouted)
-        .sum();
+    assert_eq!(backlog(&c), 0, "everything committed somewhere while node 3 is dead");
+    let rerouted: u64 = c.nodes.iter().flatten().map(|n| n.stats().records_rerouted).sum();
     assert!(rerouted > 0);
     c.start(2);
     c.run_until(20_000, |c| c.all_ready());
@@ -173,26 +138,15 @@ fn without_a_quorum_produce_is_accepted_and_admin_fails_fast() {
     c.kill(2);
     let reply = produce(&mut c, 0, "t", "alone".into(), None);
     assert_eq!(reply, ClientReply::Produced { accepted: 1 });
-    let op = ClientOp::CreateTopic {
-        name: "u".into(),
-        partitions: None,
-        retention_ms: None,
-    };
-    let reply = c
-        .call(0, op, 10_000)
-        .expect("answered within 10 s, not hanging");
-    assert!(
-        matches!(reply, ClientReply::Error(ClientError::Unavailable(_))),
-        "{reply:?}"
-    );
+    let op = ClientOp::CreateTopic { name: "u".into(), partitions: None, retention_ms: None };
+    let reply = c.call(0, op, 10_000).expect("answered within 10 s, not hanging");
+    assert!(matches!(reply, ClientReply::Error(ClientError::Unavailable(_))), "{reply:?}");
 }
 
 #[test]
 fn a_stale_owner_makes_nobody_discard_and_records_land_once_it_catches_up() {
     let mut c = Cluster::new(3);
-    let leader = (0..3)
-        .find(|&ix| c.node(ix).stats().meta_leader == 1)
-        .expect("a leader");
+    let leader = (0..3).find(|&ix| c.node(ix).stats().meta_leader == 1).expect("a leader");
     let stale = (leader + 1) % 3;
     let other = (leader + 2) % 3;
     // The stale node hears nothing from the others while the topic is created.
@@ -205,12 +159,7 @@ fn a_stale_owner_makes_nobody_discard_and_records_land_once_it_catches_up() {
         assert_eq!(reply, ClientReply::Produced { accepted: 1 });
     }
     c.run_for(3_000);
-    let discarded: u64 = c
-        .nodes
-        .iter()
-        .flatten()
-        .map(|n| n.stats().records_discarded)
-        .sum();
+    let discarded: u64 = c.nodes.iter().flatten().map(|n| n.stats().records_discarded).sum();
     assert_eq!(discarded, 0, "a live topic's records are never discarded");
     c.heal();
     // Commits sent into the cut were lost: they time out (30 s, generous on purpose) and retry.
@@ -222,9 +171,7 @@ fn a_stale_owner_makes_nobody_discard_and_records_land_once_it_catches_up() {
 #[test]
 fn deleted_topic_records_are_discarded_only_after_the_leaders_word() {
     let mut c = Cluster::new(3);
-    let leader = (0..3)
-        .find(|&ix| c.node(ix).stats().meta_leader == 1)
-        .expect("a leader");
+    let leader = (0..3).find(|&ix| c.node(ix).stats().meta_leader == 1).expect("a leader");
     let acceptor = (leader + 1) % 3;
     create(&mut c, leader, "t", 3);
     c.run_for(300);
@@ -232,13 +179,7 @@ fn deleted_topic_records_are_discarded_only_after_the_leaders_word() {
     c.partition(acceptor, leader);
     c.partition(acceptor, (leader + 2) % 3);
     for i in 0..30 {
-        let reply = produce(
-            &mut c,
-            acceptor,
-            "t",
-            format!("m{i}"),
-            Some(format!("k{i}")),
-        );
+        let reply = produce(&mut c, acceptor, "t", format!("m{i}"), Some(format!("k{i}")));
         assert_eq!(reply, ClientReply::Produced { accepted: 1 });
     }
     let own = c.node(acceptor).stats().dispatch_backlog;
@@ -255,10 +196,7 @@ fn deleted_topic_records_are_discarded_only_after_the_leaders_word() {
     );
     c.heal();
     c.run_until(45_000, |c| backlog(c) == 0);
-    assert!(
-        c.node(acceptor).stats().records_discarded > 0,
-        "discarded once the leader confirmed"
-    );
+    assert!(c.node(acceptor).stats().records_discarded > 0, "discarded once the leader confirmed");
     create(&mut c, leader, "t", 3);
     c.run_for(2_000);
     let read = read_all(&mut c, leader, "t", 3);

@@ -66,10 +66,7 @@ impl Cluster {
 
     /// Starts (or restarts) node `ix` from its files.
     pub fn start(&mut self, ix: Ix) {
-        let snapshot = self.files[ix]
-            .iter()
-            .map(|(f, b)| (*f, Bytes::from(b.clone())))
-            .collect();
+        let snapshot = self.files[ix].iter().map(|(f, b)| (*f, Bytes::from(b.clone()))).collect();
         let node = Node::recover(config(ix, self.size), self.now, snapshot).expect("recovery");
         self.nodes[ix] = Some(node);
         self.drain(ix);
@@ -117,12 +114,7 @@ impl Cluster {
                 self.feed(ix, input);
                 continue;
             }
-            let next = self
-                .nodes
-                .iter()
-                .flatten()
-                .filter_map(Node::poll_timeout)
-                .min();
+            let next = self.nodes.iter().flatten().filter_map(Node::poll_timeout).min();
             match next {
                 Some(at) if at <= horizon => {
                     self.now = self.now.max(at);
@@ -130,10 +122,7 @@ impl Cluster {
                         let due = self.nodes[ix].as_ref().and_then(Node::poll_timeout);
                         if due.is_some_and(|due| due <= self.now) {
                             let now = self.now;
-                            self.nodes[ix]
-                                .as_mut()
-                                .expect("checked")
-                                .handle_timeout(now);
+                            self.nodes[ix].as_mut().expect("checked").handle_timeout(now);
                             self.drain(ix);
                         }
                     }
@@ -164,10 +153,7 @@ impl Cluster {
         while let Some(effect) = self.nodes[ix].as_mut().and_then(Node::poll_effect) {
             match effect {
                 Effect::Reply { request, reply } => {
-                    assert!(
-                        self.replies.insert(request, reply).is_none(),
-                        "answered twice"
-                    );
+                    assert!(self.replies.insert(request, reply).is_none(), "answered twice");
                 }
                 Effect::Disk { token, op } => {
                     let result = Ok(execute(&mut self.files[ix], op));

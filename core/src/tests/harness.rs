@@ -43,10 +43,7 @@ impl Harness {
 
     fn build(files: BTreeMap<FileId, Vec<u8>>, fault: Option<FaultFn>) -> Harness {
         let now = Instant(1_700_000_000_000_000);
-        let snapshot = files
-            .iter()
-            .map(|(f, b)| (*f, Bytes::from(b.clone())))
-            .collect();
+        let snapshot = files.iter().map(|(f, b)| (*f, Bytes::from(b.clone()))).collect();
         let config = Config::single(crate::ids::NodeId(1), 42);
         let node = Node::recover(config, now, snapshot).expect("recovery");
         let mut harness = Harness {
@@ -71,16 +68,13 @@ impl Harness {
     pub fn call(&mut self, op: ClientOp) -> ClientReply {
         let request = self.submit(op);
         self.run();
-        self.replies
-            .remove(&request)
-            .expect("every request is answered once idle")
+        self.replies.remove(&request).expect("every request is answered once idle")
     }
 
     pub fn submit(&mut self, op: ClientOp) -> RequestId {
         let request = RequestId(self.next_request);
         self.next_request += 1;
-        self.node
-            .handle_input(self.now, Input::Client { request, op });
+        self.node.handle_input(self.now, Input::Client { request, op });
         self.drain_effects();
         request
     }
@@ -120,10 +114,7 @@ impl Harness {
             match effect {
                 Effect::Send { to, .. } => panic!("a single node sent a message to node {to:?}"),
                 Effect::Reply { request, reply } => {
-                    assert!(
-                        self.replies.insert(request, reply).is_none(),
-                        "answered twice"
-                    );
+                    assert!(self.replies.insert(request, reply).is_none(), "answered twice");
                 }
                 Effect::Disk { token, op } => {
                     let injected = self.fault.as_mut().and_then(|fault| fault(&op));

@@ -25,11 +25,7 @@ fn message(payload: &str, key: Option<&str>, partition: Option<u32>) -> ProduceM
 }
 
 fn produce(h: &mut Harness, topic: &str, messages: Vec<ProduceMessage>) -> ClientReply {
-    h.call(ClientOp::Produce {
-        topic: topic.into(),
-        messages,
-        batch: true,
-    })
+    h.call(ClientOp::Produce { topic: topic.into(), messages, batch: true })
 }
 
 fn read_all(h: &mut Harness, topic: &str, partitions: u32) -> Vec<(u32, String)> {
@@ -37,25 +33,16 @@ fn read_all(h: &mut Harness, topic: &str, partitions: u32) -> Vec<(u32, String)>
     for partition in 0..partitions {
         let mut offset = 0;
         loop {
-            let reply = h.call(ClientOp::Consume {
-                topic: topic.into(),
-                partition,
-                offset,
-                max: 7,
-            });
-            let ClientReply::Records(records) = reply else {
-                panic!("{reply:?}")
-            };
+            let reply =
+                h.call(ClientOp::Consume { topic: topic.into(), partition, offset, max: 7 });
+            let ClientReply::Records(records) = reply else { panic!("{reply:?}") };
             if records.is_empty() {
                 break;
             }
             for record in records {
                 assert_eq!(record.offset, offset);
                 offset += 1;
-                out.push((
-                    partition,
-                    String::from_utf8(record.payload.to_vec()).unwrap(),
-                ));
+                out.push((partition, String::from_utf8(record.payload.to_vec()).unwrap()));
             }
         }
     }
@@ -74,10 +61,7 @@ fn produced_records_become_visible_and_survive_restart() {
             1 => message(&format!("m{i}"), None, Some(2)),
             _ => message(&format!("m{i}"), None, None),
         };
-        assert_eq!(
-            produce(&mut h, "t", vec![msg]),
-            ClientReply::Produced { accepted: 1 }
-        );
+        assert_eq!(produce(&mut h, "t", vec![msg]), ClientReply::Produced { accepted: 1 });
         expected.push(format!("m{i}"));
     }
     let got = read_all(&mut h, "t", 4);
@@ -93,11 +77,7 @@ fn produced_records_become_visible_and_survive_restart() {
     assert_eq!(h.node.stats().dispatch_backlog, 0);
 
     let mut h = h.restart();
-    assert_eq!(
-        read_all(&mut h, "t", 4),
-        got,
-        "a restart changes nothing visible"
-    );
+    assert_eq!(read_all(&mut h, "t", 4), got, "a restart changes nothing visible");
     assert_eq!(h.node.stats().dispatch_backlog, 0);
 }
 
@@ -108,11 +88,7 @@ fn concurrent_produces_share_one_group_commit() {
     let requests: Vec<_> = (0..20)
         .map(|i| {
             let messages = vec![message(&format!("m{i}"), None, None)];
-            h.submit(ClientOp::Produce {
-                topic: "t".into(),
-                messages,
-                batch: false,
-            })
+            h.submit(ClientOp::Produce { topic: "t".into(), messages, batch: false })
         })
         .collect();
     h.run();
@@ -137,25 +113,14 @@ fn wal_fsync_failure_latches_and_loses_nothing_acked() {
         ClientReply::Produced { accepted: 1 }
     );
     h.fault = Some(Box::new(|op| {
-        matches!(
-            op,
-            DiskOp::Sync {
-                file: FileId::WalSegment { .. }
-            }
-        )
-        .then(|| DiskError::Io("EIO".into()))
+        matches!(op, DiskOp::Sync { file: FileId::WalSegment { .. } })
+            .then(|| DiskError::Io("EIO".into()))
     }));
     let reply = produce(&mut h, "t", vec![message("during", None, None)]);
-    assert!(
-        matches!(reply, ClientReply::Error(ClientError::WalFailed(_))),
-        "{reply:?}"
-    );
+    assert!(matches!(reply, ClientReply::Error(ClientError::WalFailed(_))), "{reply:?}");
     h.fault = None;
     let reply = produce(&mut h, "t", vec![message("after", None, None)]);
-    assert!(
-        matches!(reply, ClientReply::Error(ClientError::WalFailed(_))),
-        "latched: {reply:?}"
-    );
+    assert!(matches!(reply, ClientReply::Error(ClientError::WalFailed(_))), "latched: {reply:?}");
     assert_eq!(h.node.stats().wal_failed, 1);
     let mut h = h.restart();
     let got = read_all(&mut h, "t", 1);
@@ -174,10 +139,7 @@ fn wal_stays_small_once_dispatched() {
     let payload = "x".repeat(10_000);
     for _ in 0..400 {
         let messages = (0..2).map(|_| message(&payload, None, None)).collect();
-        assert!(matches!(
-            produce(&mut h, "t", messages),
-            ClientReply::Produced { .. }
-        ));
+        assert!(matches!(produce(&mut h, "t", messages), ClientReply::Produced { .. }));
     }
     assert_eq!(h.node.stats().dispatch_backlog, 0);
     assert!(
@@ -192,36 +154,24 @@ fn stuck_destination_pins_checkpoint_while_others_commit_then_drains() {
     let mut h = Harness::new();
     create(&mut h, "t", 3);
     let stuck = |op: &DiskOp| match op {
-        DiskOp::Sync {
-            file: FileId::PartitionLog(key),
-        } if key.partition == 0 => Some(DiskError::Io("EIO".into())),
+        DiskOp::Sync { file: FileId::PartitionLog(key) } if key.partition == 0 => {
+            Some(DiskError::Io("EIO".into()))
+        }
         _ => None,
     };
     h.fault = Some(Box::new(stuck));
-    let messages = (0..30)
-        .map(|i| message(&format!("m{i}"), None, Some(i % 3)))
-        .collect();
-    assert!(matches!(
-        produce(&mut h, "t", messages),
-        ClientReply::Produced { .. }
-    ));
+    let messages = (0..30).map(|i| message(&format!("m{i}"), None, Some(i % 3))).collect();
+    assert!(matches!(produce(&mut h, "t", messages), ClientReply::Produced { .. }));
     // Partition 0 fails: its records are rerouted to siblings after 3 passes, except a probe.
     let stats = h.node.stats();
     assert!(stats.commits_failed >= 3, "{stats:?}");
     assert!(stats.records_rerouted > 0);
-    assert!(
-        stats.dispatch_backlog >= 1,
-        "the probe keeps the checkpoint pinned"
-    );
+    assert!(stats.dispatch_backlog >= 1, "the probe keeps the checkpoint pinned");
     h.fault = None;
     h.now = h.now.plus_millis(5_000);
     h.run();
     assert_eq!(h.node.stats().dispatch_backlog, 0);
-    assert_eq!(
-        read_all(&mut h, "t", 3).len(),
-        30,
-        "every record visible exactly once"
-    );
+    assert_eq!(read_all(&mut h, "t", 3).len(), 30, "every record visible exactly once");
 }
 
 #[test]
@@ -230,22 +180,14 @@ fn deleted_topic_records_are_discarded_and_never_reach_the_new_incarnation() {
     create(&mut h, "t", 1);
     // Stop the dispatch by failing partition commits, so records wait in the WAL.
     h.fault = Some(Box::new(|op| {
-        matches!(
-            op,
-            DiskOp::Sync {
-                file: FileId::PartitionLog(_)
-            }
-        )
-        .then(|| DiskError::Io("EIO".into()))
+        matches!(op, DiskOp::Sync { file: FileId::PartitionLog(_) })
+            .then(|| DiskError::Io("EIO".into()))
     }));
     assert!(matches!(
         produce(&mut h, "t", vec![message("old", None, None)]),
         ClientReply::Produced { .. }
     ));
-    assert_eq!(
-        h.call(ClientOp::DeleteTopic { name: "t".into() }),
-        ClientReply::TopicDeleted
-    );
+    assert_eq!(h.call(ClientOp::DeleteTopic { name: "t".into() }), ClientReply::TopicDeleted);
     h.fault = None;
     create(&mut h, "t", 1);
     h.now = h.now.plus_millis(5_000);
@@ -259,29 +201,13 @@ fn deleted_topic_records_are_discarded_and_never_reach_the_new_incarnation() {
 fn bad_requests_change_nothing() {
     let mut h = Harness::new();
     create(&mut h, "t", 4);
-    let reply = h.call(ClientOp::CreateTopic {
-        name: "t".into(),
-        partitions: None,
-        retention_ms: None,
-    });
-    assert!(matches!(
-        reply,
-        ClientReply::Error(ClientError::Conflict(_))
-    ));
+    let reply =
+        h.call(ClientOp::CreateTopic { name: "t".into(), partitions: None, retention_ms: None });
+    assert!(matches!(reply, ClientReply::Error(ClientError::Conflict(_))));
     let reply = produce(&mut h, "nope", vec![message("x", None, None)]);
-    assert!(matches!(
-        reply,
-        ClientReply::Error(ClientError::NotFound(_))
-    ));
-    let reply = produce(
-        &mut h,
-        "t",
-        vec![message("x", None, None), message("y", None, Some(99))],
-    );
-    assert!(matches!(
-        reply,
-        ClientReply::Error(ClientError::BadRequest(_))
-    ));
+    assert!(matches!(reply, ClientReply::Error(ClientError::NotFound(_))));
+    let reply = produce(&mut h, "t", vec![message("x", None, None), message("y", None, Some(99))]);
+    assert!(matches!(reply, ClientReply::Error(ClientError::BadRequest(_))));
     assert_eq!(h.node.stats().records_accepted, 0);
     assert_eq!(h.wal_bytes(), 0);
 }
@@ -290,14 +216,8 @@ fn bad_requests_change_nothing() {
 fn replay_after_crash_above_checkpoint_lands_no_duplicates() {
     let mut h = Harness::new();
     create(&mut h, "t", 2);
-    let messages = (0..40)
-        .map(|i| message(&format!("m{i}"), None, None))
-        .collect();
-    h.submit(ClientOp::Produce {
-        topic: "t".into(),
-        messages,
-        batch: true,
-    });
+    let messages = (0..40).map(|i| message(&format!("m{i}"), None, None)).collect();
+    h.submit(ClientOp::Produce { topic: "t".into(), messages, batch: true });
     h.run_io_only();
     let mut committed = 0;
     while let Some(event) = h.node.poll_event() {
@@ -306,20 +226,12 @@ fn replay_after_crash_above_checkpoint_lands_no_duplicates() {
         }
     }
     assert_eq!(committed, 40, "each record reported visible once");
-    assert_eq!(
-        h.node.stats().wal_checkpoint,
-        0,
-        "the checkpoint is not durable yet"
-    );
+    assert_eq!(h.node.stats().wal_checkpoint, 0, "the checkpoint is not durable yet");
     // Crash now: the dispatcher re-commits everything above the durable checkpoint.
     let mut h = h.restart();
     h.run();
     assert_eq!(h.node.stats().dispatch_backlog, 0);
-    assert_eq!(
-        read_all(&mut h, "t", 2).len(),
-        40,
-        "idempotent commits: no second copy"
-    );
+    assert_eq!(read_all(&mut h, "t", 2).len(), 40, "idempotent commits: no second copy");
 }
 
 #[test]
@@ -327,13 +239,8 @@ fn a_max_size_record_is_dispatched_from_disk_after_restart() {
     let mut h = Harness::new();
     create(&mut h, "t", 1);
     h.fault = Some(Box::new(|op| {
-        matches!(
-            op,
-            DiskOp::Sync {
-                file: FileId::PartitionLog(_)
-            }
-        )
-        .then(|| DiskError::Io("EIO".into()))
+        matches!(op, DiskOp::Sync { file: FileId::PartitionLog(_) })
+            .then(|| DiskError::Io("EIO".into()))
     }));
     let big = ProduceMessage {
         key: Some(Bytes::from(vec![b'k'; crate::constants::MAX_KEY_BYTES])),
@@ -341,59 +248,28 @@ fn a_max_size_record_is_dispatched_from_disk_after_restart() {
         payload: Bytes::from(vec![0xAB; crate::constants::MAX_MESSAGE_BYTES]),
     };
     let small = message("after", None, None);
-    assert!(matches!(
-        produce(&mut h, "t", vec![big, small]),
-        ClientReply::Produced { .. }
-    ));
-    assert_eq!(
-        h.node.stats().dispatch_backlog,
-        2,
-        "commits fail: both wait in the WAL"
-    );
+    assert!(matches!(produce(&mut h, "t", vec![big, small]), ClientReply::Produced { .. }));
+    assert_eq!(h.node.stats().dispatch_backlog, 2, "commits fail: both wait in the WAL");
     let mut h = h.restart();
     h.run();
-    assert_eq!(
-        h.node.stats().dispatch_backlog,
-        0,
-        "read back from the WAL in one chunk"
-    );
-    let reply = h.call(ClientOp::Consume {
-        topic: "t".into(),
-        partition: 0,
-        offset: 0,
-        max: 2,
-    });
-    let ClientReply::Records(records) = reply else {
-        panic!("{reply:?}")
-    };
+    assert_eq!(h.node.stats().dispatch_backlog, 0, "read back from the WAL in one chunk");
+    let reply = h.call(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 0, max: 2 });
+    let ClientReply::Records(records) = reply else { panic!("{reply:?}") };
     assert_eq!(records.len(), 2);
-    assert_eq!(
-        records[0].payload.len(),
-        crate::constants::MAX_MESSAGE_BYTES
-    );
+    assert_eq!(records[0].payload.len(), crate::constants::MAX_MESSAGE_BYTES);
 }
 
 #[test]
 fn shutdown_drains_dispatch_and_flushes_the_checkpoint() {
     let mut h = Harness::new();
     create(&mut h, "t", 3);
-    let messages = (0..30)
-        .map(|i| message(&format!("m{i}"), None, None))
-        .collect();
-    h.submit(ClientOp::Produce {
-        topic: "t".into(),
-        messages,
-        batch: true,
-    });
+    let messages = (0..30).map(|i| message(&format!("m{i}"), None, None)).collect();
+    h.submit(ClientOp::Produce { topic: "t".into(), messages, batch: true });
     h.node.handle_input(h.now, crate::io::Input::BeginShutdown);
     h.run_io_only();
     assert!(h.node.is_shut_down());
     let stats = h.node.stats();
-    assert_eq!(
-        (stats.dispatch_backlog, stats.wal_checkpoint),
-        (0, 30),
-        "{stats:?}"
-    );
+    assert_eq!((stats.dispatch_backlog, stats.wal_checkpoint), (0, 30), "{stats:?}");
     let reply = h.call(ClientOp::Produce {
         topic: "t".into(),
         messages: vec![message("late", None, None)],
@@ -412,21 +288,12 @@ fn nothing_read_at_start_up_is_used_before_it_is_synced() {
     ));
     let mut h = h.restart();
     assert!(!h.node.is_ready(), "start-up syncs are still running");
-    let request = h.submit(ClientOp::Consume {
-        topic: "t".into(),
-        partition: 0,
-        offset: 0,
-        max: 1,
-    });
-    assert!(
-        !h.replies.contains_key(&request),
-        "requests wait for the start-up syncs"
-    );
+    let request =
+        h.submit(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 0, max: 1 });
+    assert!(!h.replies.contains_key(&request), "requests wait for the start-up syncs");
     h.run();
     assert!(h.node.is_ready());
-    let ClientReply::Records(records) = &h.replies[&request] else {
-        panic!()
-    };
+    let ClientReply::Records(records) = &h.replies[&request] else { panic!() };
     assert_eq!(records.len(), 1);
 
     // A failed start-up sync means what was read may not be durable: fatal, never ready.
@@ -435,13 +302,8 @@ fn nothing_read_at_start_up_is_used_before_it_is_synced() {
     let mut h = Harness::from_files_with_fault(
         files,
         Box::new(|op| {
-            matches!(
-                op,
-                DiskOp::Sync {
-                    file: FileId::MetaRaftLog
-                }
-            )
-            .then(|| DiskError::Io("EIO".into()))
+            matches!(op, DiskOp::Sync { file: FileId::MetaRaftLog })
+                .then(|| DiskError::Io("EIO".into()))
         }),
     );
     h.run();

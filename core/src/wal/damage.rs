@@ -73,15 +73,8 @@ mod tests {
         assert_eq!(decode_run(&bytes, 10).len(), 1);
         let rest = &bytes[starts[1]..];
         assert!(decode_run(rest, 11).is_empty());
-        assert_eq!(
-            find_resume(rest, 11, 100),
-            Some((starts[2] - starts[1], 12))
-        );
-        assert_eq!(
-            find_resume(rest, 11, 12),
-            None,
-            "only sequences of this segment count"
-        );
+        assert_eq!(find_resume(rest, 11, 100), Some((starts[2] - starts[1], 12)));
+        assert_eq!(find_resume(rest, 11, 12), None, "only sequences of this segment count");
     }
 
     #[test]

@@ -30,10 +30,7 @@ const FIXED_BYTES: usize = 8 + 8 + 8 + 4 + 2 + 4;
 impl WalRecord {
     /// The destination the record was accepted for.
     pub fn destination(&self) -> PartitionKey {
-        PartitionKey {
-            topic: self.topic_id,
-            partition: self.partition,
-        }
+        PartitionKey { topic: self.topic_id, partition: self.partition }
     }
 
     /// Bytes this record takes in memory and in a commit batch (payload + key + envelope).
@@ -68,20 +65,10 @@ impl WalRecord {
         let topic_id = TopicId(reader.u64()?);
         let partition = reader.u32()?;
         let topic_len = reader.u16()? as usize;
-        let topic = std::str::from_utf8(reader.take(topic_len)?)
-            .ok()?
-            .to_string();
+        let topic = std::str::from_utf8(reader.take(topic_len)?).ok()?.to_string();
         let key = reader.optional_bytes()?.map(Bytes::copy_from_slice);
         let payload = Bytes::copy_from_slice(reader.rest());
-        Some(WalRecord {
-            seq,
-            timestamp_ms,
-            topic,
-            topic_id,
-            partition,
-            key,
-            payload,
-        })
+        Some(WalRecord { seq, timestamp_ms, topic, topic_id, partition, key, payload })
     }
 }
 

@@ -55,10 +55,7 @@ pub fn recover(
         if let Some(expected) = expected_seq
             && expected != first_seq
         {
-            return Err(inconsistent(
-                first_seq,
-                format!("expected to start at {expected}"),
-            ));
+            return Err(inconsistent(first_seq, format!("expected to start at {expected}")));
         }
         expected_seq = Some(first_seq + scan.records.len() as u64);
         scans.insert(first_seq, scan);
@@ -75,12 +72,7 @@ pub fn recover(
             what: format!("checkpoint {checkpoint} is below the oldest WAL record {first}"),
         });
     }
-    Ok(assemble(
-        scans,
-        checkpoint,
-        wal_end,
-        checkpoint_file.is_some(),
-    ))
+    Ok(assemble(scans, checkpoint, wal_end, checkpoint_file.is_some()))
 }
 
 fn assemble(
@@ -112,10 +104,7 @@ fn assemble(
         _ => (next_seq, 0),
     };
     RecoveredWal {
-        segments: scans
-            .iter()
-            .map(|(&first, scan)| (first, scan.valid_len))
-            .collect(),
+        segments: scans.iter().map(|(&first, scan)| (first, scan.valid_len)).collect(),
         next_seq,
         checkpoint,
         cursor_segment,
@@ -139,10 +128,7 @@ fn scan_segment(first_seq: u64, bytes: &[u8], is_last: bool) -> Result<SegmentSc
                 format!("sealed segment torn at byte {valid_len}"),
             ));
         }
-        ScanEnd::Corrupt {
-            bad_pos,
-            next_valid_pos,
-        } => {
+        ScanEnd::Corrupt { bad_pos, next_valid_pos } => {
             return Err(RecoveryError::CorruptLog {
                 file,
                 bad_pos: bad_pos as u64,
@@ -161,18 +147,11 @@ fn scan_segment(first_seq: u64, bytes: &[u8], is_last: bool) -> Result<SegmentSc
             }
         }
     }
-    Ok(SegmentScan {
-        valid_len: scanned.valid_len() as u64,
-        records,
-        torn,
-    })
+    Ok(SegmentScan { valid_len: scanned.valid_len() as u64, records, torn })
 }
 
 fn inconsistent(first_seq: u64, what: String) -> RecoveryError {
-    RecoveryError::Inconsistent {
-        file: FileId::WalSegment { first_seq }.relative_path(),
-        what,
-    }
+    RecoveryError::Inconsistent { file: FileId::WalSegment { first_seq }.relative_path(), what }
 }
 
 #[cfg(test)]
@@ -198,19 +177,13 @@ mod tests {
     }
 
     fn files(parts: &[(u64, Vec<u8>)]) -> BTreeMap<u64, Bytes> {
-        parts
-            .iter()
-            .map(|(f, b)| (*f, Bytes::from(b.clone())))
-            .collect()
+        parts.iter().map(|(f, b)| (*f, Bytes::from(b.clone()))).collect()
     }
 
     #[test]
     fn empty_disk_starts_at_zero() {
         let got = recover(&BTreeMap::new(), None).unwrap();
-        assert_eq!(
-            (got.next_seq, got.checkpoint, got.force_new_segment),
-            (0, 0, true)
-        );
+        assert_eq!((got.next_seq, got.checkpoint, got.force_new_segment), (0, 0, true));
     }
 
     #[test]
@@ -247,9 +220,6 @@ mod tests {
         let ckpt = Bytes::from(checkpoint::encode_slot(10));
         let got = recover(&files(&[(0, segment(0, 10))]), Some(&ckpt)).unwrap();
         assert_eq!((got.next_seq, got.backlog), (10, 0));
-        assert_eq!(
-            (got.cursor_segment, got.cursor_offset),
-            (0, segment(0, 10).len() as u64)
-        );
+        assert_eq!((got.cursor_segment, got.cursor_offset), (0, segment(0, 10).len() as u64));
     }
 }

@@ -39,13 +39,7 @@ impl Run {
             host.disk_delay_ms = rng.random_range(1..=5);
         }
         world.heartbeating = (1..=nodes).map(NodeId).collect();
-        Run {
-            world,
-            rng,
-            nodes,
-            down: BTreeSet::new(),
-            kept: Vec::new(),
-        }
+        Run { world, rng, nodes, down: BTreeSet::new(), kept: Vec::new() }
     }
 
     fn pick(&mut self) -> u32 {
@@ -114,12 +108,7 @@ impl Run {
         };
         let (command, keep) = match self.rng.random_range(0..3) {
             0 => (create("churn", 2), false),
-            1 => (
-                MetaCommand::DeleteTopic {
-                    name: "churn".into(),
-                },
-                false,
-            ),
+            1 => (MetaCommand::DeleteTopic { name: "churn".into() }, false),
             _ => (create(&format!("keep{step}"), 3), true),
         };
         if let (Ok(waiter), true) = (self.world.propose(leader, command), keep) {
@@ -152,14 +141,8 @@ impl Run {
                 }
             }
         }
-        let installs = (1..=self.nodes)
-            .map(|n| world.meta(n).counters().snapshots_installed)
-            .sum();
-        Outcome {
-            terms: world.leaders_by_term.len(),
-            installs,
-            trace: self.world.trace,
-        }
+        let installs = (1..=self.nodes).map(|n| world.meta(n).counters().snapshots_installed).sum();
+        Outcome { terms: world.leaders_by_term.len(), installs, trace: self.world.trace }
     }
 }
 
@@ -188,10 +171,7 @@ fn sweep(seeds: std::ops::Range<u64>, nodes: u32) {
     }
     // The schedules must actually change leaders and make followers catch up by snapshot.
     assert!(terms >= 3 * count, "{terms} terms over {count} seeds");
-    assert!(
-        installs >= count / 2,
-        "{installs} snapshot installs over {count} seeds"
-    );
+    assert!(installs >= count / 2, "{installs} snapshot installs over {count} seeds");
 }
 
 #[test]

@@ -10,10 +10,7 @@ use super::harness::{World, create, heartbeat};
 fn elect(world: &mut World) -> u32 {
     let all_agree = |w: &World| {
         w.leader().is_some_and(|l| {
-            w.hosts
-                .values()
-                .filter_map(|h| h.meta.as_ref())
-                .all(|m| m.leader() == Some(NodeId(l)))
+            w.hosts.values().filter_map(|h| h.meta.as_ref()).all(|m| m.leader() == Some(NodeId(l)))
         })
     };
     assert!(world.run_until(10_000, all_agree), "no leader elected");
@@ -46,11 +43,7 @@ fn owners(world: &World, node: u32, topic: TopicId, partitions: u32) -> Vec<u32>
 fn elections_in_one_three_and_five_nodes() {
     let mut single = World::new(1, 7);
     single.run_for(5);
-    assert_eq!(
-        single.leader(),
-        Some(1),
-        "a single voter elects itself at once"
-    );
+    assert_eq!(single.leader(), Some(1), "a single voter elects itself at once");
     for nodes in [3, 5] {
         for seed in 0..4 {
             let mut world = World::new(nodes, seed);
@@ -70,40 +63,21 @@ fn topics_replicate_with_round_robin_owners_and_apply_time_validation() {
         panic!("create failed");
     };
     assert_eq!(orders.partitions, 6);
-    assert!(world.run_until(1_000, |w| {
-        (1..=3).all(|n| w.meta(n).topic("orders").is_some())
-    }));
+    assert!(world.run_until(1_000, |w| { (1..=3).all(|n| w.meta(n).topic("orders").is_some()) }));
     for node in 1..=3 {
         assert_eq!(owners(&world, node, orders.id, 6), [1, 2, 3, 1, 2, 3]);
         assert!(world.meta(node).caught_up());
     }
     let members = world.meta(1).members();
-    assert_eq!(
-        members
-            .iter()
-            .map(|m| m.partitions_owned)
-            .collect::<Vec<_>>(),
-        [2, 2, 2]
-    );
-    assert!(matches!(
-        world.propose_and_wait(create("orders", 1)),
-        Err(ClientError::Conflict(_))
-    ));
+    assert_eq!(members.iter().map(|m| m.partitions_owned).collect::<Vec<_>>(), [2, 2, 2]);
+    assert!(matches!(world.propose_and_wait(create("orders", 1)), Err(ClientError::Conflict(_))));
     assert!(matches!(
         world.propose_and_wait(create("bad/name", 1)),
         Err(ClientError::BadRequest(_))
     ));
-    let delete = MetaCommand::DeleteTopic {
-        name: "orders".into(),
-    };
-    assert!(matches!(
-        world.propose_and_wait(delete.clone()),
-        Ok(Applied::Deleted(_))
-    ));
-    assert!(matches!(
-        world.propose_and_wait(delete),
-        Err(ClientError::NotFound(_))
-    ));
+    let delete = MetaCommand::DeleteTopic { name: "orders".into() };
+    assert!(matches!(world.propose_and_wait(delete.clone()), Ok(Applied::Deleted(_))));
+    assert!(matches!(world.propose_and_wait(delete), Err(ClientError::NotFound(_))));
     let Ok(Applied::Created(again)) = world.propose_and_wait(create("orders", 2)) else {
         panic!("recreate failed");
     };
@@ -127,9 +101,7 @@ fn followers_refuse_proposals_and_name_the_leader() {
     let follower = (1..=3).find(|&n| n != leader).unwrap();
     assert_eq!(
         world.propose(follower, heartbeat(follower)),
-        Err(ProposeError::NotLeader {
-            leader: Some(NodeId(leader))
-        })
+        Err(ProposeError::NotLeader { leader: Some(NodeId(leader)) })
     );
 }
 
@@ -140,17 +112,11 @@ fn a_silent_member_is_marked_dead_after_the_timeout_and_alive_when_it_returns() 
     let victim = (1..=3).rev().find(|&n| n != leader).unwrap();
     world.crash(NodeId(victim));
     let crashed_at = world.now;
-    let dead_everywhere = |w: &World| {
-        (1..=3)
-            .filter(|&n| n != victim)
-            .all(|n| !w.meta(n).is_alive(NodeId(victim)))
-    };
+    let dead_everywhere =
+        |w: &World| (1..=3).filter(|&n| n != victim).all(|n| !w.meta(n).is_alive(NodeId(victim)));
     assert!(world.run_until(10_000, dead_everywhere));
     let took = world.now.micros_since(crashed_at) / 1_000;
-    assert!(
-        (4_000..=7_000).contains(&took),
-        "marked dead after {took} ms"
-    );
+    assert!((4_000..=7_000).contains(&took), "marked dead after {took} ms");
     // Sticky: a topic created now goes to the live members only.
     let Ok(Applied::Created(topic)) = world.propose_and_wait(create("t", 4)) else {
         panic!("create failed");
@@ -158,19 +124,9 @@ fn a_silent_member_is_marked_dead_after_the_timeout_and_alive_when_it_returns() 
     let live: Vec<u32> = owners(&world, leader, topic.id, 4);
     assert!(live.iter().all(|&o| o != victim), "{live:?}");
     world.start(NodeId(victim));
-    assert!(world.run_until(5_000, |w| {
-        (1..=3).all(|n| w.meta(n).is_alive(NodeId(victim)))
-    }));
-    assert!(
-        world
-            .liveness
-            .contains(&(NodeId(leader), NodeId(victim), false))
-    );
-    assert!(
-        world
-            .liveness
-            .contains(&(NodeId(leader), NodeId(victim), true))
-    );
+    assert!(world.run_until(5_000, |w| { (1..=3).all(|n| w.meta(n).is_alive(NodeId(victim))) }));
+    assert!(world.liveness.contains(&(NodeId(leader), NodeId(victim), false)));
+    assert!(world.liveness.contains(&(NodeId(leader), NodeId(victim), true)));
 }
 
 #[test]
@@ -178,9 +134,7 @@ fn an_isolated_leader_is_replaced_and_its_proposals_fail() {
     let mut world = healthy(3, 31);
     let old = world.leader().unwrap();
     world.isolate(old);
-    let stale = world
-        .propose(old, create("lost", 1))
-        .expect("it still believes it leads");
+    let stale = world.propose(old, create("lost", 1)).expect("it still believes it leads");
     let others: Vec<u32> = (1..=3).filter(|&n| n != old).collect();
     let new_leader = |w: &World| others.iter().any(|&n| w.meta(n).is_leader());
     assert!(world.run_until(5_000, new_leader));
@@ -190,30 +144,17 @@ fn an_isolated_leader_is_replaced_and_its_proposals_fail() {
     let waiter = world.propose(new, create("kept", 1)).unwrap();
     assert!(world.run_until(2_000, |w| w.results.contains_key(&waiter)));
     assert!(world.results[&waiter].is_ok());
-    assert!(world.run_until(6_000, |w| w.results.contains_key(&stale)
-        && w.barriers.contains_key(&barrier)));
-    assert!(matches!(
-        world.results[&stale],
-        Err(ClientError::Unavailable(_))
-    ));
     assert!(
-        !world.barriers[&barrier],
-        "a partitioned leader cannot confirm"
+        world.run_until(6_000, |w| w.results.contains_key(&stale)
+            && w.barriers.contains_key(&barrier))
     );
-    assert!(
-        !world.meta(old).is_leader(),
-        "check-quorum made it step down"
-    );
-    assert_eq!(
-        world.propose(old, create("x", 1)),
-        Err(ProposeError::NotLeader { leader: None })
-    );
+    assert!(matches!(world.results[&stale], Err(ClientError::Unavailable(_))));
+    assert!(!world.barriers[&barrier], "a partitioned leader cannot confirm");
+    assert!(!world.meta(old).is_leader(), "check-quorum made it step down");
+    assert_eq!(world.propose(old, create("x", 1)), Err(ProposeError::NotLeader { leader: None }));
     world.cut.clear();
     assert!(world.run_until(5_000, |w| w.meta(old).topic("kept").is_some()));
-    assert!(
-        world.meta(old).topic("lost").is_none(),
-        "its uncommitted entry was replaced"
-    );
+    assert!(world.meta(old).topic("lost").is_none(), "its uncommitted entry was replaced");
 }
 
 #[test]
@@ -231,11 +172,7 @@ fn read_barriers_succeed_only_with_the_leaders_word() {
     };
     assert!(world.run_until(1_000, |w| w.meta(follower).topic("doomed").is_some()));
     world.isolate(follower);
-    world
-        .propose_and_wait(MetaCommand::DeleteTopic {
-            name: "doomed".into(),
-        })
-        .unwrap();
+    world.propose_and_wait(MetaCommand::DeleteTopic { name: "doomed".into() }).unwrap();
     let stale = world.read_barrier(follower);
     assert!(world.run_until(8_000, |w| w.barriers.contains_key(&stale)));
     assert!(!world.barriers[&stale], "a stale follower must not confirm");
@@ -245,23 +182,14 @@ fn read_barriers_succeed_only_with_the_leaders_word() {
     let fresh = world.read_barrier(follower);
     assert!(world.run_until(3_000, |w| w.barriers.contains_key(&fresh)));
     assert!(world.barriers[&fresh]);
-    assert!(
-        world.meta(follower).confirm_gone_locally(topic.id),
-        "applied the delete"
-    );
+    assert!(world.meta(follower).confirm_gone_locally(topic.id), "applied the delete");
 }
 
 #[test]
 fn undecodable_or_misaddressed_messages_are_dropped_and_counted() {
     let mut world = World::new(3, 3);
     elect(&mut world);
-    let meta = world
-        .hosts
-        .get_mut(&NodeId(1))
-        .unwrap()
-        .meta
-        .as_mut()
-        .unwrap();
+    let meta = world.hosts.get_mut(&NodeId(1)).unwrap().meta.as_mut().unwrap();
     let now = super::harness::T0;
     meta.handle_message(now, NodeId(2), b"\xff\xff\xff garbage");
     meta.handle_message(now, NodeId(2), &[]);
@@ -277,18 +205,11 @@ fn five_nodes_tolerate_two_failures_but_not_three() {
         world.crash(NodeId(n));
     }
     assert!(world.propose_and_wait(create("a", 1)).is_ok());
-    down.push(
-        (1..=5)
-            .find(|&n| n != leader && !down.contains(&n))
-            .unwrap(),
-    );
+    down.push((1..=5).find(|&n| n != leader && !down.contains(&n)).unwrap());
     world.crash(NodeId(down[2]));
     let waiter = world.propose(leader, create("b", 1)).unwrap();
     assert!(world.run_until(8_000, |w| w.results.contains_key(&waiter)));
-    assert!(
-        matches!(world.results[&waiter], Err(ClientError::Unavailable(_))),
-        "503, no hang"
-    );
+    assert!(matches!(world.results[&waiter], Err(ClientError::Unavailable(_))), "503, no hang");
 }
 
 #[test]
@@ -301,17 +222,10 @@ fn followers_acknowledge_entries_only_after_their_fsync() {
     // One follower's disk hangs, the other's takes 400 ms per operation.
     world.hosts.get_mut(&NodeId(followers[0])).unwrap().stalled =
         Some(crate::io::FileId::MetaRaftLog);
-    world
-        .hosts
-        .get_mut(&NodeId(followers[1]))
-        .unwrap()
-        .disk_delay_ms = 400;
+    world.hosts.get_mut(&NodeId(followers[1])).unwrap().disk_delay_ms = 400;
     let waiter = world.propose(leader, create("slow", 1)).unwrap();
     world.run_for(300);
-    assert!(
-        !world.results.contains_key(&waiter),
-        "no quorum of durable copies yet"
-    );
+    assert!(!world.results.contains_key(&waiter), "no quorum of durable copies yet");
     assert!(world.run_until(2_000, |w| w.results.contains_key(&waiter)));
     assert!(world.results[&waiter].is_ok());
 }
@@ -321,9 +235,5 @@ fn barriers_from_several_followers_do_not_collide_at_the_leader() {
     let mut world = healthy(5, 91);
     let asks: Vec<u64> = (1..=5).map(|n| world.read_barrier(n)).collect();
     assert!(world.run_until(1_000, |w| asks.iter().all(|a| w.barriers.contains_key(a))));
-    assert!(
-        asks.iter().all(|a| world.barriers[a]),
-        "{:?}",
-        world.barriers
-    );
+    assert!(asks.iter().all(|a| world.barriers[a]), "{:?}", world.barriers);
 }

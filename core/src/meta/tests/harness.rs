@@ -19,17 +19,9 @@ const NET_DELAY_MS: u64 = 2;
 
 enum Event {
     Tick,
-    Net {
-        from: NodeId,
-        bytes: Bytes,
-    },
-    Disk {
-        io: MetaIo,
-        result: Result<DiskDone, DiskError>,
-    },
-    Forward {
-        command: MetaCommand,
-    },
+    Net { from: NodeId, bytes: Bytes },
+    Disk { io: MetaIo, result: Result<DiskDone, DiskError> },
+    Forward { command: MetaCommand },
 }
 
 /// One node's process and disk.
@@ -128,28 +120,15 @@ impl World {
     }
 
     fn meta_mut(&mut self, node: NodeId) -> &mut Metastore<u64> {
-        self.hosts
-            .get_mut(&node)
-            .unwrap()
-            .meta
-            .as_mut()
-            .expect("node is up")
+        self.hosts.get_mut(&node).unwrap().meta.as_mut().expect("node is up")
     }
 
     /// Starts (or restarts) a node from its synced files.
     pub fn start(&mut self, node: NodeId) {
         let host = self.hosts.get_mut(&node).unwrap();
         host.files = host.synced.clone();
-        let log = host
-            .files
-            .get(&FileId::MetaRaftLog)
-            .cloned()
-            .map(Bytes::from);
-        let snap = host
-            .files
-            .get(&FileId::MetaSnapshot)
-            .cloned()
-            .map(Bytes::from);
+        let log = host.files.get(&FileId::MetaRaftLog).cloned().map(Bytes::from);
+        let snap = host.files.get(&FileId::MetaSnapshot).cloned().map(Bytes::from);
         let meta = Metastore::recover(host.config.clone(), self.now, log.as_ref(), snap.as_ref())
             .expect("recovery");
         let next = meta.next_tick();
@@ -256,9 +235,8 @@ impl World {
         let waiter = self.next_waiter;
         self.next_waiter += 1;
         let meta = self.meta_mut(node);
-        if let Err(ProposeError::NotLeader {
-            leader: Some(leader),
-        }) = meta.propose(now, command.clone(), waiter)
+        if let Err(ProposeError::NotLeader { leader: Some(leader) }) =
+            meta.propose(now, command.clone(), waiter)
             && !self.cut.contains(&(node, leader))
         {
             let at = now.plus_millis(NET_DELAY_MS);
@@ -268,17 +246,10 @@ impl World {
 
     /// Drains a node's outputs: executes disk ops, queues messages, records results.
     pub fn drain(&mut self, node: NodeId) {
-        while let Some(output) = self
-            .hosts
-            .get_mut(&node)
-            .unwrap()
-            .meta
-            .as_mut()
-            .unwrap()
-            .poll_output()
+        while let Some(output) =
+            self.hosts.get_mut(&node).unwrap().meta.as_mut().unwrap().poll_output()
         {
-            self.trace
-                .push(format!("{} n{} {:?}", self.now.0, node.0, output));
+            self.trace.push(format!("{} n{} {:?}", self.now.0, node.0, output));
             match output {
                 MetaOutput::Disk { io, op } => self.disk(node, io, op),
                 MetaOutput::Send { to, bytes } => self.send(node, to, bytes),
@@ -291,10 +262,7 @@ impl World {
                 MetaOutput::Barrier { ctx, ok } => {
                     assert!(self.barriers.insert(ctx, ok).is_none(), "one answer");
                 }
-                MetaOutput::MembershipChanged {
-                    node: member,
-                    alive,
-                } => {
+                MetaOutput::MembershipChanged { node: member, alive } => {
                     self.liveness.push((node, member, alive));
                 }
             }
@@ -320,27 +288,14 @@ impl World {
         };
         for _ in 0..copies {
             let at = self.now.plus_millis(delay);
-            self.schedule(
-                to,
-                at,
-                Event::Net {
-                    from,
-                    bytes: bytes.clone(),
-                },
-            );
+            self.schedule(to, at, Event::Net { from, bytes: bytes.clone() });
         }
     }
 
     fn disk(&mut self, node: NodeId, io: MetaIo, op: DiskOp) {
         let host = self.hosts.get_mut(&node).unwrap();
         if host.stall_log_on_snapshot
-            && matches!(
-                op,
-                DiskOp::Write {
-                    file: FileId::MetaSnapshot,
-                    ..
-                }
-            )
+            && matches!(op, DiskOp::Write { file: FileId::MetaSnapshot, .. })
         {
             host.stalled = Some(FileId::MetaRaftLog);
         }
@@ -428,10 +383,7 @@ impl Host {
                 self.synced.insert(*file, bytes);
             }
             DiskOp::Truncate { file, len } => {
-                self.files
-                    .entry(*file)
-                    .or_default()
-                    .resize(*len as usize, 0);
+                self.files.entry(*file).or_default().resize(*len as usize, 0);
             }
             DiskOp::Delete { file } => {
                 self.files.remove(file);

@@ -27,10 +27,7 @@ fn a_single_voter_commits_after_its_fsync_and_keeps_it_across_a_crash() {
     world.hosts.get_mut(&NodeId(1)).unwrap().disk_delay_ms = 20;
     let waiter = world.propose(1, create("orders", 3)).unwrap();
     world.run_for(15);
-    assert!(
-        !world.results.contains_key(&waiter),
-        "not before the fsync completes"
-    );
+    assert!(!world.results.contains_key(&waiter), "not before the fsync completes");
     world.run_for(100);
     assert!(matches!(world.results[&waiter], Ok(Applied::Created(_))));
     world.crash(NodeId(1));
@@ -45,9 +42,9 @@ fn a_single_voter_commits_after_its_fsync_and_keeps_it_across_a_crash() {
 fn three_nodes_restart_from_synced_bytes_with_a_torn_tail() {
     let mut world = World::new(3, 61);
     world.heartbeating = (1..=3).map(NodeId).collect();
-    assert!(world.run_until(5_000, |w| {
-        w.leader().is_some_and(|l| w.meta(l).is_alive(NodeId(3)))
-    }));
+    assert!(
+        world.run_until(5_000, |w| { w.leader().is_some_and(|l| w.meta(l).is_alive(NodeId(3))) })
+    );
     for name in ["a", "b", "c"] {
         assert!(world.propose_and_wait(create(name, 2)).is_ok());
     }
@@ -73,10 +70,7 @@ fn three_nodes_restart_from_synced_bytes_with_a_torn_tail() {
         assert!(world.meta(n).is_ready());
     }
     let log = &world.hosts[&NodeId(2)].files[&FileId::MetaRaftLog];
-    assert!(
-        !log[clean_len..].starts_with(&torn[..torn.len() / 2]),
-        "torn tail was cut"
-    );
+    assert!(!log[clean_len..].starts_with(&torn[..torn.len() / 2]), "torn tail was cut");
 }
 
 #[test]
@@ -100,16 +94,10 @@ fn a_disk_failure_latches_and_acknowledges_nothing() {
     world.hosts.get_mut(&NodeId(1)).unwrap().fail_file = Some(FileId::MetaRaftLog);
     let waiter = world.propose(1, create("t", 1)).unwrap();
     world.run_for(6_000);
-    assert!(matches!(
-        world.results[&waiter],
-        Err(ClientError::Unavailable(_))
-    ));
+    assert!(matches!(world.results[&waiter], Err(ClientError::Unavailable(_))));
     assert!(world.meta(1).failed().is_some());
     assert!(world.meta(1).topic("t").is_none());
-    assert!(matches!(
-        world.propose(1, create("u", 1)),
-        Err(ProposeError::Failed(_))
-    ));
+    assert!(matches!(world.propose(1, create("u", 1)), Err(ProposeError::Failed(_))));
 }
 
 fn small_snapshots(nodes: u32, seed: u64) -> World {
@@ -131,11 +119,7 @@ fn snapshots_keep_the_log_bounded_and_a_lagging_node_catches_up_by_snapshot() {
     let lagging = (1..=3).find(|&n| n != leader).unwrap();
     world.isolate(lagging);
     for i in 0..200 {
-        let command = if i % 4 == 3 {
-            create(&format!("t{i}"), 1)
-        } else {
-            heartbeat(1 + i % 3)
-        };
+        let command = if i % 4 == 3 { create(&format!("t{i}"), 1) } else { heartbeat(1 + i % 3) };
         world.propose_and_wait(command).unwrap();
     }
     world.run_for(100);
@@ -143,10 +127,7 @@ fn snapshots_keep_the_log_bounded_and_a_lagging_node_catches_up_by_snapshot() {
     let log_len = host.synced[&FileId::MetaRaftLog].len();
     assert!(log_len < 8 * 1024, "log stays bounded: {log_len} bytes");
     let snap_len = host.synced[&FileId::MetaSnapshot].len();
-    assert!(
-        snap_len < 16 * 1024,
-        "snapshot file stays bounded: {snap_len} bytes"
-    );
+    assert!(snap_len < 16 * 1024, "snapshot file stays bounded: {snap_len} bytes");
     assert!(world.meta(leader).counters().snapshots_taken >= 10);
     world.cut.clear();
     let caught_up = |w: &World| w.meta(lagging).topics().count() == 50;
@@ -156,10 +137,7 @@ fn snapshots_keep_the_log_bounded_and_a_lagging_node_catches_up_by_snapshot() {
         .iter()
         .filter(|r| matches!(r, Ok(Applied::Created(_))))
         .count();
-    assert_eq!(
-        created, 50,
-        "an installed snapshot reports the topics it brought"
-    );
+    assert_eq!(created, 50, "an installed snapshot reports the topics it brought");
     assert_eq!(world.meta(lagging).members(), world.meta(leader).members());
     // Everyone restarts from snapshot + log and still agrees.
     world.run_for(500);
@@ -183,11 +161,7 @@ fn a_crash_between_snapshot_and_log_reset_loses_nothing() {
     world.run_for(5);
     world.propose_and_wait(heartbeat(1)).unwrap();
     // The log disk hangs as soon as a snapshot is written: the reset behind it never happens.
-    world
-        .hosts
-        .get_mut(&NodeId(1))
-        .unwrap()
-        .stall_log_on_snapshot = true;
+    world.hosts.get_mut(&NodeId(1)).unwrap().stall_log_on_snapshot = true;
     let mut acked = 0;
     for i in 0..20 {
         let waiter = world.propose(1, create(&format!("t{i}"), 1)).unwrap();
@@ -197,25 +171,16 @@ fn a_crash_between_snapshot_and_log_reset_loses_nothing() {
         }
         acked += 1;
     }
-    assert!(
-        (5..20).contains(&acked),
-        "the stall hit mid-way ({acked} acked)"
-    );
+    assert!((5..20).contains(&acked), "the stall hit mid-way ({acked} acked)");
     let host = &world.hosts[&NodeId(1)];
-    assert!(
-        host.synced.contains_key(&FileId::MetaSnapshot),
-        "the snapshot is durable"
-    );
+    assert!(host.synced.contains_key(&FileId::MetaSnapshot), "the snapshot is durable");
     world.crash(NodeId(1));
     let host = world.hosts.get_mut(&NodeId(1)).unwrap();
     host.stall_log_on_snapshot = false;
     host.stalled = None;
     world.start(NodeId(1));
     world.run_for(50);
-    assert!(
-        world.meta(1).topics().count() >= acked,
-        "nothing acknowledged was lost"
-    );
+    assert!(world.meta(1).topics().count() >= acked, "nothing acknowledged was lost");
     assert!(world.propose_and_wait(create("after", 1)).is_ok());
     world.crash(NodeId(1));
     world.start(NodeId(1));
@@ -238,21 +203,14 @@ fn a_damaged_newest_snapshot_that_the_log_continues_refuses_to_start() {
     let host = &world.hosts[&NodeId(1)];
     let log = Bytes::from(host.synced[&FileId::MetaRaftLog].clone());
     let mut snap = host.synced[&FileId::MetaSnapshot].clone();
-    let clean: Result<Metastore<u64>, _> = Metastore::recover(
-        config(1, 1, 4),
-        T0,
-        Some(&log),
-        Some(&Bytes::from(snap.clone())),
-    );
+    let clean: Result<Metastore<u64>, _> =
+        Metastore::recover(config(1, 1, 4), T0, Some(&log), Some(&Bytes::from(snap.clone())));
     assert_eq!(clean.unwrap().topics().count(), 12);
     let last = snap.len() - 1;
     snap[last] ^= 0x01;
     let damaged =
         Metastore::<u64>::recover(config(1, 1, 4), T0, Some(&log), Some(&Bytes::from(snap)));
-    assert!(
-        matches!(damaged, Err(RecoveryError::Inconsistent { .. })),
-        "no silent rollback"
-    );
+    assert!(matches!(damaged, Err(RecoveryError::Inconsistent { .. })), "no silent rollback");
 }
 
 fn scenario(seed: u64) -> Vec<String> {
@@ -278,11 +236,7 @@ fn scenario(seed: u64) -> Vec<String> {
 fn the_same_seed_gives_the_same_outputs_byte_for_byte() {
     let first = scenario(0xdead_beef);
     let second = scenario(0xdead_beef);
-    assert!(
-        first.len() > 1_000,
-        "a busy scenario: {} outputs",
-        first.len()
-    );
+    assert!(first.len() > 1_000, "a busy scenario: {} outputs", first.len());
     assert_eq!(first.len(), second.len());
     for (i, (a, b)) in first.iter().zip(&second).enumerate() {
         assert_eq!(a, b, "output {i} differs");
@@ -293,24 +247,11 @@ fn the_same_seed_gives_the_same_outputs_byte_for_byte() {
 #[test]
 fn heartbeat_commands_carry_this_nodes_addresses() {
     let mut world = single();
-    let meta = world
-        .hosts
-        .get_mut(&NodeId(1))
-        .unwrap()
-        .meta
-        .as_mut()
-        .unwrap();
+    let meta = world.hosts.get_mut(&NodeId(1)).unwrap().meta.as_mut().unwrap();
     let later = world.now.plus_millis(5_000);
-    let Some(MetaCommand::Heartbeat {
-        node, http_addr, ..
-    }) = meta.poll_heartbeat(later)
-    else {
+    let Some(MetaCommand::Heartbeat { node, http_addr, .. }) = meta.poll_heartbeat(later) else {
         panic!("a heartbeat is due");
     };
     assert_eq!((node, http_addr.as_str()), (NodeId(1), "127.0.0.1:7941"));
-    assert_eq!(
-        meta.poll_heartbeat(later.plus_millis(10)),
-        None,
-        "not again so soon"
-    );
+    assert_eq!(meta.poll_heartbeat(later.plus_millis(10)), None, "not again so soon");
 }
