@@ -172,7 +172,8 @@ impl Cluster {
     }
 }
 
-fn execute(files: &mut BTreeMap<FileId, Vec<u8>>, op: DiskOp) -> DiskDone {
+/// Executes a disk operation on in-memory files (every write counts as durable).
+pub fn execute(files: &mut BTreeMap<FileId, Vec<u8>>, op: DiskOp) -> DiskDone {
     match op {
         DiskOp::Create { file } => {
             files.insert(file, Vec::new());

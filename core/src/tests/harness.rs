@@ -8,8 +8,10 @@ use bytes::Bytes;
 
 use crate::api::{ClientOp, ClientReply};
 use crate::ids::{Instant, RequestId};
-use crate::io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input};
+use crate::io::{DiskError, DiskOp, Effect, FileId, Input};
 use crate::node::{Config, Node};
+
+use super::cluster_harness::execute;
 
 type FaultFn = Box<dyn FnMut(&DiskOp) -> Option<DiskError>>;
 
@@ -120,43 +122,10 @@ impl Harness {
                     let injected = self.fault.as_mut().and_then(|fault| fault(&op));
                     let result = match injected {
                         Some(error) => Err(error),
-                        None => Ok(self.execute(op)),
+                        None => Ok(execute(&mut self.files, op)),
                     };
                     self.pending.push_back(Input::Disk { token, result });
                 }
-            }
-        }
-    }
-
-    fn execute(&mut self, op: DiskOp) -> DiskDone {
-        match op {
-            DiskOp::Create { file } => {
-                self.files.entry(file).or_default();
-                DiskDone::Done
-            }
-            DiskOp::Write { file, offset, data } => {
-                let content = self.files.entry(file).or_default();
-                let end = offset as usize + data.len();
-                if content.len() < end {
-                    content.resize(end, 0);
-                }
-                content[offset as usize..end].copy_from_slice(&data);
-                DiskDone::Done
-            }
-            DiskOp::Sync { .. } => DiskDone::Done,
-            DiskOp::Read { file, offset, len } => {
-                let content = &self.files[&file];
-                DiskDone::Data(Bytes::copy_from_slice(
-                    &content[offset as usize..(offset + len) as usize],
-                ))
-            }
-            DiskOp::Truncate { file, len } => {
-                self.files.entry(file).or_default().truncate(len as usize);
-                DiskDone::Done
-            }
-            DiskOp::Delete { file } => {
-                self.files.remove(&file);
-                DiskDone::Done
             }
         }
     }
