@@ -375,17 +375,14 @@ impl Dispatcher {
         seqs
     }
 
-    /// Orphans whose topic turned out to be live after all (the local view caught up): put them
-    /// back into their destinations.
-    pub fn requeue_live_orphans(&mut self, now: Instant, placement: &dyn Placement) {
-        let live: Vec<TopicId> =
-            self.orphans.keys().copied().filter(|t| placement.partitions(*t).is_some()).collect();
-        for topic in live {
-            for seq in self.orphans.remove(&topic).unwrap_or_default() {
-                let destination = self.held[&seq].destination();
-                let target = self.place(destination, placement);
-                self.destinations.entry(target).or_default().enqueue(seq, now);
-            }
+    /// The orphans of `topic` go back to their destinations: the topic turned out to be live
+    /// (our replica knows it; the owner that answered "gone" was behind). Called once per pass,
+    /// so a lagging owner is retried at the pass rate, not in a tight loop.
+    pub fn requeue_orphans(&mut self, topic: TopicId, now: Instant, placement: &dyn Placement) {
+        for seq in self.orphans.remove(&topic).unwrap_or_default() {
+            let destination = self.held[&seq].destination();
+            let target = self.place(destination, placement);
+            self.destinations.entry(target).or_default().enqueue(seq, now);
         }
     }
 

@@ -140,8 +140,16 @@ impl Node {
         target: PartitionKey,
         records: Vec<crate::peer::WireRecord>,
     ) {
-        if self.meta.owner(target) != Some(self.config.node_id) {
-            let reason = format!("node {} does not own {target}", self.config.node_id.0);
+        let known = self.meta.topic_by_id(target.topic).is_some();
+        let refusal = if !known && !self.meta.caught_up() {
+            // We may simply not know the topic yet: a retry later, not "gone".
+            Some("owner's metastore replica is behind".to_string())
+        } else if known && self.meta.owner(target) != Some(self.config.node_id) {
+            Some(format!("node {} does not own {target}", self.config.node_id.0))
+        } else {
+            None // unknown to a caught-up replica: enqueue_commit answers TopicGone
+        };
+        if let Some(reason) = refusal {
             let result = WireCommitResult::Failed(reason);
             self.send(from, &PeerMessage::CommitReply { id, result });
             return;

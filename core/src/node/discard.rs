@@ -13,8 +13,6 @@ use crate::peer::PeerMessage;
 impl Node {
     /// Asks, once per topic per pass, whether the incarnations of orphaned records are gone.
     pub(super) fn confirm_discards(&mut self) {
-        let placement = ClusterPlacement(&self.meta);
-        self.dispatcher.requeue_live_orphans(self.now, &placement);
         let mut topics = self.dispatcher.poll_confirmations(self.now);
         topics.extend(self.orphan_partition_topics());
         topics.sort_unstable();
@@ -48,8 +46,13 @@ impl Node {
     }
 
     fn ask_if_gone(&mut self, topic: TopicId) {
-        if self.meta.topic_by_id(topic).is_some() || !self.meta.caught_up() {
-            return; // live, or we cannot tell yet: keep everything for a later pass
+        if self.meta.topic_by_id(topic).is_some() {
+            let placement = ClusterPlacement(&self.meta);
+            self.dispatcher.requeue_orphans(topic, self.now, &placement);
+            return;
+        }
+        if !self.meta.caught_up() {
+            return; // we cannot tell yet: keep everything for a later pass
         }
         if self.meta.is_leader() {
             self.meta.read_barrier(self.now, MetaWaiter::Confirm { topic, asker: None });
