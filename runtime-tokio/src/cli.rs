@@ -13,6 +13,10 @@ pub const DEFAULT_URL: &str = "http://127.0.0.1:7942";
 /// Examples shown under `narad --help`.
 const EXAMPLES: &str = "Examples:
   narad serve                                   # one node on 127.0.0.1:7942, data in ./narad-data
+  narad dev --nodes 3                           # a local 3-node cluster in one command
+  NARAD_CLUSTER_SECRET=... narad serve --node-id 1 --http 10.0.0.1:7942 --cluster 10.0.0.1:7943 \
+      --peers 1=10.0.0.1:7943,2=10.0.0.2:7943,3=10.0.0.3:7943 --data-dir /var/lib/narad
+  narad cluster members
   narad topic create orders --partitions 4
   echo '{\"id\": 1}' | narad produce orders --key customer-7
   narad consume orders --partition 0 --offset 0 --max 10
@@ -49,6 +53,11 @@ pub enum Command {
     /// Closed-loop clients on keep-alive connections, one thread. A warm-up is excluded from every
     /// figure. `--fsync-probe DIR` measures the disk instead: a serialized write + fdatasync loop.
     Bench(BenchArgs),
+    /// Start a local cluster of N nodes on 127.0.0.1 (child processes, free ports, data in
+    /// ./narad-dev/, a generated secret) and print their URLs; Ctrl-C stops them all.
+    Dev(crate::dev::DevArgs),
+    /// Inspect the cluster through a running node (`narad cluster members`).
+    Cluster(crate::cluster_cli::ClusterCommand),
 }
 
 #[derive(Debug, Args)]
@@ -70,13 +79,16 @@ pub struct ServeArgs {
         default_value = "./narad-data"
     )]
     pub data_dir: PathBuf,
-    /// This node's id (1 for a single node).
-    #[arg(long, value_name = "N", env = "NARAD_NODE_ID", default_value_t = 1)]
+    /// This node's id (1 for a single node); in a cluster, its id in --peers.
+    #[arg(long, value_name = "N", env = "NARAD_NODE_ID", default_value_t = 1,
+          value_parser = clap::value_parser!(u32).range(1..))]
     pub node_id: u32,
     /// Seed for the node's random choices (e.g. where keyless round-robin starts); drawn from
     /// the clock when absent. Pin it to make a run reproducible.
     #[arg(long, value_name = "N", env = "NARAD_SEED")]
     pub seed: Option<u64>,
+    #[command(flatten)]
+    pub cluster: crate::cluster_cli::ClusterArgs,
 }
 
 /// The node a client command talks to.

@@ -5,17 +5,19 @@
 
 use std::collections::BTreeMap;
 use std::pin::pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use narad_core::{
-    ClientOp, ClientReply, Effect, Input, Instant, Node, NodeEvent, RequestId, Stats,
+    ClientOp, ClientReply, Effect, Input, Instant, Node, NodeEvent, NodeId, RequestId, Stats,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::clock::Clock;
 use crate::disk::DiskExecutor;
+use crate::transport::{Outbox, TransportStats};
 
 /// Client requests queued for the node before senders wait (backpressure for HTTP handlers).
 const COMMAND_QUEUE: usize = 4_096;
@@ -44,6 +46,7 @@ pub struct NodeGone;
 pub struct NodeHandle {
     commands: mpsc::Sender<Command>,
     ready: Arc<AtomicBool>,
+    peers: Arc<OnceLock<Outbox>>,
 }
 
 impl NodeHandle {
@@ -67,6 +70,11 @@ impl NodeHandle {
         answer.await.map_err(|_| NodeGone)
     }
 
+    /// Node RPC counters, for a node with peers.
+    pub fn transport_stats(&self) -> Option<TransportStats> {
+        self.peers.get().map(Outbox::stats)
+    }
+
     /// True once the node has recovered and serves requests (`/readyz`).
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
@@ -84,6 +92,11 @@ pub struct Driver {
     next_request: u64,
     deadline: Option<Instant>,
     ready: Arc<AtomicBool>,
+    /// Node RPC (a cluster of one has none): messages out, and messages in from peers.
+    peers_out: Option<Outbox>,
+    peers_in: mpsc::Receiver<(NodeId, Bytes)>,
+    /// The outbox as HTTP handlers see it (for its counters).
+    peers: Arc<OnceLock<Outbox>>,
 }
 
 impl Driver {
@@ -96,9 +109,12 @@ impl Driver {
     ) -> (Driver, NodeHandle) {
         let (tx, commands) = mpsc::channel(COMMAND_QUEUE);
         let ready = Arc::new(AtomicBool::new(false));
+        let (_, peers_in) = mpsc::channel(1); // closed until `with_peers`
+        let peers = Arc::new(OnceLock::new());
         let handle = NodeHandle {
             commands: tx,
             ready: Arc::clone(&ready),
+            peers: Arc::clone(&peers),
         };
         let driver = Driver {
             node,
@@ -110,8 +126,20 @@ impl Driver {
             next_request: 0,
             deadline: None,
             ready,
+            peers_out: None,
+            peers_in,
+            peers,
         };
         (driver, handle)
+    }
+
+    /// Connects the node to its peers: `Effect::Send`s go to `outbox`, and what arrives on
+    /// `inbox` becomes `Input::Peer`.
+    pub fn with_peers(mut self, outbox: Outbox, inbox: mpsc::Receiver<(NodeId, Bytes)>) -> Driver {
+        let _ = self.peers.set(outbox.clone()); // set once: a driver gets one transport
+        self.peers_out = Some(outbox);
+        self.peers_in = inbox;
+        self
     }
 
     /// Drives the node until `shutdown` turns true and the node reports it has shut down.
@@ -121,6 +149,8 @@ impl Driver {
         let mut shutting_down = false;
         let mut clients_open = true;
         let mut disk_open = true;
+        let mut peers_open = true;
+        let mut peer_inputs = Vec::with_capacity(INPUTS_PER_WAKEUP);
         let mut armed: Option<Instant> = None;
         let mut disk_inputs = Vec::with_capacity(INPUTS_PER_WAKEUP);
         let mut commands = Vec::with_capacity(INPUTS_PER_WAKEUP);
@@ -147,6 +177,13 @@ impl Driver {
                     let now = self.clock.now();
                     for input in disk_inputs.drain(..n) {
                         self.node.handle_input(now, input);
+                    }
+                }
+                n = self.peers_in.recv_many(&mut peer_inputs, INPUTS_PER_WAKEUP), if peers_open => {
+                    peers_open = n > 0; // 0: no transport (a cluster of one)
+                    let now = self.clock.now();
+                    for (from, bytes) in peer_inputs.drain(..n) {
+                        self.node.handle_input(now, Input::Peer { from, bytes });
                     }
                 }
                 n = self.commands.recv_many(&mut commands, INPUTS_PER_WAKEUP), if clients_open => {
@@ -197,10 +234,11 @@ impl Driver {
                     Some(waiter) => drop(waiter.send(reply)),
                     None => tracing::warn!(request = request.0, "reply to an unknown request"),
                 },
-                Effect::Send { to, .. } => {
-                    // This binary has no node transport yet: a single node never sends.
-                    tracing::warn!(to = to.0, "no transport to other nodes; message dropped");
-                }
+                Effect::Send { to, bytes } => match &self.peers_out {
+                    Some(outbox) => outbox.send(to, bytes),
+                    // A cluster of one never sends.
+                    None => tracing::warn!(to = to.0, "no transport to other nodes; dropped"),
+                },
             }
         }
         while let Some(event) = self.node.poll_event() {

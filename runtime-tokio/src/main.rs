@@ -1,17 +1,21 @@
 //! `narad`: the production binary. `serve` runs a broker node on the tokio runtime (real disk,
 //! HTTP); the other commands are small clients of a running node. All broker logic lives in
-//! `narad-core`; this crate only executes its disk, timer and reply effects.
+//! `narad-core`; this crate only executes its disk, timer, reply and peer-message effects
+//! (node RPC over QUIC, `transport`).
 
 mod bench;
 mod cli;
 mod client;
 mod clock;
+mod cluster_cli;
 mod datadir;
+mod dev;
 mod disk;
 mod driver;
 mod http;
 mod payload_json;
 mod server;
+mod transport;
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -38,6 +42,8 @@ fn main() -> ExitCode {
         Command::Produce(args) => client::produce(args),
         Command::Consume(args) => client::consume(args),
         Command::Bench(args) => bench::run(args),
+        Command::Dev(args) => dev::run(args),
+        Command::Cluster(args) => cluster_cli::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use axum::serve::ListenerExt;
-use narad_core::{Config, Node, NodeId, Stats};
+use narad_core::{Node, Stats};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -16,6 +16,7 @@ use tracing::Instrument;
 
 use crate::cli::ServeArgs;
 use crate::clock::Clock;
+use crate::cluster_cli::ClusterPlan;
 use crate::datadir;
 use crate::disk::DiskExecutor;
 use crate::driver::Driver;
@@ -28,6 +29,7 @@ const HTTP_DRAIN_GRACE: Duration = Duration::from_secs(3);
 
 /// Runs a node until it is told to stop.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
+    let plan = ClusterPlan::new(args.node_id, &args.cluster)?;
     let _lock = datadir::lock(&args.data_dir)?;
     let listener = StdListener::bind(args.http)
         .with_context(|| format!("binding the HTTP API to {}", args.http))?;
@@ -36,8 +38,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let bytes: usize = files.values().map(|b| b.len()).sum();
     tracing::info!(data_dir = %args.data_dir.display(), files = files.len(), bytes, "recovering");
     let seed = args.seed.unwrap_or_else(clock_seed);
-    let mut config = Config::single(NodeId(args.node_id), seed);
-    config.http_addr = args.http.to_string();
+    let config = plan.node_config(args.node_id, seed, args.http);
     let mut clock = Clock::default();
     let node = match Node::recover(config, clock.now(), files) {
         Ok(node) => node,
@@ -57,11 +58,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .thread_name("narad-rt")
         .build()
         .context("starting the tokio runtime")?;
-    runtime.block_on(run(args, listener, node, clock))
+    runtime.block_on(run(args, plan, listener, node, clock))
 }
 
 async fn run(
     args: ServeArgs,
+    plan: ClusterPlan,
     listener: StdListener,
     node: Node,
     clock: Clock,
@@ -70,6 +72,7 @@ async fn run(
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let disk = DiskExecutor::start(&args.data_dir, done_tx).context("starting disk threads")?;
     let (driver, handle) = Driver::new(node, clock, disk, done_rx);
+    let (driver, transport) = plan.attach(driver)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let span = tracing::info_span!("node", id = args.node_id);
     let mut driver = tokio::spawn(driver.run(stop_rx.clone()).instrument(span));
@@ -95,6 +98,9 @@ async fn run(
     }
     let _ = stop_tx.send(true);
     let stats = finish_node(&mut driver, &mut signals).await?;
+    if let Some(transport) = transport {
+        transport.shutdown().await; // Peers see the close now rather than after a timeout.
+    }
     tracing::info!(
         checkpoint = stats.wal_checkpoint,
         backlog = stats.dispatch_backlog,

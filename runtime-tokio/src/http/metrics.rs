@@ -17,7 +17,10 @@ const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Serves the node's counters.
 pub async fn metrics(State(node): State<NodeHandle>) -> Result<Response, ApiError> {
     let stats = node.stats().await.map_err(|_| ApiError::node_stopped())?;
-    let body = render(&stats);
+    let mut body = render(&stats);
+    if let Some(transport) = node.transport_stats() {
+        crate::transport::write_metrics(&mut body, &transport);
+    }
     let content_type = HeaderValue::from_static(CONTENT_TYPE);
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response())
 }

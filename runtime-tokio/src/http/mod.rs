@@ -4,6 +4,7 @@
 //! catalogue lives in the core; this layer only rejects what it cannot even decode.
 
 mod body;
+mod cluster;
 mod consume;
 mod error;
 mod metrics;
@@ -32,6 +33,7 @@ pub fn router(node: NodeHandle) -> Router {
         .route("/v1/topics/{topic}/produce", post(produce::single))
         .route("/v1/topics/{topic}/produce/batch", post(produce::batch))
         .route("/v1/topics/{topic}/consume", get(consume::consume))
+        .route("/v1/cluster/members", get(cluster::members))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))
@@ -54,14 +56,15 @@ async fn healthz() -> &'static str {
     "ok\n"
 }
 
-/// Readiness: recovery is finished and the node serves requests.
+/// Readiness: recovery is finished, the metastore knows a leader and this node's replica has
+/// caught up, and the cluster lists this node as a live member.
 async fn readyz(State(node): State<NodeHandle>) -> Response {
     if node.is_ready() {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "not ready: recovery in progress",
+            "not ready: recovering, or not yet caught up with the cluster's metastore",
         )
         .into_response()
     }
