@@ -1,0 +1,81 @@
+//! Issue 4, acceptance 3: topic admin works through any node; with 2 of 3 nodes down, produce on
+//! the live node is still accepted (202: the data plane needs no quorum) while topic creation
+//! answers 503 promptly (the control plane needs a majority) instead of hanging. Once the
+//! majority is back, what was accepted meanwhile becomes readable.
+
+mod cluster_support;
+mod common;
+
+use std::time::{Duration, Instant};
+
+use cluster_support::{SECRET, TestCluster, members, read_counts};
+use common::{Client, wait_until};
+use serde_json::{Value, json};
+
+/// Admin without a quorum must answer within this (not hang until the client gives up).
+const NO_QUORUM_ANSWER_BOUND: Duration = Duration::from_secs(15);
+
+#[test]
+fn admin_through_any_node_and_produce_without_a_quorum() {
+    let mut cluster = TestCluster::start(3);
+    let [n1, n2, n3] = [cluster.client(0), cluster.client(1), cluster.client(2)];
+
+    // Create through node 2, see it through node 3, duplicate through node 1, delete through 3.
+    assert_eq!(create(&n2, "first", 3).0, 201);
+    assert!(wait_until(Duration::from_secs(10), || topic_names(&n3).contains(&"first".into())));
+    assert_eq!(create(&n1, "first", 3).0, 409, "exists, whichever node is asked");
+    assert_eq!(n3.delete("/v1/topics/first").0, 204);
+    assert!(wait_until(Duration::from_secs(10), || !topic_names(&n1).contains(&"first".into())));
+    assert_eq!(n2.get("/v1/topics/first").0, 404);
+    assert_eq!(create(&n1, "events", 3).0, 201);
+    assert!(wait_until(Duration::from_secs(10), || topic_names(&n3).contains(&"events".into())));
+    let alive = members(&n2).values().filter(|m| m.0 == "alive").count();
+    assert_eq!(alive, 3, "{:?}", members(&n2));
+
+    cluster.kill9(1);
+    cluster.kill9(2);
+    for i in 0..50 {
+        let (status, body) =
+            n1.post(&format!("/v1/topics/events/produce?key=k{i}"), format!("m{i}").as_bytes());
+        assert_eq!(status, 202, "produce {i} without a quorum: {}", String::from_utf8_lossy(&body));
+    }
+    let started = Instant::now();
+    let (status, body) = create(&n1, "another", 3);
+    let took = started.elapsed();
+    eprintln!("create without a quorum: {status} in {took:?}: {}", String::from_utf8_lossy(&body));
+    assert_eq!(status, 503, "{}", String::from_utf8_lossy(&body));
+    assert!(took < NO_QUORUM_ANSWER_BOUND, "answered in {took:?}");
+    let (status, _) = n1.delete("/v1/topics/events");
+    assert_eq!(status, 503, "delete needs a quorum too");
+
+    cluster.spawn(1, SECRET);
+    cluster.spawn(2, SECRET);
+    for ix in 0..3 {
+        cluster.wait_ready(ix);
+    }
+    let expected: Vec<String> = (0..50).map(|i| format!("m{i}")).collect();
+    let all_there = wait_until(Duration::from_secs(30), || {
+        let (counts, unreadable) = read_counts(&n1, "events", 0..3);
+        unreadable.is_empty() && expected.iter().all(|m| counts.get(m) == Some(&1))
+    });
+    assert!(all_there, "what was accepted without a quorum is readable once, afterwards");
+    assert_eq!(create(&n3, "another", 3).0, 201, "admin works again with the majority back");
+}
+
+fn create(client: &Client, name: &str, partitions: u32) -> (u16, Vec<u8>) {
+    client.post_json("/v1/topics", &json!({ "name": name, "partitions": partitions }))
+}
+
+fn topic_names(client: &Client) -> Vec<String> {
+    let (status, body) = client.get("/v1/topics");
+    if status != 200 {
+        return Vec::new();
+    }
+    let json: Value = serde_json::from_slice(&body).expect("topics JSON");
+    json["topics"]
+        .as_array()
+        .expect("topics")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_string())
+        .collect()
+}
