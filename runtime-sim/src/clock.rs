@@ -17,12 +17,7 @@ pub struct EventQueue<E> {
 impl<E> EventQueue<E> {
     /// An empty queue whose clock starts at `start`.
     pub fn new(start: Instant) -> Self {
-        EventQueue {
-            now: start,
-            seq: 0,
-            popped: 0,
-            events: BTreeMap::new(),
-        }
+        EventQueue { now: start, seq: 0, popped: 0, events: BTreeMap::new() }
     }
 
     /// The current simulated time.
@@ -65,10 +60,7 @@ impl<E> EventQueue<E> {
     /// Removes the next event and advances the clock to its time.
     pub fn pop(&mut self) -> Option<E> {
         let ((at, _), event) = self.events.pop_first()?;
-        debug_assert!(
-            at >= self.now,
-            "invariant: events are never scheduled in the past"
-        );
+        debug_assert!(at >= self.now, "invariant: events are never scheduled in the past");
         self.now = at;
         self.popped += 1;
         Some(event)
@@ -76,10 +68,7 @@ impl<E> EventQueue<E> {
 
     /// Advances the clock to `at` without running anything (no event may be due before it).
     pub fn advance_to(&mut self, at: Instant) {
-        assert!(
-            self.peek_time().is_none_or(|next| next >= at),
-            "skipping a due event"
-        );
+        assert!(self.peek_time().is_none_or(|next| next >= at), "skipping a due event");
         self.now = self.now.max(at);
     }
 }

@@ -35,11 +35,31 @@ pub enum FaultClass {
     LyingFsync,
     /// A scheduled graceful restart (after a WAL latch, as an operator would).
     Restart,
+    /// A peer message took far longer than usual (so later messages overtake it).
+    NetDelay,
+    /// A peer message was lost.
+    NetDrop,
+    /// A peer message was delivered twice.
+    NetDuplicate,
+    /// A peer message was stopped by a symmetric partition.
+    Partition,
+    /// A peer message was stopped by a one-way partition.
+    OneWayPartition,
+    /// The metastore leader was cut off from every other node.
+    LeaderIsolation,
+    /// A peer message was held on a clogged link (released later in a burst).
+    Clog,
+    /// A node died for longer than the membership dead timeout.
+    NodeDeath,
+    /// A node runs with a skewed clock (offset and drift).
+    ClockSkew,
+    /// The metastore leader changed (observed, not injected: the fruit of the faults above).
+    LeaderChange,
 }
 
 impl FaultClass {
     /// Every class, in reporting order.
-    pub const ALL: [FaultClass; 15] = [
+    pub const ALL: [FaultClass; 25] = [
         FaultClass::ProcessCrash,
         FaultClass::PowerLoss,
         FaultClass::TornWrite,
@@ -55,6 +75,16 @@ impl FaultClass {
         FaultClass::BitFlip,
         FaultClass::LyingFsync,
         FaultClass::Restart,
+        FaultClass::NetDelay,
+        FaultClass::NetDrop,
+        FaultClass::NetDuplicate,
+        FaultClass::Partition,
+        FaultClass::OneWayPartition,
+        FaultClass::LeaderIsolation,
+        FaultClass::Clog,
+        FaultClass::NodeDeath,
+        FaultClass::ClockSkew,
+        FaultClass::LeaderChange,
     ];
 
     /// Stable snake_case name (JSON keys, reports).
@@ -75,6 +105,16 @@ impl FaultClass {
             FaultClass::BitFlip => "bit_flip",
             FaultClass::LyingFsync => "lying_fsync",
             FaultClass::Restart => "restart",
+            FaultClass::NetDelay => "net_delay",
+            FaultClass::NetDrop => "net_drop",
+            FaultClass::NetDuplicate => "net_duplicate",
+            FaultClass::Partition => "partition",
+            FaultClass::OneWayPartition => "one_way_partition",
+            FaultClass::LeaderIsolation => "leader_isolation",
+            FaultClass::Clog => "clog",
+            FaultClass::NodeDeath => "node_death",
+            FaultClass::ClockSkew => "clock_skew",
+            FaultClass::LeaderChange => "leader_change",
         }
     }
 
@@ -130,7 +170,7 @@ mod tests {
         total.add(&hits);
         assert_eq!(total.get(FaultClass::BitFlip), 2);
         assert_eq!(total.classes_hit(), 1);
-        assert_eq!(FaultClass::ALL.len(), 15);
+        assert_eq!(FaultClass::ALL.len(), 25);
         for (i, class) in FaultClass::ALL.iter().enumerate() {
             assert_eq!(class.index(), i);
         }

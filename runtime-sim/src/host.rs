@@ -2,7 +2,8 @@
 //! runtime (handle one input → drain `poll_event` for the checkers → drain `poll_effect` →
 //! re-arm `poll_timeout`), and models the process faults: crash (the node and everything in flight are
 //! gone; completions of the old incarnation are dropped by epoch), restart from the disk's bytes,
-//! and pause (inputs queue up and are delivered in order on resume).
+//! and pause (inputs queue up and are delivered in order on resume). A host may run its node on
+//! a skewed clock ([`ClockSkew`]): the node sees its own time, the event queue keeps one.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -28,6 +29,49 @@ pub trait HostRuntime {
     fn ready(&mut self, node: u32, watermarks: &[(narad_core::PartitionKey, u64)]);
 }
 
+/// A node's clock relative to simulated time: `node = t + offset + (t - base) * drift`, with the
+/// drift in parts per million. Monotonic as long as the drift is above -1,000,000 ppm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClockSkew {
+    /// Simulated instant from which the drift accumulates.
+    pub base: Instant,
+    /// Constant offset in microseconds (may be negative).
+    pub offset_us: i64,
+    /// Rate error in parts per million (may be negative).
+    pub drift_ppm: i64,
+}
+
+impl ClockSkew {
+    /// The node's reading of simulated time `t`.
+    pub fn node_time(&self, t: Instant) -> Instant {
+        if *self == ClockSkew::default() {
+            return t;
+        }
+        let elapsed = i128::from(t.0) - i128::from(self.base.0);
+        let drift = elapsed * i128::from(self.drift_ppm) / 1_000_000;
+        let at = i128::from(t.0) + i128::from(self.offset_us) + drift;
+        Instant(u64::try_from(at.max(0)).expect("invariant: skewed clocks stay within u64"))
+    }
+
+    /// The first simulated instant at which the node's clock reads `at` or later.
+    pub fn sim_time(&self, at: Instant) -> Instant {
+        if *self == ClockSkew::default() {
+            return at;
+        }
+        let rate = 1_000_000 + i128::from(self.drift_ppm);
+        let since = i128::from(at.0) - i128::from(self.offset_us) - i128::from(self.base.0);
+        let guess = i128::from(self.base.0) + since * 1_000_000 / rate;
+        let mut t = Instant(u64::try_from(guess.max(0)).expect("invariant: within u64"));
+        while self.node_time(t) < at {
+            t = Instant(t.0 + 1);
+        }
+        while t.0 > 0 && self.node_time(Instant(t.0 - 1)) >= at {
+            t = Instant(t.0 - 1);
+        }
+        t
+    }
+}
+
 /// One simulated process running a node.
 pub struct NodeHost {
     index: u32,
@@ -40,6 +84,7 @@ pub struct NodeHost {
     timer_generation: u64,
     /// The running node has reported ready since it started.
     ready: bool,
+    skew: ClockSkew,
 }
 
 impl NodeHost {
@@ -55,7 +100,18 @@ impl NodeHost {
             timer: None,
             timer_generation: 0,
             ready: false,
+            skew: ClockSkew::default(),
         }
+    }
+
+    /// Runs the node on a skewed clock from now on (set it before `start`).
+    pub fn set_skew(&mut self, skew: ClockSkew) {
+        self.skew = skew;
+    }
+
+    /// The node's clock skew.
+    pub fn skew(&self) -> ClockSkew {
+        self.skew
     }
 
     /// The running node, if the process is up.
@@ -85,10 +141,8 @@ impl NodeHost {
         files: BTreeMap<FileId, Bytes>,
         rt: &mut impl HostRuntime,
     ) -> Result<(), RecoveryError> {
-        assert!(
-            self.node.is_none(),
-            "invariant: start only a stopped process"
-        );
+        assert!(self.node.is_none(), "invariant: start only a stopped process");
+        let now = self.skew.node_time(now);
         self.node = Some(Node::recover(self.config.clone(), now, files)?);
         self.paused = false;
         self.ready = false;
@@ -166,10 +220,8 @@ impl NodeHost {
     }
 
     fn step(&mut self, now: Instant, input: Option<Input>, rt: &mut impl HostRuntime) {
-        let node = self
-            .node
-            .as_mut()
-            .expect("invariant: step only a running node");
+        let node = self.node.as_mut().expect("invariant: step only a running node");
+        let now = self.skew.node_time(now);
         match input {
             Some(input) => node.handle_input(now, input),
             None => node.handle_timeout(now),
@@ -180,10 +232,7 @@ impl NodeHost {
     /// Events are drained before effects: a checker then learns of a commit (watermark) or a
     /// latch before it sees replies produced by the same input.
     fn drain(&mut self, rt: &mut impl HostRuntime) {
-        let node = self
-            .node
-            .as_mut()
-            .expect("invariant: drain only a running node");
+        let node = self.node.as_mut().expect("invariant: drain only a running node");
         while let Some(event) = node.poll_event() {
             rt.event(self.index, event);
         }
@@ -203,7 +252,27 @@ impl NodeHost {
             self.timer = next;
             self.timer_generation += 1;
             if let Some(at) = next {
-                rt.arm_timer(self.index, at, self.timer_generation);
+                rt.arm_timer(self.index, self.skew.sim_time(at), self.timer_generation);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn skewed_clocks_round_trip_to_the_first_instant_that_reads_the_deadline() {
+        let base = Instant(1_000_000_000);
+        for (offset_us, drift_ppm) in [(0, 0), (5_000_000, 0), (-3_000_000, 20_000), (7, -15_000)] {
+            let skew = ClockSkew { base, offset_us, drift_ppm };
+            for t in [base.0, base.0 + 1, base.0 + 123_456_789] {
+                let node = skew.node_time(Instant(t));
+                let back = skew.sim_time(node);
+                assert!(back.0 <= t && skew.node_time(back) >= node, "{skew:?} t={t}");
+                assert!(skew.node_time(Instant(back.0 - 1)) < node);
+                assert!(skew.node_time(Instant(t + 1)) >= node, "monotonic");
             }
         }
     }

@@ -1,5 +1,5 @@
 //! One master seed, one independent ChaCha stream per component (each node's disk, the workload,
-//! the fault schedule, the swarm draw, the network later). Components draw from their own
+//! the fault schedule, the swarm draw, the network, client routing). Components draw from their own
 //! stream, so adding a draw in one place does not reshuffle what the others see.
 
 use rand::{Rng, SeedableRng};
@@ -16,6 +16,10 @@ pub enum Component {
     Faults,
     /// The network model (cluster simulations).
     Network,
+    /// Which node each client request goes to (cluster simulations).
+    Routing,
+    /// How many nodes a seed runs (swarm testing picks 1, 3 or 5).
+    Topology,
     /// The disk model of one node (latencies and per-operation faults).
     Disk(u32),
     /// The seed handed to one node's `Config`.
@@ -29,6 +33,8 @@ impl Component {
             Component::Workload => 2,
             Component::Faults => 3,
             Component::Network => 4,
+            Component::Routing => 5,
+            Component::Topology => 6,
             Component::Disk(node) => (1 << 32) | u64::from(node),
             Component::Node(node) => (2 << 32) | u64::from(node),
         }
@@ -62,9 +68,6 @@ mod tests {
         let mut again = component_rng(7, Component::Workload);
         let zs: Vec<u64> = (0..4).map(|_| again.random()).collect();
         assert_eq!(xs, zs);
-        assert_ne!(
-            component_seed(7, Component::Node(1)),
-            component_seed(8, Component::Node(1))
-        );
+        assert_ne!(component_seed(7, Component::Node(1)), component_seed(8, Component::Node(1)));
     }
 }

@@ -1,8 +1,9 @@
 //! narad-sim: the deterministic simulator of Narad. It drives the same `narad-core` state
-//! machine as the production binary through the simulated runtime (`narad-sim-runtime`), with a
-//! seeded workload ([`workload`]), a swarm-drawn fault schedule ([`swarm`], [`schedule`]) and
-//! the invariant checkers of SPEC.md §5 ([`checker`]). One seed gives one run, bit for bit
-//! ([`trace`]); [`sweep`] runs many in parallel; [`scenarios`] are hand-written fault stories.
+//! machine as the production binary through the simulated runtime (`narad-sim-runtime`), one
+//! node or a cluster of 3 or 5, with a seeded workload ([`workload`]), a swarm-drawn fault
+//! schedule ([`swarm`], [`schedule`]) and the invariant checkers of SPEC.md §5 ([`checker`]).
+//! One seed gives one run, bit for bit ([`trace`]); [`sweep`] runs many in parallel;
+//! [`scenarios`] are hand-written fault stories.
 #![forbid(unsafe_code)]
 #![warn(clippy::too_many_lines)]
 
@@ -20,23 +21,24 @@ pub mod workload;
 
 pub use outcome::RunOutcome;
 pub use sim::Simulation;
+pub use swarm::{NodesChoice, RunOptions};
 
-/// Runs seed `seed` (keeping the full trace when `keep_trace`).
-pub fn run_seed(seed: u64, keep_trace: bool) -> RunOutcome {
-    Simulation::from_seed(seed, keep_trace).run()
+/// Runs seed `seed` under `options` (keeping the full trace when `keep_trace`).
+pub fn run_seed(seed: u64, options: &RunOptions, keep_trace: bool) -> RunOutcome {
+    Simulation::from_seed(seed, options, keep_trace).run()
 }
 
 /// Runs seed `seed`; a panic (a broken assertion in the core or the simulator) becomes a
 /// failed outcome naming it, so a sweep reports it like any other violation.
-pub fn run_seed_catching(seed: u64, keep_trace: bool) -> RunOutcome {
-    let run = std::panic::catch_unwind(|| run_seed(seed, keep_trace));
+pub fn run_seed_catching(seed: u64, options: &RunOptions, keep_trace: bool) -> RunOutcome {
+    let run = std::panic::catch_unwind(|| run_seed(seed, options, keep_trace));
     run.unwrap_or_else(|panic| {
         let message = panic
             .downcast_ref::<String>()
             .cloned()
             .or_else(|| panic.downcast_ref::<&str>().map(|s| (*s).to_string()))
             .unwrap_or_else(|| "panic".to_string());
-        RunOutcome::panicked(seed, &message)
+        RunOutcome::panicked(seed, options, &message)
     })
 }
 

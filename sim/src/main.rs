@@ -1,5 +1,6 @@
 //! `narad-sim`: run one seed, sweep many in parallel, or replay one with its full event trace.
-//! Seeds are accepted in decimal or `0x…` hex. A failing seed prints the faults that were on,
+//! Seeds are accepted in decimal or `0x…` hex; `--nodes` picks one node, a cluster of 3 or 5, or
+//! lets each seed choose (`swarm`, the default). A failing seed prints the faults that were on,
 //! the broken invariant, the last events and the exact replay command, and exits 1.
 
 use std::io::{IsTerminal, Write};
@@ -8,16 +9,30 @@ use anyhow::{Context, Result, bail};
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 
-use narad_sim::{RunOutcome, parse_seed, run_seed_catching, sweep::sweep};
+use narad_sim::{NodesChoice, RunOptions, RunOutcome, parse_seed, run_seed_catching, sweep::sweep};
 
 #[derive(Parser)]
-#[command(
-    name = "narad-sim",
-    about = "Deterministic simulator of the Narad broker"
-)]
+#[command(name = "narad-sim", about = "Deterministic simulator of the Narad broker")]
 struct Cli {
     #[command(subcommand)]
     command: Command,
+}
+
+/// What every run takes besides its seed.
+#[derive(clap::Args, Clone, Copy)]
+struct Shape {
+    /// Nodes: 1, 3, 5 (any of 1..9), `swarm` (each seed picks 1, 3 or 5) or `cluster` (3 or 5).
+    #[arg(long, default_value = "swarm", value_parser = NodesChoice::parse)]
+    nodes: NodesChoice,
+    /// Turn off the owners' idempotent commits (to measure the duplicates they prevent).
+    #[arg(long)]
+    no_idempotent_commits: bool,
+}
+
+impl Shape {
+    fn options(self) -> RunOptions {
+        RunOptions { nodes: self.nodes, idempotent_commits: !self.no_idempotent_commits }
+    }
 }
 
 #[derive(Subcommand)]
@@ -26,6 +41,8 @@ enum Command {
     Run {
         #[arg(long, value_parser = parse_seed)]
         seed: u64,
+        #[command(flatten)]
+        shape: Shape,
         /// Print one JSON object as the last line.
         #[arg(long)]
         json: bool,
@@ -34,6 +51,8 @@ enum Command {
     Sweep {
         #[arg(long)]
         seeds: String,
+        #[command(flatten)]
+        shape: Shape,
         /// Worker threads (default: available cores).
         #[arg(long)]
         jobs: Option<usize>,
@@ -53,6 +72,8 @@ enum Command {
     Replay {
         #[arg(long, value_parser = parse_seed)]
         seed: u64,
+        #[command(flatten)]
+        shape: Shape,
         /// Print every event (not only the summary and, on failure, the last events).
         #[arg(long)]
         trace: bool,
@@ -66,16 +87,20 @@ enum Command {
 fn main() -> Result<()> {
     let cli = Cli::parse();
     let passed = match cli.command {
-        Command::Run { seed, json } => run(seed, json),
-        Command::Sweep { seeds, jobs, json } => run_sweep(&seeds, jobs, json)?,
-        Command::Replay { seed, trace, logs } => replay(seed, trace, logs.as_deref())?,
+        Command::Run { seed, shape, json } => run(seed, &shape.options(), json),
+        Command::Sweep { seeds, shape, jobs, json } => {
+            run_sweep(&seeds, &shape.options(), jobs, json)?
+        }
+        Command::Replay { seed, shape, trace, logs } => {
+            replay(seed, &shape.options(), trace, logs.as_deref())?
+        }
         Command::Scenario { name, list, trace } => scenario(name.as_deref(), list, trace)?,
     };
     std::process::exit(if passed { 0 } else { 1 });
 }
 
-fn run(seed: u64, json: bool) -> bool {
-    let outcome = run_seed_catching(seed, false);
+fn run(seed: u64, options: &RunOptions, json: bool) -> bool {
+    let outcome = run_seed_catching(seed, options, false);
     if !outcome.passed {
         eprint!("{}", outcome.failure_report());
     }
@@ -87,7 +112,7 @@ fn run(seed: u64, json: bool) -> bool {
     outcome.passed
 }
 
-fn replay(seed: u64, trace: bool, logs: Option<&str>) -> Result<bool> {
+fn replay(seed: u64, options: &RunOptions, trace: bool, logs: Option<&str>) -> Result<bool> {
     if let Some(filter) = logs {
         tracing_subscriber::fmt()
             .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
@@ -97,11 +122,11 @@ fn replay(seed: u64, trace: bool, logs: Option<&str>) -> Result<bool> {
             .init();
     }
     let outcome = if trace || logs.is_some() {
-        let sim = narad_sim::Simulation::from_seed(seed, false);
+        let sim = narad_sim::Simulation::from_seed(seed, options, false);
         let sim = if trace { sim.print_trace_live() } else { sim };
         sim.run()
     } else {
-        run_seed_catching(seed, false)
+        run_seed_catching(seed, options, false)
     };
     match print_replay(&outcome) {
         Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => Ok(outcome.passed),
@@ -117,9 +142,7 @@ fn scenario(name: Option<&str>, list: bool, trace: bool) -> Result<bool> {
         return Ok(true);
     }
     let name = name.expect("invariant: checked above");
-    let Some(s) = narad_sim::scenarios::by_name(name) else {
-        bail!("no scenario named {name}")
-    };
+    let Some(s) = narad_sim::scenarios::by_name(name) else { bail!("no scenario named {name}") };
     let outcome = s.run(trace);
     print_replay(&outcome)?;
     print!("{}", narad_sim::scenarios::summary(&s, &outcome));
@@ -140,9 +163,7 @@ fn print_replay(outcome: &RunOutcome) -> std::io::Result<()> {
 }
 
 fn parse_range(text: &str) -> Result<(u64, u64)> {
-    let (a, b) = text
-        .split_once("..")
-        .context("--seeds takes a range A..B")?;
+    let (a, b) = text.split_once("..").context("--seeds takes a range A..B")?;
     let from = parse_seed(a).map_err(anyhow::Error::msg)?;
     let to = parse_seed(b).map_err(anyhow::Error::msg)?;
     if to < from {
@@ -151,7 +172,7 @@ fn parse_range(text: &str) -> Result<(u64, u64)> {
     Ok((from, to))
 }
 
-fn run_sweep(seeds: &str, jobs: Option<usize>, json: bool) -> Result<bool> {
+fn run_sweep(seeds: &str, options: &RunOptions, jobs: Option<usize>, json: bool) -> Result<bool> {
     let (from, to) = parse_range(seeds)?;
     let jobs = jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
     let bar = if std::io::stderr().is_terminal() {
@@ -171,21 +192,28 @@ fn run_sweep(seeds: &str, jobs: Option<usize>, json: bool) -> Result<bool> {
         }
         bar.inc(1);
     };
-    let report = sweep(from, to, jobs, &on_seed);
+    let report = sweep(from, to, jobs, options, &on_seed);
     bar.finish_and_clear();
     if json {
         println!("{}", report.to_json());
     } else {
         println!(
-            "{} seeds: {} passed, {} failed; {:.1} seeds/s, {:.0} events/s; acked {} duplicates {}",
+            "{} seeds: {} passed, {} failed; {:.1} seeds/s, {:.0} events/s; acked {} duplicates {} ({:.5} per acked record)",
             report.seeds,
             report.passed,
             report.failed,
             report.seeds_per_sec(),
             report.events_per_sec(),
             report.acked,
-            report.duplicates
+            report.duplicates,
+            report.duplicate_rate()
         );
+        for (nodes, t) in &report.by_nodes {
+            println!(
+                "  {nodes} node(s): {} seeds, {} failed, acked {}, duplicates {}",
+                t.seeds, t.failed, t.acked, t.duplicates
+            );
+        }
         for failure in &report.failures {
             println!("failing: {}", failure.replay_command());
         }

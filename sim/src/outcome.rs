@@ -13,6 +13,10 @@ use crate::sim::{START, Simulation};
 pub struct RunOutcome {
     pub seed: u64,
     pub scenario: Option<String>,
+    /// Nodes in the run.
+    pub nodes: u32,
+    /// Whether owners deduplicated commits (`Config::idempotent_commits`).
+    pub idempotent_commits: bool,
     pub passed: bool,
     pub events: u64,
     pub simulated_ms: u64,
@@ -37,12 +41,15 @@ impl RunOutcome {
         let world = sim.world();
         let (violations, violation_count) = world.checker.violations();
         let mut faults_on = sim.cfg.faults.names();
+        faults_on.extend(sim.cfg.net.names());
         if sim.cfg.faults.restart_on_latch {
             faults_on.push("restart_on_latch");
         }
         RunOutcome {
             seed: sim.seed,
             scenario: sim.scenario.clone(),
+            nodes: sim.cfg.nodes,
+            idempotent_commits: sim.cfg.idempotent_commits,
             passed: violation_count == 0,
             events: world.queue.popped(),
             simulated_ms: (world.queue.now().0 - START.0) / 1_000,
@@ -63,11 +70,13 @@ impl RunOutcome {
     }
 
     /// The outcome of a run that panicked.
-    pub fn panicked(seed: u64, message: &str) -> RunOutcome {
-        let cfg = crate::swarm::SwarmConfig::draw(seed);
+    pub fn panicked(seed: u64, options: &crate::RunOptions, message: &str) -> RunOutcome {
+        let cfg = crate::swarm::SwarmConfig::for_seed(seed, options);
         RunOutcome {
             seed,
             scenario: None,
+            nodes: cfg.nodes,
+            idempotent_commits: cfg.idempotent_commits,
             passed: false,
             events: 0,
             simulated_ms: 0,
@@ -86,11 +95,7 @@ impl RunOutcome {
 
     /// Fault hits as a JSON object (class name → hits), every class listed.
     pub fn faults_json(hits: &FaultHits) -> Value {
-        Value::Object(
-            hits.iter()
-                .map(|(c, n)| (c.name().to_string(), json!(n)))
-                .collect(),
-        )
+        Value::Object(hits.iter().map(|(c, n)| (c.name().to_string(), json!(n))).collect())
     }
 
     /// The one-line JSON summary (`run --json`).
@@ -100,6 +105,8 @@ impl RunOutcome {
             "seed": self.seed,
             "seed_hex": format!("{:#x}", self.seed),
             "scenario": self.scenario,
+            "nodes": self.nodes,
+            "idempotent_commits": self.idempotent_commits,
             "passed": self.passed,
             "events": self.events,
             "simulated_ms": self.simulated_ms,
@@ -111,6 +118,7 @@ impl RunOutcome {
             "lost_to_corruption": v.lost_to_corruption,
             "excused_deleted_topic": v.deleted_topic,
             "duplicates": v.duplicates,
+            "duplicate_rate": if v.acked == 0 { 0.0 } else { v.duplicates as f64 / v.acked as f64 },
             "faults": Self::faults_json(&self.faults),
             "faults_on": self.faults_on,
             "commits_failed": self.counters.commits_failed,
@@ -127,14 +135,20 @@ impl RunOutcome {
     pub fn replay_command(&self) -> String {
         match &self.scenario {
             Some(name) => format!("cargo test -p narad-sim --test scenarios -- {name}"),
-            None => format!("narad-sim replay --seed {:#x}", self.seed),
+            None => {
+                let dedupe = if self.idempotent_commits { "" } else { " --no-idempotent-commits" };
+                format!("narad-sim replay --seed {:#x} --nodes {}{dedupe}", self.seed, self.nodes)
+            }
         }
     }
 
     /// Human-readable report of a failing run.
     pub fn failure_report(&self) -> String {
         let mut out = String::new();
-        out.push_str(&format!("FAILED seed {:#x} ({})\n", self.seed, self.seed));
+        out.push_str(&format!(
+            "FAILED seed {:#x} ({}) with {} node(s)\n",
+            self.seed, self.seed, self.nodes
+        ));
         out.push_str(&format!("faults on: {}\n", self.faults_on.join(", ")));
         let hits: Vec<String> = self
             .faults
@@ -159,8 +173,9 @@ impl RunOutcome {
     pub fn summary_line(&self) -> String {
         let v = &self.verdict;
         format!(
-            "seed {:#x}: {} events={} simulated_ms={} acked={} visible={} lost={} lost_to_corruption={} duplicates={} hash={}",
+            "seed {:#x} nodes={}: {} events={} simulated_ms={} acked={} visible={} lost={} lost_to_corruption={} duplicates={} hash={}",
             self.seed,
+            self.nodes,
             if self.passed { "PASSED" } else { "FAILED" },
             self.events,
             self.simulated_ms,

@@ -30,9 +30,7 @@ pub fn parse_id(bytes: &[u8]) -> Option<u64> {
     if bytes.len() < MIN_PAYLOAD_BYTES || &bytes[..8] != MARKER {
         return None;
     }
-    Some(u64::from_le_bytes(
-        bytes[8..16].try_into().expect("8 bytes"),
-    ))
+    Some(u64::from_le_bytes(bytes[8..16].try_into().expect("8 bytes")))
 }
 
 /// Every id whose marker appears in `bytes` (raw file contents).
@@ -41,9 +39,7 @@ pub fn ids_in(bytes: &[u8]) -> Vec<u64> {
     let mut pos = 0;
     while pos + MIN_PAYLOAD_BYTES <= bytes.len() {
         if bytes[pos] == MARKER[0] && &bytes[pos..pos + 8] == MARKER {
-            ids.push(u64::from_le_bytes(
-                bytes[pos + 8..pos + 16].try_into().expect("8 bytes"),
-            ));
+            ids.push(u64::from_le_bytes(bytes[pos + 8..pos + 16].try_into().expect("8 bytes")));
             pos += MIN_PAYLOAD_BYTES;
         } else {
             pos += 1;

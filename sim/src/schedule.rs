@@ -1,13 +1,16 @@
 //! Structured fault schedules: timed actions against a node (crash then restart, pause then
-//! resume, disk full for a while then clear, ...). The swarm draws one per seed from the
-//! fault stream; scenarios write theirs by hand.
+//! resume, disk full for a while then clear, ...) or against the network (a partition, a
+//! one-way cut, the leader isolated, a clogged link, each healed later). The swarm draws one per
+//! seed from the fault stream; scenarios write theirs by hand.
+
+mod net;
 
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
 use narad_sim_runtime::{FileClass, FileMatch};
 
-use crate::swarm::FaultPlan;
+use crate::swarm::{FaultPlan, NetPlan};
 
 /// One thing the fault schedule does.
 #[derive(Clone, Debug, PartialEq)]
@@ -45,6 +48,35 @@ pub enum FaultAction {
     },
     /// The admin client deletes this topic.
     DeleteTopic(String),
+    /// The node dies (power loss or crash) for longer than the membership dead timeout; a
+    /// later `Restart` (at the latest the heal phase) brings it back.
+    Die {
+        power: bool,
+    },
+    /// Network window `id`: these nodes are cut off from all the others, both directions.
+    Partition {
+        id: u32,
+        group: Vec<u32>,
+    },
+    /// Network window `id`: messages from `from` to `to` are lost (the other way works).
+    OneWay {
+        id: u32,
+        from: Vec<u32>,
+        to: Vec<u32>,
+    },
+    /// Network window `id`: whoever leads the metastore now is cut off from everyone.
+    IsolateLeader {
+        id: u32,
+    },
+    /// Network window `id`: these links hold their messages until the window ends.
+    Clog {
+        id: u32,
+        links: Vec<(u32, u32)>,
+    },
+    /// Ends network window `id` (a clog releases what it held in one burst).
+    NetHeal {
+        id: u32,
+    },
 }
 
 /// An action at a time (milliseconds after the start) against a node.
@@ -58,99 +90,98 @@ pub struct ScheduledFault {
 impl ScheduledFault {
     /// `action` at `at_ms` against node 0.
     pub fn at(at_ms: u64, action: FaultAction) -> ScheduledFault {
-        ScheduledFault {
-            at_ms,
-            node: 0,
-            action,
-        }
+        ScheduledFault { at_ms, node: 0, action }
     }
 }
 
-/// Draws the timed faults of `plan` within `horizon_ms`.
+impl ScheduledFault {
+    /// `action` at `at_ms` against node `node`.
+    pub fn on(node: u32, at_ms: u64, action: FaultAction) -> ScheduledFault {
+        ScheduledFault { at_ms, node, action }
+    }
+}
+
+/// Draws the timed faults of a single node's `plan` within `horizon_ms`.
 pub fn draw_schedule(
     plan: &FaultPlan,
     horizon_ms: u64,
     rng: &mut ChaCha8Rng,
 ) -> Vec<ScheduledFault> {
+    draw_schedule_on(plan, &NetPlan::default(), 1, horizon_ms, rng)
+}
+
+/// Draws the timed faults of `plan` and `net` within `horizon_ms` over `nodes` nodes. Each
+/// fault strikes a node of its own; with one node nothing extra is drawn, so a single-node seed
+/// gets exactly the schedule it always got.
+pub fn draw_schedule_on(
+    plan: &FaultPlan,
+    net: &NetPlan,
+    nodes: u32,
+    horizon_ms: u64,
+    rng: &mut ChaCha8Rng,
+) -> Vec<ScheduledFault> {
     let mut out = Vec::new();
+    let pick = |rng: &mut ChaCha8Rng| if nodes > 1 { rng.random_range(0..nodes) } else { 0 };
     let at = |rng: &mut ChaCha8Rng| rng.random_range(20..horizon_ms.max(21));
     for _ in 0..plan.process_crashes {
         let t = at(rng);
-        out.push(ScheduledFault::at(t, FaultAction::ProcessCrash));
-        out.push(ScheduledFault::at(
-            t + rng.random_range(1..800),
-            FaultAction::Restart,
-        ));
+        let node = pick(rng);
+        out.push(ScheduledFault::on(node, t, FaultAction::ProcessCrash));
+        out.push(ScheduledFault::on(node, t + rng.random_range(1..800), FaultAction::Restart));
     }
     for _ in 0..plan.power_losses {
         let t = at(rng);
         let down = rng.random_range(1..1_500);
-        out.push(ScheduledFault::at(t, FaultAction::PowerLoss));
+        let node = pick(rng);
+        out.push(ScheduledFault::on(node, t, FaultAction::PowerLoss));
         for _ in 0..plan.bit_flips {
-            out.push(ScheduledFault::at(
-                t + rng.random_range(0..down),
-                FaultAction::BitFlip,
-            ));
+            out.push(ScheduledFault::on(node, t + rng.random_range(0..down), FaultAction::BitFlip));
         }
-        out.push(ScheduledFault::at(t + down, FaultAction::Restart));
+        out.push(ScheduledFault::on(node, t + down, FaultAction::Restart));
     }
-    for _ in 0..plan.precise_crashes {
-        let class = if rng.random_bool(0.5) {
-            FileClass::Wal
-        } else {
-            FileClass::Partition
-        };
-        let action = FaultAction::CrashAfterNextSync {
-            target: FileMatch::class(class),
-            power: rng.random_bool(0.5),
-        };
-        out.push(ScheduledFault::at(at(rng), action));
+    draw_node_windows(&mut out, plan, nodes, horizon_ms, rng);
+    if nodes > 1 {
+        net::draw_deaths(&mut out, plan, nodes, horizon_ms, rng);
+        net::draw_network(&mut out, net, nodes, horizon_ms, rng);
     }
-    windows(
-        &mut out,
-        rng,
-        plan.disk_full_windows,
-        horizon_ms,
-        FaultAction::DiskFull(true),
-        FaultAction::DiskFull(false),
-    );
-    for _ in 0..plan.slow_windows {
-        let factor = rng.random_range(5..200);
-        windows(
-            &mut out,
-            rng,
-            1,
-            horizon_ms,
-            FaultAction::Slow(factor),
-            FaultAction::Slow(1),
-        );
-    }
-    windows(
-        &mut out,
-        rng,
-        plan.pauses,
-        horizon_ms,
-        FaultAction::Pause,
-        FaultAction::Resume,
-    );
     out.sort_by_key(|f| f.at_ms);
     out
 }
 
-fn windows(
+/// Precise crashes, disk-full and slow-disk windows and pauses, each on a node of its own.
+fn draw_node_windows(
     out: &mut Vec<ScheduledFault>,
-    rng: &mut ChaCha8Rng,
-    count: u32,
+    plan: &FaultPlan,
+    nodes: u32,
     horizon_ms: u64,
-    start: FaultAction,
-    end: FaultAction,
+    rng: &mut ChaCha8Rng,
 ) {
-    for _ in 0..count {
-        let t = rng.random_range(10..horizon_ms.max(11));
-        let len = rng.random_range(5..1_500);
-        out.push(ScheduledFault::at(t, start.clone()));
-        out.push(ScheduledFault::at(t + len, end.clone()));
+    let pick = |rng: &mut ChaCha8Rng| if nodes > 1 { rng.random_range(0..nodes) } else { 0 };
+    let at = |rng: &mut ChaCha8Rng| rng.random_range(20..horizon_ms.max(21));
+    for _ in 0..plan.precise_crashes {
+        let class = if rng.random_bool(0.5) { FileClass::Wal } else { FileClass::Partition };
+        let action = FaultAction::CrashAfterNextSync {
+            target: FileMatch::class(class),
+            power: rng.random_bool(0.5),
+        };
+        let t = at(rng);
+        out.push(ScheduledFault::on(pick(rng), t, action));
     }
+    let mut windows = |count: u32, rng: &mut ChaCha8Rng, start: FaultAction, end: FaultAction| {
+        for _ in 0..count {
+            let t = rng.random_range(10..horizon_ms.max(11));
+            let len = rng.random_range(5..1_500);
+            let node = pick(rng);
+            out.push(ScheduledFault::on(node, t, start.clone()));
+            out.push(ScheduledFault::on(node, t + len, end.clone()));
+        }
+    };
+    windows(plan.disk_full_windows, rng, FaultAction::DiskFull(true), FaultAction::DiskFull(false));
+    for _ in 0..plan.slow_windows {
+        let factor = rng.random_range(5..200);
+        windows(1, rng, FaultAction::Slow(factor), FaultAction::Slow(1));
+    }
+    windows(plan.pauses, rng, FaultAction::Pause, FaultAction::Resume);
 }
 
 #[cfg(test)]
@@ -160,12 +191,8 @@ mod tests {
 
     #[test]
     fn every_crash_is_followed_by_a_restart() {
-        let plan = FaultPlan {
-            process_crashes: 2,
-            power_losses: 1,
-            pauses: 1,
-            ..FaultPlan::default()
-        };
+        let plan =
+            FaultPlan { process_crashes: 2, power_losses: 1, pauses: 1, ..FaultPlan::default() };
         let mut rng = component_rng(3, Component::Faults);
         let schedule = draw_schedule(&plan, 1_000, &mut rng);
         let count = |a: &FaultAction| schedule.iter().filter(|f| &f.action == a).count();

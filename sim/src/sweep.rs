@@ -1,6 +1,7 @@
 //! Many seeds in parallel on plain std threads: each worker takes the next seed from a shared
 //! counter, so the result (which seeds fail, the totals) does not depend on the thread count.
 
+use std::collections::BTreeMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant as WallClock;
@@ -9,7 +10,17 @@ use narad_sim_runtime::FaultHits;
 use serde_json::{Value, json};
 
 use crate::outcome::RunOutcome;
-use crate::run_seed_catching;
+use crate::{RunOptions, run_seed_catching};
+
+/// Totals of the seeds with one node count.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NodeTally {
+    pub seeds: u64,
+    pub failed: u64,
+    pub events: u64,
+    pub acked: u64,
+    pub duplicates: u64,
+}
 
 /// Totals of a sweep.
 #[derive(Clone, Debug, Default)]
@@ -27,6 +38,10 @@ pub struct SweepReport {
     pub lost_to_corruption: u64,
     pub faults: FaultHits,
     pub wall_secs: f64,
+    /// Totals per node count.
+    pub by_nodes: BTreeMap<u32, NodeTally>,
+    /// Whether owners deduplicated commits in this sweep.
+    pub idempotent_commits: bool,
 }
 
 impl SweepReport {
@@ -39,6 +54,12 @@ impl SweepReport {
         self.duplicates += outcome.verdict.duplicates;
         self.lost_to_corruption += outcome.verdict.lost_to_corruption;
         self.faults.add(&outcome.faults);
+        let tally = self.by_nodes.entry(outcome.nodes).or_default();
+        tally.seeds += 1;
+        tally.failed += u64::from(!outcome.passed);
+        tally.events += outcome.events;
+        tally.acked += outcome.verdict.acked;
+        tally.duplicates += outcome.verdict.duplicates;
         if outcome.passed {
             self.passed += 1;
         } else {
@@ -57,13 +78,26 @@ impl SweepReport {
         self.events as f64 / self.wall_secs.max(1e-9)
     }
 
+    /// Duplicates per acknowledged record.
+    pub fn duplicate_rate(&self) -> f64 {
+        if self.acked == 0 { 0.0 } else { self.duplicates as f64 / self.acked as f64 }
+    }
+
     /// The JSON summary (`sweep --json`).
     pub fn to_json(&self) -> Value {
-        let failing: Vec<String> = self
-            .failures
+        let by_nodes: serde_json::Map<String, Value> = self
+            .by_nodes
             .iter()
-            .map(|o| format!("{:#x}", o.seed))
+            .map(|(nodes, t)| {
+                let rate = if t.acked == 0 { 0.0 } else { t.duplicates as f64 / t.acked as f64 };
+                let tally = json!({
+                    "seeds": t.seeds, "failed": t.failed, "events": t.events,
+                    "acked": t.acked, "duplicates": t.duplicates, "duplicate_rate": rate,
+                });
+                (nodes.to_string(), tally)
+            })
             .collect();
+        let failing: Vec<String> = self.failures.iter().map(|o| format!("{:#x}", o.seed)).collect();
         json!({
             "seeds": self.seeds,
             "passed": self.passed,
@@ -79,21 +113,27 @@ impl SweepReport {
             "acked": self.acked,
             "visible": self.visible,
             "duplicates": self.duplicates,
-            "duplicate_rate": if self.acked == 0 { 0.0 } else { self.duplicates as f64 / self.acked as f64 },
+            "duplicate_rate": self.duplicate_rate(),
+            "idempotent_commits": self.idempotent_commits,
+            "by_nodes": by_nodes,
             "lost_to_corruption": self.lost_to_corruption,
         })
     }
 }
 
-/// Runs seeds `from..to` on `jobs` threads; `progress` is called after each seed.
+/// Runs seeds `from..to` under `options` on `jobs` threads; `progress` is called after each.
 pub fn sweep(
     from: u64,
     to: u64,
     jobs: usize,
+    options: &RunOptions,
     progress: &(dyn Fn(&RunOutcome) + Sync),
 ) -> SweepReport {
     let next = AtomicU64::new(from);
-    let report = Mutex::new(SweepReport::default());
+    let report = Mutex::new(SweepReport {
+        idempotent_commits: options.idempotent_commits,
+        ..SweepReport::default()
+    });
     let started = WallClock::now();
     std::thread::scope(|scope| {
         for _ in 0..jobs.max(1) {
@@ -103,7 +143,7 @@ pub fn sweep(
                     if seed >= to {
                         break;
                     }
-                    let outcome = run_seed_catching(seed, false);
+                    let outcome = run_seed_catching(seed, options, false);
                     progress(&outcome);
                     report
                         .lock()

@@ -114,6 +114,23 @@ pub enum What {
     Phase {
         name: &'static str,
     },
+    /// A peer message handed to the network. `fate`: 0 lost, 1 or 2 copies on their way,
+    /// 3 held on a clogged link.
+    Send {
+        to: u32,
+        tag: u8,
+        len: u64,
+        fate: u8,
+    },
+    /// A peer message arrived (`ok`) or was lost on arrival (a cut, or the receiver restarted).
+    Deliver {
+        from: u32,
+        tag: u8,
+        len: u64,
+        ok: bool,
+    },
+    /// The node is now the metastore leader (observed).
+    Leader,
 }
 
 /// One trace line.
@@ -172,10 +189,7 @@ impl Trace {
 
     /// A trace that prints every record to stdout as it happens (interleaved with core logs).
     pub fn live() -> Trace {
-        Trace {
-            live: true,
-            ..Trace::new(false)
-        }
+        Trace { live: true, ..Trace::new(false) }
     }
 
     /// Records one line.
@@ -206,11 +220,7 @@ impl Trace {
         if self.ring.len() < RING {
             return self.ring.clone();
         }
-        self.ring[self.next..]
-            .iter()
-            .chain(&self.ring[..self.next])
-            .copied()
-            .collect()
+        self.ring[self.next..].iter().chain(&self.ring[..self.next]).copied().collect()
     }
 
     /// Every record (if kept).
@@ -236,23 +246,11 @@ fn key_word(key: &PartitionKey) -> u64 {
 fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
     h.words(&[r.t, r.e, u64::from(r.node)]);
     match r.what {
-        What::DiskIssue {
-            token,
-            kind,
-            file,
-            offset,
-            len,
-            at,
-        } => {
+        What::DiskIssue { token, kind, file, offset, len, at } => {
             h.words(&[1, token, kind as u64, offset, len, at]);
             h.words(&file_word(&file));
         }
-        What::DiskDone {
-            token,
-            kind,
-            file,
-            result,
-        } => {
+        What::DiskDone { token, kind, file, result } => {
             h.words(&[2, token, kind as u64, result as u64]);
             h.words(&file_word(&file));
         }
@@ -262,11 +260,7 @@ fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
             h.bytes(op.as_bytes());
         }
         What::Refused { client } => h.words(&[5, u64::from(client)]),
-        What::Reply {
-            request,
-            status,
-            count,
-        } => h.words(&[6, request, u64::from(status), count]),
+        What::Reply { request, status, count } => h.words(&[6, request, u64::from(status), count]),
         What::Timeout { request } => h.words(&[7, request]),
         What::Committed { key, first, count } => h.words(&[8, key_word(&key), first, count]),
         What::Checkpoint { checkpoint } => h.words(&[9, checkpoint]),
@@ -283,50 +277,58 @@ fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
             h.word(15);
             h.bytes(name.as_bytes());
         }
+        What::Send { to, tag, len, fate } => {
+            h.words(&[16, u64::from(to), u64::from(tag), len, u64::from(fate)]);
+        }
+        What::Deliver { from, tag, len, ok } => {
+            h.words(&[17, u64::from(from), u64::from(tag), len, u64::from(ok)]);
+        }
+        What::Leader => h.word(18),
     }
+}
+
+/// Name of a peer message type tag (see `narad_core::peer`).
+fn tag_name(tag: u8) -> &'static str {
+    const NAMES: [&str; 12] = [
+        "?",
+        "raft",
+        "commit",
+        "commit-reply",
+        "confirm-gone",
+        "confirm-gone-reply",
+        "propose",
+        "propose-reply",
+        "consume",
+        "consume-reply",
+        "topic-stats",
+        "topic-stats-reply",
+    ];
+    NAMES.get(usize::from(tag)).copied().unwrap_or("?")
 }
 
 impl fmt::Display for TraceRecord {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "[t={} e={}] n{} ", self.t, self.e, self.node)?;
         match self.what {
-            What::DiskIssue {
-                token,
-                kind,
-                file,
-                offset,
-                len,
-                at,
-            } => write!(
+            What::DiskIssue { token, kind, file, offset, len, at } => write!(
                 f,
                 "disk issue #{token} {kind:?} {} off={offset} len={len} latency={at}us",
                 file.relative_path()
             ),
-            What::DiskDone {
-                token,
-                kind,
-                file,
-                result,
-            } => {
+            What::DiskDone { token, kind, file, result } => {
                 let result = match result {
                     DoneCode::Ok => "ok",
                     DoneCode::NoSpace => "ERR ENOSPC",
                     DoneCode::Io => "ERR EIO",
                 };
-                write!(
-                    f,
-                    "disk done  #{token} {kind:?} {} {result}",
-                    file.relative_path()
-                )
+                write!(f, "disk done  #{token} {kind:?} {} {result}", file.relative_path())
             }
             What::Timer => write!(f, "timer"),
             What::Request { request, op } => write!(f, "request r{request} {op}"),
             What::Refused { client } => write!(f, "client c{client} refused: node down"),
-            What::Reply {
-                request,
-                status,
-                count,
-            } => write!(f, "reply r{request} {status} n={count}"),
+            What::Reply { request, status, count } => {
+                write!(f, "reply r{request} {status} n={count}")
+            }
             What::Timeout { request } => write!(f, "timeout r{request} (ambiguous)"),
             What::Committed { key, first, count } => write!(f, "committed {key} @{first} +{count}"),
             What::Checkpoint { checkpoint } => write!(f, "checkpoint durable {checkpoint}"),
@@ -337,12 +339,24 @@ impl fmt::Display for TraceRecord {
             What::Latched => write!(f, "WAL LATCHED"),
             What::CommitFailed { key } => write!(f, "commit failed {key}"),
             What::Fault { action } => write!(f, "FAULT {action}"),
-            What::Started { ok } => write!(
-                f,
-                "process start: {}",
-                if ok { "recovered" } else { "REFUSED" }
-            ),
+            What::Started { ok } => {
+                write!(f, "process start: {}", if ok { "recovered" } else { "REFUSED" })
+            }
             What::Phase { name } => write!(f, "phase {name}"),
+            What::Send { to, tag, len, fate } => {
+                let fate = match fate {
+                    0 => "LOST",
+                    1 => "sent",
+                    2 => "sent TWICE",
+                    _ => "HELD (clog)",
+                };
+                write!(f, "-> n{to} {} {len}B {fate}", tag_name(tag))
+            }
+            What::Deliver { from, tag, len, ok } => {
+                let what = if ok { "delivered" } else { "LOST on arrival" };
+                write!(f, "<- n{from} {} {len}B {what}", tag_name(tag))
+            }
+            What::Leader => write!(f, "is the metastore leader"),
         }
     }
 }
@@ -355,12 +369,7 @@ mod tests {
     fn ring_keeps_the_last_records_in_order() {
         let mut trace = Trace::new(false);
         for e in 0..100 {
-            trace.push(TraceRecord {
-                t: e,
-                e,
-                node: 0,
-                what: What::Timer,
-            });
+            trace.push(TraceRecord { t: e, e, node: 0, what: What::Timer });
         }
         let tail = trace.tail();
         assert_eq!(tail.len(), RING);

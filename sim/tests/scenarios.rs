@@ -21,11 +21,7 @@ fn run(name: &str) {
     if let Err(what) = (scenario.expect)(&outcome) {
         panic!("scenario {name}: {what}\n{}", outcome.failure_report());
     }
-    assert!(
-        outcome.passed,
-        "scenario {name} broke an invariant:\n{}",
-        outcome.failure_report()
-    );
+    assert!(outcome.passed, "scenario {name} broke an invariant:\n{}", outcome.failure_report());
 }
 
 macro_rules! scenarios {

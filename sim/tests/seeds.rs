@@ -13,7 +13,7 @@ fn every_regression_seed_passes() {
     assert!(!corpus.is_empty(), "seeds/ holds at least one seed");
     let mut failures = Vec::new();
     for entry in &corpus {
-        let outcome = run_seed_catching(entry.seed, false);
+        let outcome = run_seed_catching(entry.seed, &entry.options, false);
         if !outcome.passed {
             eprintln!(
                 "{} ({}): {}\n{}",

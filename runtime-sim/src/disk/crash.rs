@@ -30,21 +30,13 @@ impl SimDisk {
                     // A lying sync never made the entry durable either: the node loses bytes
                     // it was told were safe.
                     let bytes = file.data().to_vec();
-                    self.damage.push(Damage {
-                        file: id,
-                        class: FaultClass::LyingFsync,
-                        bytes,
-                    });
+                    self.damage.push(Damage { file: id, class: FaultClass::LyingFsync, bytes });
                 }
                 continue;
             }
             if self.files[&id].lied {
                 let bytes = self.files[&id].unsynced_write_bytes();
-                self.damage.push(Damage {
-                    file: id,
-                    class: FaultClass::LyingFsync,
-                    bytes,
-                });
+                self.damage.push(Damage { file: id, class: FaultClass::LyingFsync, bytes });
             }
             if self.faults.torn_at_power_loss && self.files[&id].is_dirty() {
                 self.tear(id);
@@ -83,24 +75,12 @@ impl SimDisk {
     ) {
         self.hits.hit(FaultClass::MisdirectedWrite);
         let shift = sectors.unsigned_abs() * SECTOR_BYTES;
-        let target = if sectors < 0 && offset >= shift {
-            offset - shift
-        } else {
-            offset + shift
-        };
+        let target = if sectors < 0 && offset >= shift { offset - shift } else { offset + shift };
         let f = self.file_mut(file);
         let mut bytes = data.to_vec();
-        bytes.extend(frames_overlapping(
-            f.data(),
-            target,
-            target + data.len() as u64,
-        ));
+        bytes.extend(frames_overlapping(f.data(), target, target + data.len() as u64));
         f.write(target, data);
-        self.damage.push(Damage {
-            file,
-            class: FaultClass::MisdirectedWrite,
-            bytes,
-        });
+        self.damage.push(Damage { file, class: FaultClass::MisdirectedWrite, bytes });
     }
 
     /// Flips one bit at rest in a random non-empty record file. Returns false if there is none.
@@ -121,11 +101,7 @@ impl SimDisk {
         let bytes = frames_overlapping(self.files[&id].data(), byte, byte + 1);
         self.file_mut(id).flip_bit(byte, bit);
         self.hits.hit(FaultClass::BitFlip);
-        self.damage.push(Damage {
-            file: id,
-            class: FaultClass::BitFlip,
-            bytes,
-        });
+        self.damage.push(Damage { file: id, class: FaultClass::BitFlip, bytes });
         true
     }
 }
@@ -169,23 +145,9 @@ mod tests {
         let mut d = disk();
         let f = FileId::MetaRaftLog;
         run(&mut d, DiskOp::Create { file: f });
-        run(
-            &mut d,
-            DiskOp::Write {
-                file: f,
-                offset: 0,
-                data: Bytes::from_static(b"abc"),
-            },
-        );
+        run(&mut d, DiskOp::Write { file: f, offset: 0, data: Bytes::from_static(b"abc") });
         run(&mut d, DiskOp::Sync { file: f });
-        run(
-            &mut d,
-            DiskOp::Write {
-                file: f,
-                offset: 3,
-                data: Bytes::from_static(b"def"),
-            },
-        );
+        run(&mut d, DiskOp::Write { file: f, offset: 3, data: Bytes::from_static(b"def") });
         d.process_crash();
         assert_eq!(d.snapshot()[&f].as_ref(), b"abcdef");
         d.power_loss();
@@ -196,24 +158,9 @@ mod tests {
     fn missing_dir_fsync_makes_an_unsynced_new_file_vanish() {
         let mut d = disk();
         d.faults.missing_dir_fsync = true;
-        run(
-            &mut d,
-            DiskOp::Create {
-                file: FileId::MetaRaftLog,
-            },
-        );
-        run(
-            &mut d,
-            DiskOp::Create {
-                file: FileId::WalCheckpoint,
-            },
-        );
-        run(
-            &mut d,
-            DiskOp::Sync {
-                file: FileId::WalCheckpoint,
-            },
-        );
+        run(&mut d, DiskOp::Create { file: FileId::MetaRaftLog });
+        run(&mut d, DiskOp::Create { file: FileId::WalCheckpoint });
+        run(&mut d, DiskOp::Sync { file: FileId::WalCheckpoint });
         d.power_loss();
         assert!(d.file(&FileId::MetaRaftLog).is_none());
         assert!(d.file(&FileId::WalCheckpoint).is_some());

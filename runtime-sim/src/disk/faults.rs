@@ -46,18 +46,12 @@ pub struct FileMatch {
 impl FileMatch {
     /// Every file of `class`.
     pub fn class(class: FileClass) -> FileMatch {
-        FileMatch {
-            class,
-            partition: None,
-        }
+        FileMatch { class, partition: None }
     }
 
     /// Partition `index` of any topic.
     pub fn partition(index: u32) -> FileMatch {
-        FileMatch {
-            class: FileClass::Partition,
-            partition: Some(index),
-        }
+        FileMatch { class: FileClass::Partition, partition: Some(index) }
     }
 
     /// True when `file` is selected.
@@ -147,10 +141,7 @@ mod tests {
 
     #[test]
     fn matches_by_class_and_partition() {
-        let p1 = FileId::PartitionLog(PartitionKey {
-            topic: TopicId(3),
-            partition: 1,
-        });
+        let p1 = FileId::PartitionLog(PartitionKey { topic: TopicId(3), partition: 1 });
         assert!(FileMatch::partition(1).matches(&p1));
         assert!(!FileMatch::partition(0).matches(&p1));
         assert!(FileMatch::class(FileClass::Partition).matches(&p1));

@@ -10,12 +10,7 @@ pub const SECTOR_BYTES: u64 = 512;
 #[derive(Clone, Debug)]
 enum Undo {
     /// A write of `len` bytes at `offset`; `old` held the bytes it overwrote.
-    Write {
-        offset: u64,
-        len: u64,
-        old_len: u64,
-        old: Vec<u8>,
-    },
+    Write { offset: u64, len: u64, old_len: u64, old: Vec<u8> },
     /// A length change; `removed` held the bytes a shrink cut off.
     Truncate { old_len: u64, removed: Vec<u8> },
 }
@@ -34,22 +29,12 @@ pub struct SimFile {
 impl SimFile {
     /// A new empty file.
     pub fn new(entry_durable: bool) -> SimFile {
-        SimFile {
-            data: Vec::new(),
-            undo: Vec::new(),
-            entry_durable,
-            lied: false,
-        }
+        SimFile { data: Vec::new(), undo: Vec::new(), entry_durable, lied: false }
     }
 
     /// A file whose whole content is durable (e.g. loaded from a snapshot).
     pub fn durable(data: Vec<u8>) -> SimFile {
-        SimFile {
-            data,
-            undo: Vec::new(),
-            entry_durable: true,
-            lied: false,
-        }
+        SimFile { data, undo: Vec::new(), entry_durable: true, lied: false }
     }
 
     /// Current length (what the running process sees).
@@ -82,12 +67,7 @@ impl SimFile {
         } else {
             Vec::new()
         };
-        self.undo.push(Undo::Write {
-            offset,
-            len: bytes.len() as u64,
-            old_len,
-            old,
-        });
+        self.undo.push(Undo::Write { offset, len: bytes.len() as u64, old_len, old });
         self.write_raw(offset, bytes);
     }
 
@@ -102,11 +82,7 @@ impl SimFile {
     /// Sets the length. Not durable until `sync`.
     pub fn truncate(&mut self, len: u64) {
         let old_len = self.len();
-        let removed = if len < old_len {
-            self.data[len as usize..].to_vec()
-        } else {
-            Vec::new()
-        };
+        let removed = if len < old_len { self.data[len as usize..].to_vec() } else { Vec::new() };
         self.undo.push(Undo::Truncate { old_len, removed });
         self.data.resize(len as usize, 0);
     }
@@ -184,12 +160,7 @@ impl SimFile {
 
     fn apply_undo(&mut self, undo: Undo) {
         match undo {
-            Undo::Write {
-                offset,
-                old_len,
-                old,
-                ..
-            } => {
+            Undo::Write { offset, old_len, old, .. } => {
                 let lo = offset as usize;
                 self.data[lo..lo + old.len()].copy_from_slice(&old);
                 self.data.truncate(old_len as usize);

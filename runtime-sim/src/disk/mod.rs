@@ -102,8 +102,7 @@ impl SimDisk {
             self.hits.hit(FaultClass::DiskFull);
             return Err(DiskError::NoSpace);
         }
-        self.files
-            .insert(file, SimFile::new(!self.faults.missing_dir_fsync));
+        self.files.insert(file, SimFile::new(!self.faults.missing_dir_fsync));
         Ok(DiskDone::Done)
     }
 
@@ -145,11 +144,7 @@ impl SimDisk {
         let rate = self.faults.misdirect_rate;
         if FileClass::of(file).holds_records() && rate > 0.0 && self.rng.random_bool(rate) {
             let sectors: i64 = self.rng.random_range(1..=8);
-            return Some(if self.rng.random_bool(0.5) {
-                sectors
-            } else {
-                -sectors
-            });
+            return Some(if self.rng.random_bool(0.5) { sectors } else { -sectors });
         }
         None
     }
@@ -185,11 +180,7 @@ impl SimDisk {
             if self.files[&file].lied {
                 // Bytes an earlier lying sync claimed durable are dropped with the dirty pages.
                 let bytes = self.files[&file].unsynced_write_bytes();
-                self.damage.push(Damage {
-                    file,
-                    class: FaultClass::LyingFsync,
-                    bytes,
-                });
+                self.damage.push(Damage { file, class: FaultClass::LyingFsync, bytes });
             }
             self.file_mut(file).revert_unsynced();
             return Err(DiskError::Io("fsync failed: dirty pages dropped".into()));
@@ -218,9 +209,8 @@ impl SimDisk {
             self.hits.hit(FaultClass::ReadError);
             return Err(DiskError::Io("read failed".into()));
         }
-        let Some(bytes) = offset
-            .checked_add(len)
-            .and_then(|end| f.data().get(offset as usize..end as usize))
+        let Some(bytes) =
+            offset.checked_add(len).and_then(|end| f.data().get(offset as usize..end as usize))
         else {
             return Err(DiskError::Io(format!(
                 "short read: {len} bytes at {offset} of {}",
@@ -250,9 +240,7 @@ impl SimDisk {
     }
 
     fn file_mut(&mut self, file: FileId) -> &mut SimFile {
-        self.files
-            .get_mut(&file)
-            .expect("invariant: caller checked the file exists")
+        self.files.get_mut(&file).expect("invariant: caller checked the file exists")
     }
 
     /// The file, if it exists.
@@ -267,10 +255,7 @@ impl SimDisk {
 
     /// What a restarting process finds: the current content of every file.
     pub fn snapshot(&self) -> BTreeMap<FileId, Bytes> {
-        self.files
-            .iter()
-            .map(|(id, f)| (*id, Bytes::copy_from_slice(f.data())))
-            .collect()
+        self.files.iter().map(|(id, f)| (*id, Bytes::copy_from_slice(f.data()))).collect()
     }
 
     /// Damage reports since the last call.
@@ -298,11 +283,7 @@ mod tests {
     }
 
     fn write(file: FileId, offset: u64, data: &'static [u8]) -> DiskOp {
-        DiskOp::Write {
-            file,
-            offset,
-            data: Bytes::from_static(data),
-        }
+        DiskOp::Write { file, offset, data: Bytes::from_static(data) }
     }
 
     #[test]
@@ -314,15 +295,10 @@ mod tests {
             let op = if i % 2 == 0 {
                 write(FileId::MetaRaftLog, i, b"x")
             } else {
-                DiskOp::Sync {
-                    file: FileId::MetaRaftLog,
-                }
+                DiskOp::Sync { file: FileId::MetaRaftLog }
             };
             let at = d.schedule(Instant(1_000 + i), &op);
-            assert!(
-                at >= last,
-                "op {i} completes before an earlier one on the same file"
-            );
+            assert!(at >= last, "op {i} completes before an earlier one on the same file");
             last = at;
         }
         assert!(d.hits.get(FaultClass::SlowDisk) > 0);
@@ -361,18 +337,9 @@ mod tests {
         assert_eq!(d.complete(&write(f, 0, b"xy")), Ok(DiskDone::Done));
         assert_eq!(d.complete(&write(f, 4, b"z")), Err(DiskError::NoSpace));
         assert_eq!(
-            d.complete(&DiskOp::Create {
-                file: FileId::WalCheckpoint
-            }),
+            d.complete(&DiskOp::Create { file: FileId::WalCheckpoint }),
             Err(DiskError::NoSpace)
         );
-        assert!(
-            d.complete(&DiskOp::Read {
-                file: f,
-                offset: 2,
-                len: 10
-            })
-            .is_err()
-        );
+        assert!(d.complete(&DiskOp::Read { file: f, offset: 2, len: 10 }).is_err());
     }
 }

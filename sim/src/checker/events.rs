@@ -1,58 +1,70 @@
-//! Checks driven by the node's own events and by restarts: watermarks never go backwards (also
-//! across a crash), the checkpoint never passes a record whose commit was not acknowledged,
-//! discards only hit deleted topics, and a latched WAL acks nothing until restart.
+//! Checks driven by the nodes' own events and by restarts: watermarks never go backwards (also
+//! across a crash) and only the partition's owner commits to it, each node's checkpoint never
+//! passes a record of its WAL that was not committed (on any node) or discarded, discards only
+//! hit deleted topics, and a latched WAL acks nothing until its node restarts.
 
 use narad_core::{NodeEvent, PartitionKey};
 
 use super::{Checker, inv};
 
 impl Checker {
-    /// A node event, in the order the node reported it.
-    pub fn on_event(&mut self, event: &NodeEvent) {
+    /// An event of node `node`, in the order the node reported it.
+    pub fn on_event(&mut self, node: u32, event: &NodeEvent) {
         match event {
-            NodeEvent::Committed {
-                key,
-                first_offset,
-                origins,
-                ..
-            } => {
-                self.on_committed(*key, *first_offset, origins);
+            NodeEvent::Committed { key, first_offset, origin, origins } => {
+                let origin = origin.0.saturating_sub(1);
+                self.on_committed(node, *key, *first_offset, origin, origins);
             }
-            NodeEvent::CheckpointDurable { checkpoint } => self.on_checkpoint(*checkpoint),
+            NodeEvent::CheckpointDurable { checkpoint } => self.on_checkpoint(node, *checkpoint),
             NodeEvent::Discarded { seq, topic } => {
                 self.counters.discarded += 1;
                 if !self.is_deleted(*topic) {
                     let detail = format!(
-                        "seq {seq} of topic#{} discarded, delete never asked",
+                        "n{node}: seq {seq} of topic#{} discarded, delete never asked",
                         topic.0
                     );
                     self.violation(inv::DISCARD, detail);
                 }
-                self.mark_done(*seq);
+                self.mark_done(node, *seq);
             }
             NodeEvent::WalLatched => {
                 self.counters.latches += 1;
-                self.latched = true;
+                self.node(node).latched = true;
             }
             NodeEvent::CommitFailed { .. } => self.counters.commits_failed += 1,
             NodeEvent::RecordsLost { seqs } => {
                 // Only a disk that damaged data at rest may cost records; they count as done
                 // for the checkpoint check and their messages are excused as lost to corruption.
                 if !self.corruption_hit {
-                    let detail = format!("WAL seqs {seqs:?} declared lost without any corruption fault");
+                    let detail = format!(
+                        "n{node}: WAL seqs {seqs:?} declared lost without any corruption fault"
+                    );
                     self.violation(inv::LOST, detail);
                 }
                 self.counters.declared_lost += seqs.end - seqs.start;
                 for seq in seqs.clone() {
-                    self.mark_done(seq);
+                    self.mark_done(node, seq);
                 }
             }
         }
     }
 
-    fn on_committed(&mut self, key: PartitionKey, first_offset: u64, origins: &[u64]) {
+    fn on_committed(
+        &mut self,
+        node: u32,
+        key: PartitionKey,
+        first_offset: u64,
+        origin: u32,
+        origins: &[u64],
+    ) {
         for &seq in origins {
-            self.mark_done(seq);
+            self.mark_done(origin, seq);
+        }
+        self.held(node, origin, origins);
+        let owner = *self.owners.entry(key).or_insert(node);
+        if owner != node {
+            let detail = format!("{key}: n{node} committed to a partition n{owner} committed to");
+            self.violation(inv::WATERMARK, detail);
         }
         if self.is_deleted(key.topic) {
             return;
@@ -62,66 +74,65 @@ impl Checker {
         state.hwm = first_offset + origins.len() as u64;
         state.amnesia = false;
         if first_offset != hwm && !amnesia {
-            let what = if first_offset < hwm {
-                "below"
-            } else {
-                "leaving a gap above"
-            };
+            let what = if first_offset < hwm { "below" } else { "leaving a gap above" };
             let detail = format!("{key}: commit at offset {first_offset} {what} watermark {hwm}");
             self.violation(inv::WATERMARK, detail);
         }
     }
 
-    fn mark_done(&mut self, seq: u64) {
+    fn mark_done(&mut self, node: u32, seq: u64) {
+        let done = &mut self.node(node).done;
         let seq = seq as usize;
-        if self.done.len() <= seq {
-            self.done.resize(seq + 1, false);
+        if done.len() <= seq {
+            done.resize(seq + 1, false);
         }
-        self.done[seq] = true;
+        done[seq] = true;
     }
 
-    fn on_checkpoint(&mut self, checkpoint: u64) {
-        if checkpoint < self.checkpoint_floor {
+    fn on_checkpoint(&mut self, node: u32, checkpoint: u64) {
+        let floor = self.node(node).checkpoint_floor;
+        if checkpoint < floor {
             if !self.corruption_hit {
-                let detail = format!(
-                    "durable checkpoint {checkpoint} < earlier {}",
-                    self.checkpoint_floor
-                );
+                let detail = format!("n{node}: durable checkpoint {checkpoint} < earlier {floor}");
                 self.violation(inv::CHECKPOINT, detail);
             }
-            self.checkpoint_floor = checkpoint;
+            self.node(node).checkpoint_floor = checkpoint;
             return;
         }
-        let first_missing = (self.checkpoint_floor..checkpoint)
-            .find(|&seq| !self.done.get(seq as usize).copied().unwrap_or(false));
+        let done = &self.node(node).done;
+        let first_missing =
+            (floor..checkpoint).find(|&seq| !done.get(seq as usize).copied().unwrap_or(false));
         if let Some(seq) = first_missing {
-            let detail =
-                format!("checkpoint {checkpoint} passed seq {seq}, never committed or discarded");
+            let detail = format!(
+                "n{node}: checkpoint {checkpoint} passed seq {seq}, never committed or discarded"
+            );
             self.violation(inv::CHECKPOINT, detail);
         }
-        self.checkpoint_floor = checkpoint;
+        self.node(node).checkpoint_floor = checkpoint;
     }
 
-    /// Records the recovering node finds committed in its partition logs count as done (their
-    /// commit may have landed durably while a crash hid its answer).
-    pub fn recovered_origins(&mut self, seqs: &[u64]) {
-        for &seq in seqs {
-            self.mark_done(seq);
+    /// Records a recovering node finds committed in its partition logs count as done for their
+    /// origin node (their commit may have landed durably while a crash hid its answer).
+    pub fn recovered_origins(&mut self, origins: &[(u32, u64)]) {
+        for &(origin, seq) in origins {
+            self.mark_done(origin, seq);
         }
     }
 
-    /// The process died: nothing is latched any more once it restarts.
-    pub fn on_crash(&mut self) {
-        self.latched = false;
+    /// The process of `node` died: nothing is latched any more once it restarts.
+    pub fn on_crash(&mut self, node: u32) {
+        self.node(node).latched = false;
     }
 
-    /// The node recovered with these partition watermarks: nothing visible may have vanished.
-    pub fn on_restart(&mut self, watermarks: &[(PartitionKey, u64)]) {
-        if self.started_once {
+    /// `node` recovered with these partition watermarks: nothing visible may have vanished.
+    pub fn on_restart(&mut self, node: u32, watermarks: &[(PartitionKey, u64)]) {
+        let state = self.node(node);
+        let restarted = state.started_once;
+        state.started_once = true;
+        state.latched = false;
+        if restarted {
             self.counters.restarts += 1;
         }
-        self.started_once = true;
-        self.latched = false;
         for &(key, ref hwm) in watermarks {
             if self.is_deleted(key.topic) {
                 continue;
@@ -142,11 +153,8 @@ impl Checker {
     /// offsets may be reused.
     pub fn amnesia(&mut self, key: PartitionKey) {
         self.parts.entry(key).or_default().amnesia = true;
-        let stale: Vec<(PartitionKey, u64)> = self
-            .seen
-            .range((key, 0)..=(key, u64::MAX))
-            .map(|(k, _)| *k)
-            .collect();
+        let stale: Vec<(PartitionKey, u64)> =
+            self.seen.range((key, 0)..=(key, u64::MAX)).map(|(k, _)| *k).collect();
         for k in stale {
             self.seen.remove(&k);
         }
@@ -155,10 +163,7 @@ impl Checker {
     /// Recovery refused to start.
     pub fn recovery_failed(&mut self, error: String) {
         if !self.corruption_hit {
-            self.violation(
-                inv::RECOVERY,
-                format!("no disk lied, yet recovery refused: {error}"),
-            );
+            self.violation(inv::RECOVERY, format!("no disk lied, yet recovery refused: {error}"));
         }
         self.recovery_refused = Some(error);
     }
@@ -174,9 +179,9 @@ impl Checker {
         }
     }
 
-    /// True while the WAL is latched (until the next restart).
-    pub fn is_latched(&self) -> bool {
-        self.latched
+    /// True while `node`'s WAL is latched (until its next restart).
+    pub fn is_latched(&self, node: u32) -> bool {
+        self.nodes.get(node as usize).is_some_and(|n| n.latched)
     }
 
     /// The watermark the checker knows for `key`.

@@ -7,6 +7,12 @@
 //! copy of a record (SPEC §1 "Disk loss"). Records whose bytes they hit are reported as
 //! `lost_to_corruption`, never as lost writes, but the damage must be *detected*: reading a
 //! corrupt record is always a violation.
+//!
+//! In a cluster, per-node state (WAL sequences, checkpoints, latches) is kept per node, and the
+//! checker learns from each node's WAL writes under which topic incarnation every attempt was
+//! really staged (a node's replica may lag behind a delete and re-create of the same name): a
+//! record may only ever be visible in an incarnation it was staged for, and an acknowledged
+//! record is excused only when the incarnation its acknowledging node staged it for was deleted.
 
 mod events;
 mod reads;
@@ -55,6 +61,29 @@ pub struct Msg {
     pub damaged: bool,
     /// Copies seen by the final read.
     pub visible: u32,
+    /// (node, incarnation) of every WAL staging of this message seen so far.
+    pub stagings: Vec<(u32, TopicId)>,
+    /// Incarnations the acknowledging nodes staged it for.
+    pub acked_under: Vec<TopicId>,
+    /// Nodes that held it: in their WAL, or committed in a partition log (a bit per node).
+    pub held_by: u32,
+}
+
+impl Msg {
+    /// True when some attempt was staged for incarnation `topic` (before any staging was seen:
+    /// when it is the incarnation the workload aimed at).
+    pub fn reached(&self, topic: TopicId) -> bool {
+        if self.stagings.is_empty() {
+            self.topic == topic
+        } else {
+            self.stagings.iter().any(|&(_, t)| t == topic)
+        }
+    }
+
+    /// The incarnations its 202s vouch for (the one aimed at, if no staging was seen).
+    pub fn acked_incarnations(&self) -> Vec<TopicId> {
+        if self.acked_under.is_empty() { vec![self.topic] } else { self.acked_under.clone() }
+    }
 }
 
 /// A broken invariant.
@@ -77,6 +106,17 @@ struct PartState {
     hwm: u64,
     /// A lying disk lost acknowledged bytes of this log: its watermark may restart lower.
     amnesia: bool,
+}
+
+/// What the checker tracks per node.
+#[derive(Clone, Debug, Default)]
+struct NodeCheck {
+    /// WAL sequences committed (anywhere), discarded or declared lost, by sequence number.
+    done: Vec<bool>,
+    checkpoint_floor: u64,
+    latched: bool,
+    /// The node became ready at least once (later readiness follows a restart).
+    started_once: bool,
 }
 
 /// Counters for the report.
@@ -102,12 +142,14 @@ const MAX_VIOLATIONS: usize = 64;
 pub struct Checker {
     msgs: Vec<Msg>,
     incarnations: BTreeMap<TopicId, Incarnation>,
-    by_name: BTreeMap<String, TopicId>,
+    by_name: BTreeMap<String, Vec<TopicId>>,
     parts: BTreeMap<PartitionKey, PartState>,
+    /// The node that committed to each partition (owners never move).
+    owners: BTreeMap<PartitionKey, u32>,
     seen: BTreeMap<(PartitionKey, u64), u64>,
-    done: Vec<bool>,
-    checkpoint_floor: u64,
-    latched: bool,
+    /// The message each (node, WAL sequence) staged last.
+    by_origin: BTreeMap<(u32, u64), u64>,
+    nodes: Vec<NodeCheck>,
     now: Instant,
     violations: Vec<Violation>,
     violation_count: usize,
@@ -117,8 +159,6 @@ pub struct Checker {
     pub corruption_hit: bool,
     /// Recovery refused to start (with the error), if it did.
     pub recovery_refused: Option<String>,
-    /// The node became ready at least once (later readiness follows a restart).
-    started_once: bool,
 }
 
 impl Checker {
@@ -131,11 +171,7 @@ impl Checker {
     pub fn violation(&mut self, invariant: &'static str, detail: String) {
         self.violation_count += 1;
         if self.violations.len() < MAX_VIOLATIONS {
-            self.violations.push(Violation {
-                at: self.now,
-                invariant,
-                detail,
-            });
+            self.violations.push(Violation { at: self.now, invariant, detail });
         }
     }
 
@@ -144,28 +180,40 @@ impl Checker {
         (&self.violations, self.violation_count)
     }
 
+    fn node(&mut self, node: u32) -> &mut NodeCheck {
+        let node = node as usize;
+        if self.nodes.len() <= node {
+            self.nodes.resize_with(node + 1, NodeCheck::default);
+        }
+        &mut self.nodes[node]
+    }
+
     /// A topic create was acknowledged (or the topic was found by lookup).
     pub fn topic_live(&mut self, name: &str, id: TopicId) {
         let name = name.to_string();
-        self.incarnations.entry(id).or_insert(Incarnation {
-            name: name.clone(),
-            delete_requested: false,
-        });
-        self.by_name.insert(name, id);
+        self.incarnations
+            .entry(id)
+            .or_insert(Incarnation { name: name.clone(), delete_requested: false });
+        let ids = self.by_name.entry(name).or_default();
+        if !ids.contains(&id) {
+            ids.push(id);
+        }
     }
 
-    /// A delete of incarnation `id` was sent: its records are excused from here on.
-    pub fn delete_requested(&mut self, id: TopicId) {
-        if let Some(inc) = self.incarnations.get_mut(&id) {
-            inc.delete_requested = true;
+    /// A delete of topic `name` was sent: it deletes whichever incarnation the metastore holds
+    /// when it applies, so every incarnation known under that name is excused from here on.
+    pub fn delete_requested(&mut self, name: &str) {
+        let ids = self.by_name.get(name).cloned().unwrap_or_default();
+        for id in ids {
+            if let Some(inc) = self.incarnations.get_mut(&id) {
+                inc.delete_requested = true;
+            }
+            self.parts.retain(|key, _| key.topic != id);
         }
-        self.parts.retain(|key, _| key.topic != id);
     }
 
     fn is_deleted(&self, id: TopicId) -> bool {
-        self.incarnations
-            .get(&id)
-            .is_none_or(|inc| inc.delete_requested)
+        self.incarnations.get(&id).is_none_or(|inc| inc.delete_requested)
     }
 
     /// Registers a new message; returns its id.
@@ -180,8 +228,30 @@ impl Checker {
             ambiguous: false,
             damaged: false,
             visible: 0,
+            stagings: Vec::new(),
+            acked_under: Vec::new(),
+            held_by: 0,
         });
         id
+    }
+
+    /// Node `node` wrote message `id` to its WAL as sequence `seq`, for incarnation `topic`.
+    pub fn staged(&mut self, node: u32, seq: u64, id: u64, topic: TopicId) {
+        let Some(msg) = self.msgs.get_mut(id as usize) else { return };
+        msg.held_by |= 1 << node;
+        if !msg.stagings.contains(&(node, topic)) {
+            msg.stagings.push((node, topic));
+        }
+        self.by_origin.insert((node, seq), id);
+    }
+
+    /// Node `node` committed these WAL sequences of `origin` to one of its partitions.
+    fn held(&mut self, node: u32, origin: u32, seqs: &[u64]) {
+        for seq in seqs {
+            if let Some(&id) = self.by_origin.get(&(origin, *seq)) {
+                self.msgs[id as usize].held_by |= 1 << node;
+            }
+        }
     }
 
     /// The payload a message will carry (its id must be `next_id`).
@@ -201,20 +271,24 @@ impl Checker {
         }
     }
 
-    /// An attempt carrying `ids` was answered 202 with `accepted`.
-    pub fn acked(&mut self, ids: &[u64], accepted: usize) {
-        if self.latched {
-            self.violation(
-                inv::LATCH,
-                format!("202 for {} records after WalLatched", ids.len()),
-            );
+    /// Node `node` answered an attempt carrying `ids` with 202 (`accepted` records).
+    pub fn acked(&mut self, node: u32, ids: &[u64], accepted: usize) {
+        if self.node(node).latched {
+            let detail = format!("n{node}: 202 for {} records after WalLatched", ids.len());
+            self.violation(inv::LATCH, detail);
         }
         if accepted != ids.len() {
             let detail = format!("202 accepted {accepted} of {} messages", ids.len());
             self.violation(inv::PROTOCOL, detail);
         }
         for &id in ids {
-            self.msgs[id as usize].acked = true;
+            let msg = &mut self.msgs[id as usize];
+            msg.acked = true;
+            for &(staged_on, topic) in &msg.stagings {
+                if staged_on == node && !msg.acked_under.contains(&topic) {
+                    msg.acked_under.push(topic);
+                }
+            }
         }
     }
 

@@ -25,8 +25,10 @@ pub struct Verdict {
 
 impl Checker {
     /// Computes the verdict; records a lost-write violation per lost message (the first few).
-    /// `read_complete` is false when the final read could not run (recovery refused).
-    pub fn verdict(&mut self, read_complete: bool) -> Verdict {
+    /// `read_complete` is false when the final read could not run (recovery refused on the
+    /// only node); `lost_nodes` (a bit per node) are nodes that stayed down because their disk
+    /// was damaged: what only they held is excused when a corruption-class fault hit.
+    pub fn verdict(&mut self, read_complete: bool, lost_nodes: u32) -> Verdict {
         let mut v = Verdict::default();
         let mut lost_ids = Vec::new();
         // Records the node itself declared lost (damaged at rest in its WAL): at most that many
@@ -46,9 +48,11 @@ impl Checker {
             if msg.visible > 0 {
                 continue;
             }
-            if self.is_deleted(msg.topic) {
+            if msg.acked_incarnations().iter().all(|&inc| self.is_deleted(inc)) {
                 v.deleted_topic += 1;
-            } else if msg.damaged || (self.corruption_hit && !read_complete) {
+            } else if msg.damaged
+                || (self.corruption_hit && (!read_complete || msg.held_by & lost_nodes != 0))
+            {
                 v.lost_to_corruption += 1;
             } else if declared_lost > 0 {
                 declared_lost -= 1;
@@ -68,10 +72,7 @@ impl Checker {
             self.violation(inv::LOST, detail);
         }
         if lost_ids.len() > 5 {
-            self.violation(
-                inv::LOST,
-                format!("... {} lost writes in all", lost_ids.len()),
-            );
+            self.violation(inv::LOST, format!("... {} lost writes in all", lost_ids.len()));
         }
         v
     }

@@ -6,7 +6,7 @@ use narad_sim_runtime::{FaultClass, FileClass, FileMatch};
 use super::Scenario;
 use crate::outcome::RunOutcome;
 use crate::schedule::{FaultAction as A, ScheduledFault};
-use crate::swarm::{FaultPlan, WorkloadConfig};
+use crate::swarm::{FaultPlan, NetPlan, WorkloadConfig};
 
 fn at(ms: u64, action: A) -> ScheduledFault {
     ScheduledFault::at(ms, action)
@@ -30,10 +30,7 @@ fn workload(messages: u64, partitions: u32, active_ms: u64) -> WorkloadConfig {
 }
 
 fn plan() -> FaultPlan {
-    FaultPlan {
-        restart_on_latch: true,
-        ..FaultPlan::default()
-    }
+    FaultPlan { restart_on_latch: true, ..FaultPlan::default() }
 }
 
 fn check(ok: bool, what: &str) -> Result<(), String> {
@@ -41,10 +38,7 @@ fn check(ok: bool, what: &str) -> Result<(), String> {
 }
 
 fn hit(o: &RunOutcome, class: FaultClass) -> Result<(), String> {
-    check(
-        o.faults.get(class) > 0,
-        &format!("fault {} never hit", class.name()),
-    )
+    check(o.faults.get(class) > 0, &format!("fault {} never hit", class.name()))
 }
 
 /// Every scenario.
@@ -68,6 +62,8 @@ fn wal_fsync_failure() -> Scenario {
         name: "wal_fsync_failure",
         story: "an ingress WAL fsync fails: the group gets 500s, the WAL latches, a restart replays what was durable, no ack is lost",
         seed: 11,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(200, 3, 1_500),
         faults: plan(),
         schedule: vec![at(150, A::FailNextSync(FileMatch::class(FileClass::Wal)))],
@@ -83,24 +79,17 @@ fn partition_torn_write() -> Scenario {
         name: "partition_torn_write",
         story: "a partition-log write lands torn but reports success: the read-back CRC catches it, the commit is rolled back and retried",
         seed: 12,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(200, 3, 1_500),
         faults: plan(),
         schedule: vec![
-            at(
-                100,
-                A::TornNextWrite(FileMatch::class(FileClass::Partition)),
-            ),
-            at(
-                400,
-                A::TornNextWrite(FileMatch::class(FileClass::Partition)),
-            ),
+            at(100, A::TornNextWrite(FileMatch::class(FileClass::Partition))),
+            at(400, A::TornNextWrite(FileMatch::class(FileClass::Partition))),
         ],
         expect: |o| {
             hit(o, FaultClass::TornWriteLive)?;
-            check(
-                o.counters.commits_failed > 0,
-                "no commit failed: the read-back missed the tear",
-            )
+            check(o.counters.commits_failed > 0, "no commit failed: the read-back missed the tear")
         },
     }
 }
@@ -110,21 +99,17 @@ fn crash_between_wal_fsync_and_reply() -> Scenario {
         name: "crash_between_wal_fsync_and_reply",
         story: "power fails after a WAL fsync lands but before the 202 goes out: the produce is ambiguous, nothing acked is lost",
         seed: 13,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(200, 3, 1_500),
         faults: plan(),
         schedule: vec![at(
             200,
-            A::CrashAfterNextSync {
-                target: FileMatch::class(FileClass::Wal),
-                power: true,
-            },
+            A::CrashAfterNextSync { target: FileMatch::class(FileClass::Wal), power: true },
         )],
         expect: |o| {
             hit(o, FaultClass::PowerLoss)?;
-            check(
-                o.counters.ambiguous_attempts > 0,
-                "no produce attempt was left ambiguous",
-            )
+            check(o.counters.ambiguous_attempts > 0, "no produce attempt was left ambiguous")
         },
     }
 }
@@ -134,14 +119,13 @@ fn crash_with_commits_above_checkpoint() -> Scenario {
         name: "crash_with_commits_above_checkpoint",
         story: "power fails right after a partition commit is durable, before the checkpoint covers it: the window is re-dispatched, nothing is lost",
         seed: 14,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(250, 2, 1_500),
         faults: plan(),
         schedule: vec![at(
             300,
-            A::CrashAfterNextSync {
-                target: FileMatch::class(FileClass::Partition),
-                power: true,
-            },
+            A::CrashAfterNextSync { target: FileMatch::class(FileClass::Partition), power: true },
         )],
         expect: |o| hit(o, FaultClass::PowerLoss),
     }
@@ -152,18 +136,15 @@ fn stuck_destination() -> Scenario {
         name: "stuck_destination",
         story: "partition 0's log fails every write and sync for 3 s while the others commit: skip-set, reroute after 3 failed passes, checkpoint pinned, no loss",
         seed: 15,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(300, 4, 4_000),
         faults: plan(),
         schedule: vec![
             at(50, A::Failing(Some(FileMatch::partition(0)))),
             at(3_050, A::Failing(None)),
         ],
-        expect: |o| {
-            check(
-                o.counters.commits_failed > 0,
-                "partition 0 never failed a commit",
-            )
-        },
+        expect: |o| check(o.counters.commits_failed > 0, "partition 0 never failed a commit"),
     }
 }
 
@@ -172,13 +153,12 @@ fn topic_deleted_with_records_in_wal() -> Scenario {
         name: "topic_deleted_with_records_in_wal",
         story: "every partition log is stuck while t1 is deleted: t1's records waiting in the WAL are discarded (leader-confirmed), t2's commit once unstuck",
         seed: 16,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(200, 2, 2_000),
         faults: plan(),
         schedule: vec![
-            at(
-                100,
-                A::Failing(Some(FileMatch::class(FileClass::Partition))),
-            ),
+            at(100, A::Failing(Some(FileMatch::class(FileClass::Partition)))),
             at(600, A::DeleteTopic("t1".to_string())),
             at(1_500, A::Failing(None)),
         ],
@@ -191,6 +171,8 @@ fn disk_full_and_recovery() -> Scenario {
         name: "disk_full_and_recovery",
         story: "the disk is full for 700 ms: produces fail, the WAL latches, the node restarts once space is back, nothing acked is lost",
         seed: 17,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(250, 3, 2_000),
         faults: plan(),
         schedule: vec![at(200, A::DiskFull(true)), at(900, A::DiskFull(false))],
@@ -203,11 +185,10 @@ fn partition_log_lies_about_fsync() -> Scenario {
         name: "partition_log_lies_about_fsync",
         story: "partition logs claim fsyncs they never did, then power fails: records whose only copy is gone may be lost, never served corrupt",
         seed: 18,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(200, 2, 2_000),
-        faults: FaultPlan {
-            torn_at_power_loss: true,
-            ..plan()
-        },
+        faults: FaultPlan { torn_at_power_loss: true, ..plan() },
         schedule: vec![
             at(100, A::LieOn(Some(FileMatch::class(FileClass::Partition)))),
             at(600, A::PowerLoss),
@@ -226,13 +207,11 @@ fn bit_flip_at_rest() -> Scenario {
         name: "bit_flip_at_rest",
         story: "a bit flips in a record file while the node is down: the damage is detected (recovery refuses or reads fail), never served",
         seed: 19,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(200, 2, 2_000),
         faults: plan(),
-        schedule: vec![
-            at(500, A::PowerLoss),
-            at(550, A::BitFlip),
-            at(700, A::Restart),
-        ],
+        schedule: vec![at(500, A::PowerLoss), at(550, A::BitFlip), at(700, A::Restart)],
         expect: |o| hit(o, FaultClass::BitFlip),
     }
 }
@@ -242,12 +221,10 @@ fn new_files_vanish_without_dir_fsync() -> Scenario {
         name: "new_files_vanish_without_dir_fsync",
         story: "created files' directory entries are not durable until their first fsync; power fails early, twice: the node recovers without them",
         seed: 20,
+        nodes: 1,
+        net: NetPlan::default(),
         workload: workload(150, 3, 1_000),
-        faults: FaultPlan {
-            missing_dir_fsync: true,
-            torn_at_power_loss: true,
-            ..plan()
-        },
+        faults: FaultPlan { missing_dir_fsync: true, torn_at_power_loss: true, ..plan() },
         schedule: vec![
             at(3, A::PowerLoss),
             at(40, A::Restart),

@@ -9,7 +9,7 @@ use std::fmt::Write;
 use crate::outcome::RunOutcome;
 use crate::schedule::ScheduledFault;
 use crate::sim::Simulation;
-use crate::swarm::{FaultPlan, SwarmConfig, WorkloadConfig};
+use crate::swarm::{FaultPlan, NetPlan, SwarmConfig, WorkloadConfig};
 
 /// One scenario.
 pub struct Scenario {
@@ -17,7 +17,11 @@ pub struct Scenario {
     /// What it shows, in one sentence.
     pub story: &'static str,
     pub seed: u64,
+    /// Nodes in the cluster (most scenarios: one).
+    pub nodes: u32,
     pub workload: WorkloadConfig,
+    /// The network's per-message faults and latency (cluster scenarios).
+    pub net: NetPlan,
     /// Per-operation fault rates and switches (usually all off).
     pub faults: FaultPlan,
     pub schedule: Vec<ScheduledFault>,
@@ -29,9 +33,12 @@ impl Scenario {
     /// Runs the scenario.
     pub fn run(&self, keep_trace: bool) -> RunOutcome {
         let cfg = SwarmConfig {
+            nodes: self.nodes,
             faults: self.faults.clone(),
+            net: self.net.clone(),
             workload: self.workload.clone(),
             horizon_ms: 0,
+            idempotent_commits: true,
         };
         let mut sim = Simulation::new(self.seed, cfg, self.schedule.clone(), keep_trace);
         sim.scenario = Some(self.name.to_string());
@@ -55,40 +62,20 @@ pub fn summary(scenario: &Scenario, outcome: &RunOutcome) -> String {
     let _ = writeln!(out, "passed: {}", outcome.passed);
     let _ = writeln!(out, "violations: {}", outcome.violation_count);
     for violation in &outcome.violations {
-        let _ = writeln!(
-            out,
-            "  - {}",
-            violation.split(" (t=").next().unwrap_or(violation)
-        );
+        let _ = writeln!(out, "  - {}", violation.split(" (t=").next().unwrap_or(violation));
     }
     let _ = writeln!(out, "lost: {}", v.lost);
     let _ = writeln!(out, "lost_to_corruption: {}", yes(v.lost_to_corruption > 0));
     let _ = writeln!(out, "acked: {}", yes(v.acked > 0));
-    let _ = writeln!(
-        out,
-        "ambiguous_attempts: {}",
-        yes(outcome.counters.ambiguous_attempts > 0)
-    );
+    let _ = writeln!(out, "ambiguous_attempts: {}", yes(outcome.counters.ambiguous_attempts > 0));
     let _ = writeln!(out, "duplicates: {}", yes(v.duplicates > 0));
     let _ = writeln!(out, "wal_latched: {}", yes(outcome.counters.latches > 0));
-    let _ = writeln!(
-        out,
-        "commit_failed: {}",
-        yes(outcome.counters.commits_failed > 0)
-    );
+    let _ = writeln!(out, "commit_failed: {}", yes(outcome.counters.commits_failed > 0));
     let _ = writeln!(out, "discarded: {}", yes(outcome.counters.discarded > 0));
     let _ = writeln!(out, "restarted: {}", yes(outcome.counters.restarts > 0));
-    let _ = writeln!(
-        out,
-        "recovery_refused: {}",
-        yes(outcome.recovery_refused.is_some())
-    );
-    let hit: Vec<&str> = outcome
-        .faults
-        .iter()
-        .filter(|(_, n)| *n > 0)
-        .map(|(c, _)| c.name())
-        .collect();
+    let _ = writeln!(out, "recovery_refused: {}", yes(outcome.recovery_refused.is_some()));
+    let hit: Vec<&str> =
+        outcome.faults.iter().filter(|(_, n)| *n > 0).map(|(c, _)| c.name()).collect();
     let _ = writeln!(out, "fault_classes_hit: {}", hit.join(" "));
     out
 }

@@ -19,12 +19,10 @@ use crate::trace::What;
 impl Simulation {
     pub(super) fn apply_fault(&mut self, node: u32, action: FaultAction) {
         let n = node as usize;
-        self.world.record(
-            node,
-            What::Fault {
-                action: action_name(&action),
-            },
-        );
+        self.world.record(node, What::Fault { action: action_name(&action) });
+        if self.apply_net_fault(&action) {
+            return;
+        }
         let disk = &mut self.world.disks[n].faults;
         match action {
             FaultAction::ProcessCrash => self.crash(n, false, true),
@@ -61,6 +59,17 @@ impl Simulation {
                 self.world.workload.request_delete(&name);
                 self.world.wake_client(0, 0);
             }
+            FaultAction::Die { power } => {
+                if self.hosts[n].is_up() {
+                    self.world.hit(FaultClass::NodeDeath);
+                    self.crash(n, power, true);
+                }
+            }
+            FaultAction::Partition { .. }
+            | FaultAction::OneWay { .. }
+            | FaultAction::IsolateLeader { .. }
+            | FaultAction::Clog { .. }
+            | FaultAction::NetHeal { .. } => unreachable!("network actions are applied above"),
         }
     }
 
@@ -71,22 +80,20 @@ impl Simulation {
             return;
         }
         if count {
-            self.world.hit(if power {
-                FaultClass::PowerLoss
-            } else {
-                FaultClass::ProcessCrash
-            });
+            self.world.hit(if power { FaultClass::PowerLoss } else { FaultClass::ProcessCrash });
         }
         self.hosts[n].crash();
+        self.world.running[n] = None;
         self.world.disks[n].process_crash();
         if power {
             self.world.disks[n].power_loss();
             self.collect_damage(n);
         }
-        self.world.checker.on_crash();
-        self.world.latch_restart_pending = false;
+        self.world.checker.on_crash(n as u32);
+        self.world.latch_restart_pending[n] = false;
         if was_up {
-            for (client, delay) in self.world.workload.on_node_down(&mut self.world.checker) {
+            let checker = &mut self.world.checker;
+            for (client, delay) in self.world.workload.on_node_down(n as u32, checker) {
                 self.world.wake_client(client, delay);
             }
         }
@@ -99,11 +106,10 @@ impl Simulation {
         }
         let now = self.world.queue.now();
         let files = self.world.disks[n].snapshot();
-        self.world
-            .checker
-            .recovered_origins(&recovered_origins(&files));
+        self.world.checker.recovered_origins(&recovered_origins(&files));
         match self.hosts[n].start(now, files, &mut self.world) {
             Ok(()) => {
+                self.world.running[n] = Some(self.hosts[n].epoch());
                 // The checker learns the recovered watermarks when the node is ready
                 // (`HostRuntime::ready`): before its start-up syncs nothing it read is served.
                 self.world.record(n as u32, What::Started { ok: true });
@@ -123,13 +129,7 @@ impl Simulation {
         let now = self.world.queue.now();
         self.hosts[n].deliver(now, Input::BeginShutdown, &mut self.world);
         let deadline = Instant(now.0 + 10_000_000);
-        self.world.queue.push_after(
-            1_000,
-            Event::ShutdownCheck {
-                node: n as u32,
-                deadline,
-            },
-        );
+        self.world.queue.push_after(1_000, Event::ShutdownCheck { node: n as u32, deadline });
     }
 
     pub(super) fn shutdown_check(&mut self, node: u32, deadline: Instant) {
@@ -139,16 +139,13 @@ impl Simulation {
         };
         let shut_down = state.is_shut_down();
         if !shut_down && self.world.queue.now() < deadline {
-            self.world
-                .queue
-                .push_after(5_000, Event::ShutdownCheck { node, deadline });
+            self.world.queue.push_after(5_000, Event::ShutdownCheck { node, deadline });
             return;
         }
         if !shut_down && self.world.healed {
-            self.world.checker.violation(
-                inv::LIVENESS,
-                "graceful shutdown did not finish in 10 s".into(),
-            );
+            self.world
+                .checker
+                .violation(inv::LIVENESS, "graceful shutdown did not finish in 10 s".into());
         }
         self.crash(n, false, false);
         self.restart(n);
@@ -168,15 +165,16 @@ impl Simulation {
     }
 }
 
-/// WAL sequence numbers of every record found in a valid frame of a partition log: the node
-/// will treat them as committed (a commit can land durably while the crash hides its answer).
-fn recovered_origins(files: &BTreeMap<FileId, Bytes>) -> Vec<u64> {
+/// (origin node index, WAL sequence number) of every record found in a valid frame of a
+/// partition log: the node will treat them as committed (a commit can land durably while the
+/// crash hides its answer).
+fn recovered_origins(files: &BTreeMap<FileId, Bytes>) -> Vec<(u32, u64)> {
     let mut seqs = Vec::new();
     for (file, bytes) in files {
         if let FileId::PartitionLog(_) = file {
             for frame in codec::scan(bytes).frames {
                 if let Some(record) = PartitionRecord::decode(frame.body(bytes)) {
-                    seqs.push(record.origin_seq);
+                    seqs.push((record.origin_node.0.saturating_sub(1), record.origin_seq));
                 }
             }
         }
@@ -207,5 +205,11 @@ pub fn action_name(action: &FaultAction) -> &'static str {
         FaultAction::BitFlip => "bit-flip",
         FaultAction::CrashAfterNextSync { .. } => "arm-crash-after-sync",
         FaultAction::DeleteTopic(_) => "delete-topic",
+        FaultAction::Die { .. } => "node-dies",
+        FaultAction::Partition { .. } => "partition",
+        FaultAction::OneWay { .. } => "one-way-partition",
+        FaultAction::IsolateLeader { .. } => "isolate-leader",
+        FaultAction::Clog { .. } => "clog",
+        FaultAction::NetHeal { .. } => "net-heal",
     }
 }

@@ -1,21 +1,25 @@
-//! `Simulation`: one seeded run. It owns the node hosts and the `World`, pops events in
-//! (time, sequence) order and routes each to the host, disk, workload or fault schedule it
-//! concerns. A run is an active phase (workload + faults), then heal, drain and final checks
-//! (`final_phase`). Nothing here reads a clock or an OS random source: the seed decides all.
+//! `Simulation`: one seeded run of one node or a cluster. It owns the node hosts and the
+//! `World`, pops events in (time, sequence) order and routes each to the host, disk, network,
+//! workload or fault schedule it concerns. A run is an active phase (workload + faults), then
+//! heal, drain and final checks (`final_phase`). Nothing here reads a clock or an OS random
+//! source: the seed decides all.
 
+mod cluster;
 mod faults;
 mod final_phase;
+mod final_read;
+mod net_faults;
 pub mod world;
 
 use narad_core::{Config, DiskOp, Input, Instant, IoToken, NodeId};
 use narad_sim_runtime::{
-    Component, EventQueue, FaultHits, NodeHost, SimDisk, component_rng, component_seed,
+    Component, EventQueue, FaultHits, NodeHost, SimDisk, SimNetwork, component_rng, component_seed,
 };
 
 use crate::checker::{Checker, inv};
 use crate::outcome::RunOutcome;
-use crate::schedule::{FaultAction, ScheduledFault, draw_schedule};
-use crate::swarm::SwarmConfig;
+use crate::schedule::{FaultAction, ScheduledFault, draw_schedule_on};
+use crate::swarm::{RunOptions, SwarmConfig};
 use crate::trace::{DoneCode, OpKind, Trace, What};
 use crate::workload::{Wake, Workload};
 use rand::RngExt;
@@ -23,7 +27,8 @@ pub use world::{Event, World};
 
 /// Simulated start time: 2026-01-01T00:00:00Z in microseconds.
 pub const START: Instant = Instant(1_767_225_600_000_000);
-/// The active phase ends after this long even if clients are not done.
+/// The active phase ends after this long even if clients are not done (clusters: twice that,
+/// so long deaths and network windows play out).
 const ACTIVE_CAP_MICROS: u64 = 30_000_000;
 /// A run with more events than this is stopped as a livelock.
 const MAX_EVENTS: u64 = 5_000_000;
@@ -40,14 +45,18 @@ pub struct Simulation {
     schedule: Vec<ScheduledFault>,
     same_instant: (Instant, u64),
     aborted: bool,
+    /// Cluster runs keep the active phase going until the last scheduled fault has struck.
+    hold_until: Instant,
+    /// Nodes still down after the heal (their recovery refused a damaged disk), a bit each.
+    lost_nodes: u32,
 }
 
 impl Simulation {
-    /// The run of `seed` under the swarm configuration it draws.
-    pub fn from_seed(seed: u64, keep_trace: bool) -> Simulation {
-        let cfg = SwarmConfig::draw(seed);
+    /// The run of `seed` under the swarm configuration it draws with `options`.
+    pub fn from_seed(seed: u64, options: &RunOptions, keep_trace: bool) -> Simulation {
+        let cfg = SwarmConfig::for_seed(seed, options);
         let mut rng = component_rng(seed, Component::Faults);
-        let schedule = draw_schedule(&cfg.faults, cfg.horizon_ms, &mut rng);
+        let schedule = draw_schedule_on(&cfg.faults, &cfg.net, cfg.nodes, cfg.horizon_ms, &mut rng);
         Simulation::new(seed, cfg, schedule, keep_trace)
     }
 
@@ -64,46 +73,69 @@ impl Simulation {
         schedule: Vec<ScheduledFault>,
         keep_trace: bool,
     ) -> Simulation {
-        let node_config = Config::single(NodeId(1), component_seed(seed, Component::Node(1)));
-        let mut disk = SimDisk::new(component_rng(seed, Component::Disk(1)));
-        apply_rates(&mut disk, &cfg);
-        let workload = Workload::new(
-            cfg.workload.clone(),
-            component_rng(seed, Component::Workload),
-        );
+        let nodes = cfg.nodes.max(1);
+        let hosts = (0..nodes).map(|n| NodeHost::new(n, node_config(seed, &cfg, n))).collect();
+        let disks = (0..nodes)
+            .map(|n| {
+                let mut disk = SimDisk::new(component_rng(seed, Component::Disk(n + 1)));
+                apply_rates(&mut disk, &cfg);
+                disk
+            })
+            .collect();
+        let mut net = SimNetwork::new(component_rng(seed, Component::Network));
+        net.faults = cfg.net.faults.clone();
+        let workload_rng = component_rng(seed, Component::Workload);
+        let workload = Workload::new(cfg.workload.clone(), workload_rng, nodes > 1);
+        let last_fault_ms = schedule.iter().map(|f| f.at_ms).max().unwrap_or(0);
+        let hold_until = if nodes > 1 { Instant(START.0 + last_fault_ms * 1_000) } else { START };
         let world = World {
             queue: EventQueue::new(START),
-            disks: vec![disk],
+            disks,
+            net,
             workload,
             checker: Checker::default(),
             trace: Trace::new(keep_trace),
             hits: FaultHits::default(),
             fault_rng: component_rng(seed, Component::Faults),
+            route_rng: component_rng(seed, Component::Routing),
             healed: false,
             restart_on_latch: cfg.faults.restart_on_latch,
-            latch_restart_pending: false,
+            latch_restart_pending: vec![false; nodes as usize],
             crash_after_sync: None,
             harness_request: None,
             harness_reply: None,
             next_harness: world::HARNESS_REQUEST_BASE,
+            running: vec![None; nodes as usize],
+            windows: Default::default(),
+            leader: None,
         };
         Simulation {
             seed,
             cfg,
             scenario: None,
-            hosts: vec![NodeHost::new(0, node_config)],
+            hosts,
             world,
             schedule,
             same_instant: (START, 0),
             aborted: false,
+            hold_until,
+            lost_nodes: 0,
         }
+    }
+
+    /// Number of nodes.
+    pub fn nodes(&self) -> usize {
+        self.hosts.len()
     }
 
     /// Runs to the end and reports.
     pub fn run(mut self) -> RunOutcome {
         self.boot();
-        while !self.aborted && !self.world.workload.is_done() {
-            if self.world.queue.now().0 >= START.0 + ACTIVE_CAP_MICROS {
+        let cap = ACTIVE_CAP_MICROS * if self.nodes() > 1 { 2 } else { 1 };
+        while !self.aborted
+            && (!self.world.workload.is_done() || self.world.queue.now() < self.hold_until)
+        {
+            if self.world.queue.now().0 >= START.0 + cap {
                 break;
             }
             let Some(event) = self.world.queue.pop() else {
@@ -111,12 +143,8 @@ impl Simulation {
             };
             self.step(event);
         }
-        let read_complete = if self.aborted {
-            false
-        } else {
-            self.final_phase()
-        };
-        let verdict = self.world.checker.verdict(read_complete);
+        let read_complete = if self.aborted { false } else { self.final_phase() };
+        let verdict = self.world.checker.verdict(read_complete, self.lost_nodes);
         let mut outcome = RunOutcome::build(&self, verdict);
         outcome.full_trace = self.world.trace.take_full();
         outcome
@@ -124,12 +152,16 @@ impl Simulation {
 
     fn boot(&mut self) {
         self.world.record(0, What::Phase { name: "boot" });
+        if self.nodes() > 1 {
+            self.boot_cluster();
+        }
         let now = self.world.queue.now();
-        let started = self.hosts[0].start(now, Default::default(), &mut self.world);
-        if let Err(e) = started {
-            self.world
-                .checker
-                .recovery_failed(format!("fresh node: {e}"));
+        for n in 0..self.nodes() {
+            let started = self.hosts[n].start(now, Default::default(), &mut self.world);
+            match started {
+                Ok(()) => self.world.running[n] = Some(self.hosts[n].epoch()),
+                Err(e) => self.world.checker.recovery_failed(format!("fresh node: {e}")),
+            }
         }
         for client in 0..self.world.workload.clients() {
             let delay = self.world.workload.think();
@@ -137,11 +169,7 @@ impl Simulation {
         }
         for fault in std::mem::take(&mut self.schedule) {
             let at = Instant(START.0 + fault.at_ms * 1_000);
-            let event = Event::Fault {
-                node: fault.node,
-                action: fault.action,
-                scheduled: true,
-            };
+            let event = Event::Fault { node: fault.node, action: fault.action, scheduled: true };
             self.world.queue.push_at(at, event);
         }
     }
@@ -160,37 +188,28 @@ impl Simulation {
         crate::trace::set_stamp(now.0 - START.0, self.world.queue.popped());
         self.guard_livelock(now);
         match event {
-            Event::Disk {
-                node,
-                epoch,
-                token,
-                op,
-            } => self.disk_done(node, epoch, token, op),
+            Event::Disk { node, epoch, token, op } => self.disk_done(node, epoch, token, op),
             Event::Timer { node, generation } => {
                 self.world.record(node, What::Timer);
                 self.hosts[node as usize].fire_timer(now, generation, &mut self.world);
             }
             Event::ClientWake { client } => self.client_wake(client as usize),
             Event::ClientTimeout { request } => {
-                if let Some((client, delay)) = self
-                    .world
-                    .workload
-                    .on_timeout(request, &mut self.world.checker)
+                if let Some((client, delay)) =
+                    self.world.workload.on_timeout(request, &mut self.world.checker)
                 {
                     self.world.record(0, What::Timeout { request: request.0 });
                     self.world.wake_client(client, delay);
                 }
             }
-            Event::Fault {
-                node,
-                action,
-                scheduled,
-            } => {
+            Event::Fault { node, action, scheduled } => {
                 if !(scheduled && self.world.healed) {
                     self.apply_fault(node, action);
                 }
             }
             Event::ShutdownCheck { node, deadline } => self.shutdown_check(node, deadline),
+            Event::Deliver { from, to, epoch, bytes } => self.deliver(from, to, epoch, bytes),
+            Event::Observe => self.observe(),
         }
     }
 
@@ -223,12 +242,7 @@ impl Simulation {
         let file = op.file();
         self.world.record(
             node,
-            What::DiskDone {
-                token: token.0,
-                kind,
-                file,
-                result: DoneCode::of(&result),
-            },
+            What::DiskDone { token: token.0, kind, file, result: DoneCode::of(&result) },
         );
         self.collect_damage(n);
         if let Some((target, m, power)) = self.world.crash_after_sync
@@ -238,23 +252,11 @@ impl Simulation {
             && m.matches(&file)
         {
             self.world.crash_after_sync = None;
-            self.world.record(
-                node,
-                What::Fault {
-                    action: "crash-after-sync",
-                },
-            );
+            self.world.record(node, What::Fault { action: "crash-after-sync" });
             self.crash(n, power, true);
             let down = self.world.fault_rng.random_range(1_000..800_000);
             let action = FaultAction::Restart;
-            self.world.queue.push_after(
-                down,
-                Event::Fault {
-                    node,
-                    action,
-                    scheduled: true,
-                },
-            );
+            self.world.queue.push_after(down, Event::Fault { node, action, scheduled: true });
             return;
         }
         let now = self.world.queue.now();
@@ -280,29 +282,16 @@ impl Simulation {
         let now = self.world.queue.now();
         match self.world.workload.wake(client, &mut self.world.checker) {
             Wake::Send { request, op } => {
-                if self.hosts[0].is_up() {
-                    self.world.record(
-                        0,
-                        What::Request {
-                            request: request.0,
-                            op: world::op_name(&op),
-                        },
-                    );
-                    self.world
-                        .workload
-                        .delivered(client, request, &mut self.world.checker);
+                if let Some(n) = self.pick_node() {
+                    let what = What::Request { request: request.0, op: world::op_name(&op) };
+                    self.world.record(n as u32, what);
+                    let checker = &mut self.world.checker;
+                    self.world.workload.delivered(client, request, n as u32, checker);
                     let timeout = self.world.workload.timeout_micros();
-                    self.world
-                        .queue
-                        .push_after(timeout, Event::ClientTimeout { request });
-                    self.hosts[0].deliver(now, Input::Client { request, op }, &mut self.world);
+                    self.world.queue.push_after(timeout, Event::ClientTimeout { request });
+                    self.hosts[n].deliver(now, Input::Client { request, op }, &mut self.world);
                 } else {
-                    self.world.record(
-                        0,
-                        What::Refused {
-                            client: client as u32,
-                        },
-                    );
+                    self.world.record(0, What::Refused { client: client as u32 });
                     let delay = self.world.workload.refused(client);
                     self.world.wake_client(client, delay);
                 }
@@ -347,14 +336,31 @@ impl Simulation {
         &self.world
     }
 
-    /// Sum of fault hits over the disks and the process-level faults.
+    /// Sum of fault hits over the disks, the network and the process-level faults.
     pub fn fault_hits(&self) -> FaultHits {
         let mut hits = self.world.hits;
+        hits.add(&self.world.net.hits);
         for disk in &self.world.disks {
             hits.add(&disk.hits);
         }
         hits
     }
+}
+
+/// The configuration of node index `n` (node id `n + 1`).
+fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
+    let id = NodeId(n + 1);
+    let node_seed = component_seed(seed, Component::Node(n + 1));
+    let mut config = if cfg.nodes <= 1 {
+        Config::single(id, node_seed)
+    } else {
+        let mut config = Config::cluster(id, node_seed, (1..=cfg.nodes).map(NodeId).collect());
+        config.http_addr = format!("10.0.0.{}:7942", n + 1);
+        config.cluster_addr = format!("10.0.0.{}:7943", n + 1);
+        config
+    };
+    config.idempotent_commits = cfg.idempotent_commits;
+    config
 }
 
 fn apply_rates(disk: &mut SimDisk, cfg: &SwarmConfig) {

@@ -1,13 +1,22 @@
 //! `World`: everything in a simulation except the node hosts — the event queue, the disks, the
-//! workload, the checker and the trace. It implements `HostRuntime`, so a host's effects become
-//! scheduled events, replies reach the clients and node events reach the checker.
+//! network, the workload, the checker and the trace. It implements `HostRuntime`, so a host's
+//! effects become scheduled events (disk completions, peer messages through the network), replies
+//! reach the clients and node events reach the checker.
 
-use narad_core::{ClientOp, ClientReply, DiskOp, Instant, IoToken, NodeEvent, RequestId};
-use narad_sim_runtime::{EventQueue, FaultClass, FaultHits, FileMatch, HostRuntime, SimDisk};
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
+use narad_core::{
+    ClientOp, ClientReply, DiskOp, FileId, Instant, IoToken, NodeEvent, RequestId, codec,
+};
+use narad_sim_runtime::{
+    EventQueue, Fate, FaultClass, FaultHits, FileMatch, HostRuntime, Link, SimDisk, SimNetwork,
+};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
 use crate::checker::Checker;
+use crate::payload::parse_id;
 use crate::schedule::FaultAction;
 use crate::trace::{OpKind, Trace, TraceRecord, What};
 use crate::workload::Workload;
@@ -16,12 +25,7 @@ use crate::workload::Workload;
 #[derive(Clone, Debug)]
 pub enum Event {
     /// A disk operation of incarnation `epoch` of `node` completes.
-    Disk {
-        node: u32,
-        epoch: u32,
-        token: IoToken,
-        op: DiskOp,
-    },
+    Disk { node: u32, epoch: u32, token: IoToken, op: DiskOp },
     /// A node's timer fires.
     Timer { node: u32, generation: u64 },
     /// A client wakes up.
@@ -29,13 +33,29 @@ pub enum Event {
     /// A request has waited too long.
     ClientTimeout { request: RequestId },
     /// A fault strikes (`scheduled` ones are dropped once faults are healed).
-    Fault {
-        node: u32,
-        action: FaultAction,
-        scheduled: bool,
-    },
+    Fault { node: u32, action: FaultAction, scheduled: bool },
     /// Poll whether a graceful shutdown finished.
     ShutdownCheck { node: u32, deadline: Instant },
+    /// A peer message arrives at `to`, if its process is still incarnation `epoch` and no cut
+    /// stops it on the way.
+    Deliver { from: u32, to: u32, epoch: u32, bytes: Bytes },
+    /// Look at the cluster (who leads the metastore), every 100 ms of a cluster run.
+    Observe,
+}
+
+/// An open network window: the links it cut or clogged.
+#[derive(Clone, Debug)]
+pub struct NetWindow {
+    pub links: Vec<Link>,
+    pub kind: WindowKind,
+}
+
+/// What a network window does to its links.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WindowKind {
+    Symmetric,
+    OneWay,
+    Clog,
 }
 
 /// Requests the harness itself makes (final reads) have ids from here up.
@@ -45,33 +65,39 @@ pub const HARNESS_REQUEST_BASE: u64 = 1 << 62;
 pub struct World {
     pub queue: EventQueue<Event>,
     pub disks: Vec<SimDisk>,
+    pub net: SimNetwork,
     pub workload: Workload,
     pub checker: Checker,
     pub trace: Trace,
     /// Process-level fault hits (disk hits live in each `SimDisk`).
     pub hits: FaultHits,
     pub fault_rng: ChaCha8Rng,
+    /// Which node each client request goes to.
+    pub route_rng: ChaCha8Rng,
     /// Faults are off (heal and final phases).
     pub healed: bool,
     pub restart_on_latch: bool,
-    pub latch_restart_pending: bool,
+    /// Per node: a graceful restart after a WAL latch is already scheduled.
+    pub latch_restart_pending: Vec<bool>,
     /// Crash `node` right after the next successful sync of a matching file.
     pub crash_after_sync: Option<(u32, FileMatch, bool)>,
     pub harness_request: Option<RequestId>,
     pub harness_reply: Option<ClientReply>,
     pub next_harness: u64,
+    /// Per node: `Some(epoch)` while its process runs (a message to a node that is down, or
+    /// that restarted since it was sent, is lost with its connection).
+    pub running: Vec<Option<u32>>,
+    /// Open network windows by id.
+    pub windows: BTreeMap<u32, NetWindow>,
+    /// The metastore leader last observed (cluster runs).
+    pub leader: Option<u32>,
 }
 
 impl World {
     /// Appends a trace line for `node` at the current time.
     pub fn record(&mut self, node: u32, what: What) {
         let t = self.queue.now().0 - super::START.0;
-        let record = TraceRecord {
-            t,
-            e: self.queue.popped(),
-            node,
-            what,
-        };
+        let record = TraceRecord { t, e: self.queue.popped(), node, what };
         self.trace.push(record);
     }
 
@@ -80,14 +106,31 @@ impl World {
         self.hits.hit(class);
     }
 
+    /// Schedules the delivery of `bytes` on `link` after `delay` (lost if the receiver is down).
+    pub fn schedule_delivery(&mut self, link: Link, bytes: Bytes, delay: u64) {
+        let (from, to) = link;
+        if let Some(epoch) = self.running[to as usize] {
+            self.queue.push_after(delay, Event::Deliver { from, to, epoch, bytes });
+        }
+    }
+
+    /// WAL writes name the records a node staged: message id and topic incarnation (the
+    /// checker learns which incarnation each attempt really reached).
+    fn note_stagings(&mut self, node: u32, op: &DiskOp) {
+        let DiskOp::Write { file: FileId::WalSegment { .. }, data, .. } = op else { return };
+        for frame in codec::scan(data).frames {
+            let Some(record) = narad_core::wal::WalRecord::decode(frame.body(data)) else {
+                continue;
+            };
+            if let Some(id) = parse_id(&record.payload) {
+                self.checker.staged(node, record.seq, id, record.topic_id);
+            }
+        }
+    }
+
     /// Wakes `client` after `delay` microseconds.
     pub fn wake_client(&mut self, client: usize, delay: u64) {
-        self.queue.push_after(
-            delay,
-            Event::ClientWake {
-                client: client as u32,
-            },
-        );
+        self.queue.push_after(delay, Event::ClientWake { client: client as u32 });
     }
 }
 
@@ -121,108 +164,92 @@ pub fn op_name(op: &ClientOp) -> &'static str {
     }
 }
 
+/// The message type tag of encoded peer bytes (after the version byte), for traces.
+pub fn peer_tag(bytes: &[u8]) -> u8 {
+    bytes.get(1).copied().unwrap_or(0)
+}
+
 impl HostRuntime for World {
-    fn send(&mut self, node: u32, to: narad_core::NodeId, _bytes: bytes::Bytes) {
-        // Single-node simulations: a node never has a peer to talk to.
-        panic!("node {node} sent a peer message to node {} in a single-node simulation", to.0);
+    fn send(&mut self, node: u32, to: narad_core::NodeId, bytes: Bytes) {
+        let to = to.0.checked_sub(1).filter(|&to| (to as usize) < self.running.len());
+        let Some(to) = to else {
+            panic!("node {node} sent a peer message to a node outside the cluster");
+        };
+        let (tag, len) = (peer_tag(&bytes), bytes.len() as u64);
+        let fate = if self.running[to as usize].is_none() {
+            0
+        } else {
+            match self.net.send((node, to), bytes.clone()) {
+                Fate::Deliver(delays) => {
+                    let copies = delays.len() as u8;
+                    for delay in delays {
+                        self.schedule_delivery((node, to), bytes.clone(), delay);
+                    }
+                    copies
+                }
+                Fate::Held => 3,
+                Fate::Dropped => 0,
+            }
+        };
+        self.record(node, What::Send { to, tag, len, fate });
     }
 
-    fn ready(&mut self, _node: u32, watermarks: &[(narad_core::PartitionKey, u64)]) {
-        self.checker.on_restart(watermarks);
+    fn ready(&mut self, node: u32, watermarks: &[(narad_core::PartitionKey, u64)]) {
+        self.checker.on_restart(node, watermarks);
     }
 
     fn disk_op(&mut self, node: u32, epoch: u32, token: IoToken, op: DiskOp) {
+        self.note_stagings(node, &op);
         let now = self.queue.now();
         let at = self.disks[node as usize].schedule(now, &op);
         let (kind, offset, len) = OpKind::of(&op);
         let file = op.file();
         let done_in = at.0 - now.0;
-        self.record(
-            node,
-            What::DiskIssue {
-                token: token.0,
-                kind,
-                file,
-                offset,
-                len,
-                at: done_in,
-            },
-        );
-        self.queue.push_at(
-            at,
-            Event::Disk {
-                node,
-                epoch,
-                token,
-                op,
-            },
-        );
+        self.record(node, What::DiskIssue { token: token.0, kind, file, offset, len, at: done_in });
+        self.queue.push_at(at, Event::Disk { node, epoch, token, op });
     }
 
     fn reply(&mut self, node: u32, request: RequestId, reply: ClientReply) {
         let (status, count) = status_of(&reply);
-        self.record(
-            node,
-            What::Reply {
-                request: request.0,
-                status,
-                count,
-            },
-        );
+        self.record(node, What::Reply { request: request.0, status, count });
         if Some(request) == self.harness_request {
             self.harness_request = None;
             self.harness_reply = Some(reply);
             return;
         }
-        if let Some((client, delay)) = self.workload.on_reply(request, &reply, &mut self.checker) {
+        if let Some((client, delay)) =
+            self.workload.on_reply(node, request, &reply, &mut self.checker)
+        {
             self.wake_client(client, delay);
         }
     }
 
     fn event(&mut self, node: u32, event: NodeEvent) {
         let what = match &event {
-            NodeEvent::Committed {
-                key,
-                first_offset,
-                origins,
-                ..
-            } => What::Committed {
-                key: *key,
-                first: *first_offset,
-                count: origins.len() as u64,
-            },
-            NodeEvent::CheckpointDurable { checkpoint } => What::Checkpoint {
-                checkpoint: *checkpoint,
-            },
-            NodeEvent::Discarded { seq, topic } => What::Discarded {
-                seq: *seq,
-                topic: topic.0,
-            },
+            NodeEvent::Committed { key, first_offset, origins, .. } => {
+                What::Committed { key: *key, first: *first_offset, count: origins.len() as u64 }
+            }
+            NodeEvent::CheckpointDurable { checkpoint } => {
+                What::Checkpoint { checkpoint: *checkpoint }
+            }
+            NodeEvent::Discarded { seq, topic } => What::Discarded { seq: *seq, topic: topic.0 },
             NodeEvent::WalLatched => What::Latched,
             NodeEvent::CommitFailed { key, .. } => What::CommitFailed { key: *key },
-            NodeEvent::RecordsLost { seqs } => What::RecordsLost {
-                first: seqs.start,
-                count: seqs.end - seqs.start,
-            },
+            NodeEvent::RecordsLost { seqs } => {
+                What::RecordsLost { first: seqs.start, count: seqs.end - seqs.start }
+            }
         };
         self.record(node, what);
-        self.checker.on_event(&event);
+        self.checker.on_event(node, &event);
         if matches!(event, NodeEvent::WalLatched)
             && self.restart_on_latch
             && !self.healed
-            && !self.latch_restart_pending
+            && !self.latch_restart_pending[node as usize]
         {
-            self.latch_restart_pending = true;
+            self.latch_restart_pending[node as usize] = true;
             let delay = self.fault_rng.random_range(20_000..500_000);
             let action = FaultAction::GracefulRestart;
-            self.queue.push_after(
-                delay,
-                Event::Fault {
-                    node,
-                    action,
-                    scheduled: true,
-                },
-            );
+            self.queue.push_after(delay, Event::Fault { node, action, scheduled: true });
         }
     }
 

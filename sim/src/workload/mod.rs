@@ -1,6 +1,7 @@
 //! The workload: clients that create and delete topics, produce keyed, keyless, pinned and batch
 //! messages with unique ids, retry ambiguous answers (a retry is a new attempt with the same ids),
-//! and read partitions by offset. Each client has at most one request outstanding.
+//! and read partitions by offset. Each client has at most one request outstanding; in a cluster
+//! each request goes to a node of its own (the simulation picks a random running one).
 
 mod replies;
 pub mod topics;
@@ -54,7 +55,6 @@ enum Pending {
     },
     Delete {
         name: String,
-        inc: TopicId,
     },
     Consume {
         key: PartitionKey,
@@ -67,12 +67,7 @@ enum Pending {
 impl Pending {
     fn op(&self) -> ClientOp {
         match self {
-            Pending::Produce {
-                topic,
-                messages,
-                batch,
-                ..
-            } => ClientOp::Produce {
+            Pending::Produce { topic, messages, batch, .. } => ClientOp::Produce {
                 topic: topic.clone(),
                 messages: messages.clone(),
                 batch: *batch,
@@ -84,12 +79,7 @@ impl Pending {
             },
             Pending::Lookup { name } => ClientOp::GetTopic { name: name.clone() },
             Pending::Delete { name, .. } => ClientOp::DeleteTopic { name: name.clone() },
-            Pending::Consume {
-                key,
-                name,
-                offset,
-                max,
-            } => ClientOp::Consume {
+            Pending::Consume { key, name, offset, max } => ClientOp::Consume {
                 topic: name.clone(),
                 partition: key.partition,
                 offset: *offset,
@@ -102,8 +92,8 @@ impl Pending {
 #[derive(Clone, Debug)]
 struct Client {
     role: Role,
-    /// The request in flight.
-    waiting: Option<(RequestId, Pending)>,
+    /// The request in flight and the node it went to.
+    waiting: Option<(RequestId, Pending, u32)>,
     /// The request about to be sent (built, or kept for a retry).
     next: Option<Pending>,
     /// Attempts of `next` that ended ambiguously / in total.
@@ -129,11 +119,14 @@ pub struct Workload {
     scripted_deletes: VecDeque<String>,
     /// Produces whose client gave up waiting: a late 202 still counts as an ack.
     late: BTreeMap<RequestId, Vec<u64>>,
+    /// Several nodes: a node's replica may lag (a 404 for a topic just created elsewhere is
+    /// a clean rejection, retried, not a lost topic).
+    cluster: bool,
 }
 
 impl Workload {
     /// Clients for `cfg`, drawing from `rng`.
-    pub fn new(cfg: WorkloadConfig, rng: ChaCha8Rng) -> Workload {
+    pub fn new(cfg: WorkloadConfig, rng: ChaCha8Rng, cluster: bool) -> Workload {
         let mut clients = vec![new_client(Role::Admin)];
         clients.extend((0..cfg.producers.max(1)).map(|_| new_client(Role::Producer)));
         clients.extend((0..cfg.readers).map(|_| new_client(Role::Reader)));
@@ -148,6 +141,7 @@ impl Workload {
             cursors: BTreeMap::new(),
             scripted_deletes: VecDeque::new(),
             late: BTreeMap::new(),
+            cluster,
         }
     }
 
@@ -185,11 +179,7 @@ impl Workload {
 
     fn producers_finished(&self) -> bool {
         self.messages_left == 0
-            && self
-                .clients
-                .iter()
-                .filter(|c| c.role == Role::Producer)
-                .all(|c| c.done)
+            && self.clients.iter().filter(|c| c.role == Role::Producer).all(|c| c.done)
     }
 
     /// Client `client` wakes up: what does it do?
@@ -221,27 +211,30 @@ impl Workload {
                 }
             }
         }
-        let pending = self.clients[client]
-            .next
-            .as_ref()
-            .expect("invariant: decided above");
+        let pending = self.clients[client].next.as_ref().expect("invariant: decided above");
         let op = pending.op();
         let request = RequestId(self.next_request);
         self.next_request += 1;
         Wake::Send { request, op }
     }
 
-    /// The request from the last `wake` reached the node.
-    pub fn delivered(&mut self, client: usize, request: RequestId, checker: &mut Checker) {
+    /// The request from the last `wake` reached node `node`.
+    pub fn delivered(
+        &mut self,
+        client: usize,
+        request: RequestId,
+        node: u32,
+        checker: &mut Checker,
+    ) {
         let c = &mut self.clients[client];
         let pending = c.next.take().expect("invariant: wake built a request");
         c.tries += 1;
         match &pending {
             Pending::Produce { ids, .. } => checker.sent(ids),
-            Pending::Delete { inc, .. } => checker.delete_requested(*inc),
+            Pending::Delete { name, .. } => checker.delete_requested(name),
             _ => {}
         }
-        c.waiting = Some((request, pending));
+        c.waiting = Some((request, pending, node));
     }
 
     /// The request from the last `wake` could not be sent (node down): retry later.
@@ -262,7 +255,7 @@ impl Workload {
         }
         if let Some(name) = self.topics.unsettled().into_iter().next() {
             return Ok(match self.topics.get(&name) {
-                Some(TopicState::Deleting { id }) => Pending::Delete { name, inc: id },
+                Some(TopicState::Deleting { .. }) => Pending::Delete { name },
                 _ => Pending::Lookup { name },
             });
         }
@@ -292,19 +285,13 @@ impl Workload {
     fn create_pending(&mut self, name: Option<String>) -> Pending {
         let name = name.unwrap_or_else(|| self.topics.fresh_name());
         let partitions = self.rng.random_range(1..=self.cfg.max_partitions.max(1));
-        self.topics.set(
-            &name,
-            TopicState::Creating {
-                partitions,
-                ambiguous: false,
-            },
-        );
+        self.topics.set(&name, TopicState::Creating { partitions, ambiguous: false });
         Pending::Create { name, partitions }
     }
 
     fn delete_pending(&mut self, name: String, inc: TopicId) -> Pending {
         self.topics.set(&name, TopicState::Deleting { id: inc });
-        Pending::Delete { name, inc }
+        Pending::Delete { name }
     }
 
     fn read_next(&mut self) -> Result<Pending, Wake> {
@@ -316,18 +303,10 @@ impl Workload {
             return Err(Wake::Sleep(5_000));
         }
         let (name, inc, partitions) = live[self.rng.random_range(0..live.len())].clone();
-        let key = PartitionKey {
-            topic: inc,
-            partition: self.rng.random_range(0..partitions),
-        };
+        let key = PartitionKey { topic: inc, partition: self.rng.random_range(0..partitions) };
         let offset = self.cursors.get(&key).copied().unwrap_or(0);
         let max = self.rng.random_range(1..=100);
-        Ok(Pending::Consume {
-            key,
-            name,
-            offset,
-            max,
-        })
+        Ok(Pending::Consume { key, name, offset, max })
     }
 
     fn produce_next(&mut self, checker: &mut Checker) -> Result<Pending, Wake> {
@@ -340,11 +319,7 @@ impl Workload {
         }
         let (topic, inc, partitions) = live[self.rng.random_range(0..live.len())].clone();
         let batch = self.rng.random_bool(self.cfg.batch_prob);
-        let wanted = if batch {
-            self.rng.random_range(1..=self.cfg.max_batch.max(1))
-        } else {
-            1
-        };
+        let wanted = if batch { self.rng.random_range(1..=self.cfg.max_batch.max(1)) } else { 1 };
         let count = u64::from(wanted).min(self.messages_left);
         let invalid = self.rng.random_bool(self.cfg.invalid_prob);
         let mut ids = Vec::with_capacity(count as usize);
@@ -359,14 +334,7 @@ impl Workload {
             messages[at].partition = Some(partitions + self.rng.random_range(0..3));
         }
         self.messages_left -= count;
-        Ok(Pending::Produce {
-            topic,
-            inc,
-            ids,
-            messages,
-            batch,
-            invalid,
-        })
+        Ok(Pending::Produce { topic, inc, ids, messages, batch, invalid })
     }
 
     fn new_message(
@@ -392,24 +360,10 @@ impl Workload {
         let payload = payload(id, len);
         let assigned = checker.new_message(inc, key.clone(), payload.clone());
         debug_assert_eq!(assigned, id);
-        (
-            id,
-            ProduceMessage {
-                key,
-                partition,
-                payload,
-            },
-        )
+        (id, ProduceMessage { key, partition, payload })
     }
 }
 
 fn new_client(role: Role) -> Client {
-    Client {
-        role,
-        waiting: None,
-        next: None,
-        ambiguous_tries: 0,
-        tries: 0,
-        done: false,
-    }
+    Client { role, waiting: None, next: None, ambiguous_tries: 0, tries: 0, done: false }
 }

@@ -15,22 +15,21 @@ enum Next {
 }
 
 impl Workload {
-    /// An answer to `request`. Returns the client to wake and after how long.
+    /// Node `node` answered `request`. Returns the client to wake and after how long.
     pub fn on_reply(
         &mut self,
+        node: u32,
         request: RequestId,
         reply: &ClientReply,
         checker: &mut Checker,
     ) -> Option<(usize, u64)> {
         let Some(client) = self.waiting_client(request) else {
-            self.late_reply(request, reply, checker);
+            self.late_reply(node, request, reply, checker);
             return None;
         };
-        let (_, pending) = self.clients[client]
-            .waiting
-            .take()
-            .expect("invariant: found waiting");
-        let next = self.handle(&pending, Some(reply), checker);
+        let (_, pending, _) =
+            self.clients[client].waiting.take().expect("invariant: found waiting");
+        let next = self.handle(node, &pending, Some(reply), checker);
         Some((client, self.after(client, pending, next)))
     }
 
@@ -41,42 +40,42 @@ impl Workload {
         checker: &mut Checker,
     ) -> Option<(usize, u64)> {
         let client = self.waiting_client(request)?;
-        let (_, pending) = self.clients[client]
-            .waiting
-            .take()
-            .expect("invariant: found waiting");
+        let (_, pending, node) =
+            self.clients[client].waiting.take().expect("invariant: found waiting");
         if let Pending::Produce { ids, .. } = &pending {
             self.late.insert(request, ids.clone());
         }
-        let next = self.handle(&pending, None, checker);
+        let next = self.handle(node, &pending, None, checker);
         Some((client, self.after(client, pending, next)))
     }
 
-    /// The node went down: every request in flight ends with a connection reset (ambiguous).
-    pub fn on_node_down(&mut self, checker: &mut Checker) -> Vec<(usize, u64)> {
+    /// Node `node` went down: every request in flight to it ends with a connection reset
+    /// (ambiguous).
+    pub fn on_node_down(&mut self, node: u32, checker: &mut Checker) -> Vec<(usize, u64)> {
         let waiting: Vec<RequestId> = self
             .clients
             .iter()
-            .filter_map(|c| c.waiting.as_ref().map(|(r, _)| *r))
+            .filter_map(|c| c.waiting.as_ref().filter(|w| w.2 == node).map(|w| w.0))
             .collect();
-        waiting
-            .into_iter()
-            .filter_map(|r| self.on_timeout(r, checker))
-            .collect()
+        waiting.into_iter().filter_map(|r| self.on_timeout(r, checker)).collect()
     }
 
     fn waiting_client(&self, request: RequestId) -> Option<usize> {
-        self.clients
-            .iter()
-            .position(|c| c.waiting.as_ref().is_some_and(|(r, _)| *r == request))
+        self.clients.iter().position(|c| c.waiting.as_ref().is_some_and(|w| w.0 == request))
     }
 
     /// A 202 that arrived after its client gave up still counts: the node promised durability.
-    fn late_reply(&mut self, request: RequestId, reply: &ClientReply, checker: &mut Checker) {
+    fn late_reply(
+        &mut self,
+        node: u32,
+        request: RequestId,
+        reply: &ClientReply,
+        checker: &mut Checker,
+    ) {
         if let Some(ids) = self.late.remove(&request)
             && let ClientReply::Produced { accepted } = reply
         {
-            checker.acked(&ids, *accepted);
+            checker.acked(node, &ids, *accepted);
         }
     }
 
@@ -105,20 +104,15 @@ impl Workload {
 
     fn handle(
         &mut self,
+        node: u32,
         pending: &Pending,
         reply: Option<&ClientReply>,
         checker: &mut Checker,
     ) -> Next {
         match pending {
-            Pending::Produce {
-                ids,
-                invalid,
-                topic,
-                inc,
-                ..
-            } => {
+            Pending::Produce { ids, invalid, topic, inc, .. } => {
                 let live = self.topics.live_id(topic) == Some(*inc);
-                self.produce_answer(ids, *invalid, (topic, live), reply, checker)
+                self.produce_answer(node, ids, *invalid, (topic, live), reply, checker)
             }
             Pending::Create { name, partitions } => {
                 self.create_answer(name, *partitions, reply, checker)
@@ -132,16 +126,14 @@ impl Workload {
                 }
                 _ => Next::Retry { ambiguous: true },
             },
-            Pending::Consume {
-                key, name, offset, ..
-            } => {
+            Pending::Consume { key, name, offset, .. } => {
                 match reply {
                     Some(ClientReply::Records(records)) => {
                         checker.consumed(*key, *offset, records, ReadKind::Live);
                         self.cursors.insert(*key, offset + records.len() as u64);
                     }
                     Some(ClientReply::Error(ClientError::NotFound(e)))
-                        if self.topics.live_id(name) == Some(key.topic) =>
+                        if self.topics.live_id(name) == Some(key.topic) && !self.cluster =>
                     {
                         checker.violation(
                             inv::TOPIC_LOST,
@@ -158,6 +150,7 @@ impl Workload {
 
     fn produce_answer(
         &mut self,
+        node: u32,
         ids: &[u64],
         invalid: bool,
         (topic, live): (&str, bool),
@@ -170,7 +163,7 @@ impl Workload {
                 return Next::Retry { ambiguous: true };
             }
             Some(ClientReply::Produced { accepted }) => {
-                checker.acked(ids, *accepted);
+                checker.acked(node, ids, *accepted);
                 if invalid {
                     checker.violation(
                         inv::HALF_APPLIED,
@@ -193,11 +186,11 @@ impl Workload {
             503 => Next::Retry { ambiguous: false },
             400 if invalid => Next::Finished,
             404 if !live => Next::Finished,
+            // A lagging replica does not know the topic yet: retry, likely on another node.
+            404 if self.cluster => Next::Retry { ambiguous: false },
             404 => {
-                checker.violation(
-                    inv::TOPIC_LOST,
-                    format!("produce to live topic {topic}: {error}"),
-                );
+                checker
+                    .violation(inv::TOPIC_LOST, format!("produce to live topic {topic}: {error}"));
                 Next::Finished
             }
             _ => {
@@ -219,13 +212,8 @@ impl Workload {
     ) -> Next {
         match reply {
             Some(ClientReply::TopicCreated(info)) => {
-                self.topics.set(
-                    name,
-                    TopicState::Live {
-                        id: info.id,
-                        partitions: info.partitions,
-                    },
-                );
+                self.topics
+                    .set(name, TopicState::Live { id: info.id, partitions: info.partitions });
                 checker.topic_live(name, info.id);
             }
             Some(ClientReply::Error(e)) if matches!(e.http_status(), 400 | 413) => {
@@ -233,13 +221,7 @@ impl Workload {
                 self.topics.set(name, TopicState::Gone);
             }
             // 409 (an earlier ambiguous attempt made it), 5xx, timeout: look it up.
-            _ => self.topics.set(
-                name,
-                TopicState::Creating {
-                    partitions,
-                    ambiguous: true,
-                },
-            ),
+            _ => self.topics.set(name, TopicState::Creating { partitions, ambiguous: true }),
         }
         Next::Finished
     }
@@ -252,13 +234,8 @@ impl Workload {
     ) -> Next {
         match reply {
             Some(ClientReply::Topic(info, _)) => {
-                self.topics.set(
-                    name,
-                    TopicState::Live {
-                        id: info.id,
-                        partitions: info.partitions,
-                    },
-                );
+                self.topics
+                    .set(name, TopicState::Live { id: info.id, partitions: info.partitions });
                 checker.topic_live(name, info.id);
                 Next::Finished
             }
@@ -269,10 +246,7 @@ impl Workload {
                     _ => 1,
                 };
                 if let Some(admin) = self.clients.iter_mut().find(|c| c.role == Role::Admin) {
-                    admin.next = Some(Pending::Create {
-                        name: name.to_string(),
-                        partitions,
-                    });
+                    admin.next = Some(Pending::Create { name: name.to_string(), partitions });
                 }
                 Next::Finished
             }
@@ -282,8 +256,5 @@ impl Workload {
 }
 
 fn unexpected(checker: &mut Checker, what: &str, reply: &ClientReply) {
-    checker.violation(
-        inv::PROTOCOL,
-        format!("unexpected answer to {what}: {reply:?}"),
-    );
+    checker.violation(inv::PROTOCOL, format!("unexpected answer to {what}: {reply:?}"));
 }

@@ -65,11 +65,7 @@ impl TopicModel {
     }
 
     fn names_where(&self, pred: impl Fn(&TopicState) -> bool) -> Vec<String> {
-        self.topics
-            .iter()
-            .filter(|(_, s)| pred(s))
-            .map(|(n, _)| n.clone())
-            .collect()
+        self.topics.iter().filter(|(_, s)| pred(s)).map(|(n, _)| n.clone()).collect()
     }
 
     /// The live incarnation named `name`.

@@ -1,11 +1,77 @@
-//! Swarm testing: each seed decides which fault classes are on and how hard they hit, and what
-//! the workload looks like. Most seeds keep corruption-class faults (bit flips, misdirected
-//! writes, lying fsyncs) off so they check the strict no-loss invariant; a few turn one on.
+//! Swarm testing: each seed decides how many nodes it runs (1, 3 or 5, from its own stream so a
+//! single-node seed draws exactly what it always drew), which fault classes are on and how hard
+//! they hit, and what the workload looks like. Most seeds keep corruption-class faults (bit
+//! flips, misdirected writes, lying fsyncs) off so they check the strict no-loss invariant; a few
+//! turn one on. Cluster seeds add the network and process faults of [`cluster`].
+
+pub mod cluster;
 
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
 use narad_sim_runtime::{Component, component_rng};
+
+pub use cluster::NetPlan;
+
+/// How many nodes a run has.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum NodesChoice {
+    /// The seed picks 1, 3 or 5 (swarm testing keeps single-node seeds in the mix).
+    Swarm,
+    /// The seed picks 3 or 5.
+    Cluster,
+    /// Exactly this many.
+    Fixed(u32),
+}
+
+impl NodesChoice {
+    /// The node count of `seed`. A fixed count gives the same run as the swarm picking it.
+    pub fn pick(self, seed: u64) -> u32 {
+        let mut rng = component_rng(seed, Component::Topology);
+        let roll: u32 = rng.random_range(0..100);
+        match self {
+            NodesChoice::Fixed(n) => n,
+            NodesChoice::Swarm if roll < 25 => 1,
+            NodesChoice::Swarm if roll < 70 => 3,
+            NodesChoice::Swarm => 5,
+            NodesChoice::Cluster if roll < 60 => 3,
+            NodesChoice::Cluster => 5,
+        }
+    }
+
+    /// Parses `1`, `3`, `5` (any count from 1 to 9), `swarm` or `cluster`.
+    pub fn parse(text: &str) -> Result<NodesChoice, String> {
+        match text.trim() {
+            "swarm" => Ok(NodesChoice::Swarm),
+            "cluster" => Ok(NodesChoice::Cluster),
+            n => match n.parse::<u32>() {
+                Ok(n) if (1..=9).contains(&n) => Ok(NodesChoice::Fixed(n)),
+                _ => Err(format!("--nodes takes 1..9, `swarm` or `cluster`, not `{n}`")),
+            },
+        }
+    }
+}
+
+/// What a run is asked to be, beyond its seed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RunOptions {
+    pub nodes: NodesChoice,
+    /// `Config::idempotent_commits` on every node (off measures the duplicates it prevents).
+    pub idempotent_commits: bool,
+}
+
+impl Default for RunOptions {
+    fn default() -> Self {
+        RunOptions { nodes: NodesChoice::Swarm, idempotent_commits: true }
+    }
+}
+
+impl RunOptions {
+    /// Options for exactly `nodes` nodes.
+    pub fn nodes(nodes: u32) -> RunOptions {
+        RunOptions { nodes: NodesChoice::Fixed(nodes), ..RunOptions::default() }
+    }
+}
 
 /// Which faults a seed injects, and how hard.
 #[derive(Clone, Debug, Default)]
@@ -36,6 +102,10 @@ pub struct FaultPlan {
     pub restart_on_latch: bool,
     /// After the final read, cut the power once more and check nothing visible vanished.
     pub final_power_loss: bool,
+    /// Cluster: nodes that die for longer than the membership dead timeout (a minority).
+    pub deaths: u32,
+    /// Cluster: nodes run on skewed clocks (offset and drift).
+    pub clock_skew: bool,
 }
 
 impl FaultPlan {
@@ -63,12 +133,10 @@ impl FaultPlan {
             (self.lying_fsync_rate > 0.0, "lying_fsync"),
             (self.bit_flips > 0, "bit_flip"),
             (self.final_power_loss, "final_power_loss"),
+            (self.deaths > 0, "node_death"),
+            (self.clock_skew, "clock_skew"),
         ];
-        flags
-            .into_iter()
-            .filter(|(on, _)| *on)
-            .map(|(_, name)| name)
-            .collect()
+        flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect()
     }
 }
 
@@ -127,20 +195,37 @@ impl Default for WorkloadConfig {
 /// Everything a seed decides before the run starts.
 #[derive(Clone, Debug)]
 pub struct SwarmConfig {
+    /// Nodes in the cluster (1: a single node, the only voter of its metastore).
+    pub nodes: u32,
     pub faults: FaultPlan,
+    /// The network's faults (cluster runs; all off for one node).
+    pub net: NetPlan,
     pub workload: WorkloadConfig,
     /// Window in which scheduled faults strike.
     pub horizon_ms: u64,
+    /// Owners skip records a partition already holds (`Config::idempotent_commits`).
+    pub idempotent_commits: bool,
 }
 
 impl SwarmConfig {
     /// A healthy run with the given workload.
     pub fn quiet(workload: WorkloadConfig) -> SwarmConfig {
         SwarmConfig {
+            nodes: 1,
             faults: FaultPlan::default(),
+            net: NetPlan::default(),
             workload,
             horizon_ms: 2_000,
+            idempotent_commits: true,
         }
+    }
+
+    /// The configuration of `seed` under `options`.
+    pub fn for_seed(seed: u64, options: &RunOptions) -> SwarmConfig {
+        let nodes = options.nodes.pick(seed);
+        let mut cfg = if nodes == 1 { SwarmConfig::draw(seed) } else { cluster::draw(seed, nodes) };
+        cfg.idempotent_commits = options.idempotent_commits;
+        cfg
     }
 
     /// The configuration seed `seed` draws.
@@ -151,22 +236,25 @@ impl SwarmConfig {
         let horizon_ms = rng.random_range(300..2_500);
         workload.think_max_us = think_for(&workload, horizon_ms);
         SwarmConfig {
+            nodes: 1,
             faults,
+            net: NetPlan::default(),
             workload,
             horizon_ms,
+            idempotent_commits: true,
         }
     }
 }
 
 /// The longest think time that spreads the workload's requests over about `horizon_ms`, so
 /// scheduled faults strike while clients are busy.
-fn think_for(w: &WorkloadConfig, horizon_ms: u64) -> u64 {
+pub(crate) fn think_for(w: &WorkloadConfig, horizon_ms: u64) -> u64 {
     let per_request = 1.0 + w.batch_prob * f64::from(w.max_batch) / 2.0;
     let requests_per_producer = w.messages as f64 / per_request / f64::from(w.producers.max(1));
     (2.0 * horizon_ms as f64 * 1_000.0 / requests_per_producer.max(1.0)) as u64
 }
 
-fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
+pub(crate) fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
     let big = rng.random_bool(0.1);
     WorkloadConfig {
         producers: rng.random_range(1..=4),
@@ -178,26 +266,18 @@ fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         max_batch: rng.random_range(2..=32),
         keyed_prob: rng.random_range(0.0..0.6),
         pinned_prob: rng.random_range(0.0..0.3),
-        large_prob: if big {
-            rng.random_range(0.05..0.3)
-        } else {
-            0.0
-        },
+        large_prob: if big { rng.random_range(0.05..0.3) } else { 0.0 },
         small_max: rng.random_range(16..=400),
         large_max: 64 * 1024,
         think_max_us: rng.random_range(0..=3_000),
-        churn_prob: if rng.random_bool(0.2) {
-            rng.random_range(0.05..0.3)
-        } else {
-            0.0
-        },
+        churn_prob: if rng.random_bool(0.2) { rng.random_range(0.05..0.3) } else { 0.0 },
         invalid_prob: if rng.random_bool(0.3) { 0.03 } else { 0.0 },
         request_timeout_ms: rng.random_range(1_000..=3_000),
         max_attempts: 8,
     }
 }
 
-fn draw_faults(rng: &mut ChaCha8Rng) -> FaultPlan {
+pub(crate) fn draw_faults(rng: &mut ChaCha8Rng) -> FaultPlan {
     let mut on = |p: f64| rng.random_bool(p);
     let (crash, power, precise, torn) = (on(0.5), on(0.5), on(0.3), on(0.6));
     let (fsync, read, read_corrupt, torn_live) = (on(0.3), on(0.25), on(0.2), on(0.2));
@@ -210,26 +290,10 @@ fn draw_faults(rng: &mut ChaCha8Rng) -> FaultPlan {
         power_losses: if power { rng.random_range(1..=3) } else { 0 },
         precise_crashes: if precise { rng.random_range(1..=2) } else { 0 },
         torn_at_power_loss: torn,
-        fsync_error_rate: if fsync {
-            rng.random_range(0.002..0.03)
-        } else {
-            0.0
-        },
-        read_error_rate: if read {
-            rng.random_range(0.005..0.05)
-        } else {
-            0.0
-        },
-        read_corruption_rate: if read_corrupt {
-            rng.random_range(0.005..0.05)
-        } else {
-            0.0
-        },
-        torn_live_rate: if torn_live {
-            rng.random_range(0.005..0.05)
-        } else {
-            0.0
-        },
+        fsync_error_rate: if fsync { rng.random_range(0.002..0.03) } else { 0.0 },
+        read_error_rate: if read { rng.random_range(0.005..0.05) } else { 0.0 },
+        read_corruption_rate: if read_corrupt { rng.random_range(0.005..0.05) } else { 0.0 },
+        torn_live_rate: if torn_live { rng.random_range(0.005..0.05) } else { 0.0 },
         missing_dir_fsync: dir,
         disk_full_windows: if full { rng.random_range(1..=3) } else { 0 },
         slow_windows: if slow { rng.random_range(1..=3) } else { 0 },
@@ -256,17 +320,30 @@ mod tests {
     use super::*;
 
     #[test]
+    fn node_counts_mix_and_a_fixed_count_draws_what_the_swarm_would() {
+        let picks: Vec<u32> = (0..1000).map(|s| NodesChoice::Swarm.pick(s)).collect();
+        for n in [1, 3, 5] {
+            let count = picks.iter().filter(|&&p| p == n).count();
+            assert!(count > 150, "{count} seeds of 1000 with {n} nodes");
+        }
+        let seed = (0..100).find(|&s| NodesChoice::Swarm.pick(s) == 3).expect("a 3-node seed");
+        let a = SwarmConfig::for_seed(seed, &RunOptions::default());
+        let b = SwarmConfig::for_seed(seed, &RunOptions::nodes(3));
+        assert_eq!(
+            (a.nodes, a.horizon_ms, a.faults.names()),
+            (b.nodes, b.horizon_ms, b.faults.names())
+        );
+        assert_eq!(NodesChoice::parse("cluster"), Ok(NodesChoice::Cluster));
+        assert!(NodesChoice::parse("0").is_err());
+    }
+
+    #[test]
     fn draws_are_deterministic_and_varied() {
         let a = SwarmConfig::draw(1);
         let b = SwarmConfig::draw(1);
         assert_eq!(a.faults.names(), b.faults.names());
         assert_eq!(a.workload.messages, b.workload.messages);
-        let corrupt = (0..1000)
-            .filter(|&s| SwarmConfig::draw(s).faults.corruption_class())
-            .count();
-        assert!(
-            (30..200).contains(&corrupt),
-            "{corrupt} of 1000 seeds with corruption faults"
-        );
+        let corrupt = (0..1000).filter(|&s| SwarmConfig::draw(s).faults.corruption_class()).count();
+        assert!((30..200).contains(&corrupt), "{corrupt} of 1000 seeds with corruption faults");
     }
 }
