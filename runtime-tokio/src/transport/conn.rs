@@ -16,7 +16,7 @@ use tracing::Instrument;
 
 use super::auth::{self, AuthError};
 use super::frame::{self, FRAME_BYTES_MAX};
-use super::tls::SERVER_NAME;
+use super::tls::{self, SERVER_NAME};
 use super::{Link, PeerSlot, Shared, UNREACHABLE_DROP_AFTER};
 
 /// TLS plus the secret handshake must finish within this.
@@ -149,6 +149,7 @@ fn log_dial_failure(shared: &Shared, slot: &PeerSlot, error: &DialError, failure
 /// Publishes an authenticated connection as the peer's, receives on it until it closes, then
 /// withdraws it.
 async fn run_connection(shared: &Shared, slot: &PeerSlot, conn: Connection, how: &'static str) {
+    tls::open_for_messages(&conn);
     let generation = slot.publish(conn.clone());
     shared.counters.connections.fetch_add(1, Ordering::Relaxed);
     let remote = conn.remote_address();

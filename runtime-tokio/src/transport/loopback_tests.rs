@@ -146,3 +146,25 @@ async fn a_restarted_peer_is_reconnected() {
     t1.shutdown().await;
     t2.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_stranger_that_skips_the_handshake_can_send_nothing_and_is_dropped() {
+    let pair = Pair::new();
+    let (t2, out2, mut in2) = pair.start(2, "the same secret, 32 bytes long!!").await;
+    let (_, client) = super::tls::configs().expect("configs");
+    let mut endpoint =
+        quinn::Endpoint::client("127.0.0.1:0".parse().expect("addr")).expect("client endpoint");
+    endpoint.set_default_client_config(client);
+    let conn = endpoint
+        .connect(pair.addrs[&NodeId(2)], super::tls::SERVER_NAME)
+        .expect("connect")
+        .await
+        .expect("TLS alone succeeds");
+    let opened = tokio::time::timeout(Duration::from_secs(1), conn.open_uni()).await;
+    assert!(opened.is_err(), "no message stream before the secret handshake");
+    let closed = tokio::time::timeout(WAIT, conn.closed()).await;
+    assert!(closed.is_ok(), "the acceptor drops a connection that never authenticates");
+    assert!(in2.try_recv().is_err());
+    assert!(out2.stats().handshakes_refused >= 1);
+    t2.shutdown().await;
+}

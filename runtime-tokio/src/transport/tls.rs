@@ -27,8 +27,11 @@ pub const SERVER_NAME: &str = "narad-node";
 const IDLE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Keep-alive period: well under the idle timeout.
 const KEEP_ALIVE: Duration = Duration::from_secs(1);
-/// Concurrent message streams a peer may have open towards us.
+/// Concurrent message streams a peer may have open towards us, once authenticated.
 const STREAMS_MAX: u32 = 256;
+/// Bytes a peer may have in flight towards us before it is authenticated: enough for the
+/// handshake, so a stranger cannot make us buffer megabytes.
+const HANDSHAKE_WINDOW_BYTES: u32 = 16 * 1024;
 
 /// Client and server configurations for one node's endpoint.
 pub fn configs() -> anyhow::Result<(ServerConfig, ClientConfig)> {
@@ -45,12 +48,21 @@ fn transport() -> TransportConfig {
     config
         .max_idle_timeout(Some(IdleTimeout::try_from(IDLE_TIMEOUT).expect("5 s is in range")))
         .keep_alive_interval(Some(KEEP_ALIVE))
-        .max_concurrent_uni_streams(VarInt::from_u32(STREAMS_MAX))
-        .max_concurrent_bidi_streams(VarInt::from_u32(1)) // the handshake stream only
+        // No message stream and a tiny window until the secret handshake is done
+        // (`open_for_messages`); one bidirectional stream for that handshake.
+        .max_concurrent_uni_streams(VarInt::from_u32(0))
+        .max_concurrent_bidi_streams(VarInt::from_u32(1))
+        .receive_window(VarInt::from_u32(HANDSHAKE_WINDOW_BYTES))
         .stream_receive_window(VarInt::from_u32(frame))
-        .receive_window(VarInt::from_u32(4 * frame))
         .send_window(4 * u64::from(frame));
     config
+}
+
+/// Lets an authenticated peer send messages: stream credit, and a window for a few whole frames.
+pub fn open_for_messages(conn: &quinn::Connection) {
+    let frame = u32::try_from(FRAME_BYTES_MAX).expect("invariant: a frame fits in u32");
+    conn.set_max_concurrent_uni_streams(VarInt::from_u32(STREAMS_MAX));
+    conn.set_receive_window(VarInt::from_u32(4 * frame));
 }
 
 fn server(
