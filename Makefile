@@ -39,3 +39,9 @@ determinism:
 
 nightly:
 	cargo run --release -p narad-sim -- sweep --seeds 0..200000 --jobs $(JOBS)
+
+# Narad vs Redis (appendfsync always) vs Narad's own HTTP ceiling, one run (~5 min); writes
+# docs/benchmarks.md and its SVG chart. Knobs: DURATION, VISIBLE_DURATION, CLIENTS, MICRO=1.
+.PHONY: bench-peers
+bench-peers:
+	scripts/bench-peers.sh

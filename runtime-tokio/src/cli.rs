@@ -63,21 +63,11 @@ pub enum Command {
 #[derive(Debug, Args)]
 pub struct ServeArgs {
     /// Address the HTTP API listens on.
-    #[arg(
-        long,
-        value_name = "ADDR",
-        env = "NARAD_HTTP",
-        default_value = "127.0.0.1:7942"
-    )]
+    #[arg(long, value_name = "ADDR", env = "NARAD_HTTP", default_value = "127.0.0.1:7942")]
     pub http: SocketAddr,
     /// Directory holding the ingress WAL (<data-dir>/wal/), the topic catalogue and the
     /// partition logs. Created if missing; locked against a second process.
-    #[arg(
-        long,
-        value_name = "DIR",
-        env = "NARAD_DATA_DIR",
-        default_value = "./narad-data"
-    )]
+    #[arg(long, value_name = "DIR", env = "NARAD_DATA_DIR", default_value = "./narad-data")]
     pub data_dir: PathBuf,
     /// This node's id (1 for a single node); in a cluster, its id in --peers.
     #[arg(long, value_name = "N", env = "NARAD_NODE_ID", default_value_t = 1,
@@ -87,6 +77,12 @@ pub struct ServeArgs {
     /// the clock when absent. Pin it to make a run reproducible.
     #[arg(long, value_name = "N", env = "NARAD_SEED")]
     pub seed: Option<u64>,
+    /// Threads serving HTTP and driving the node. 1 (the default) runs everything but disk I/O
+    /// on one thread, which on a small machine costs the fewest context switches per request;
+    /// more spreads HTTP parsing over that many threads (a machine with cores to spare).
+    #[arg(long, value_name = "N", env = "NARAD_THREADS", default_value_t = 1,
+          value_parser = clap::value_parser!(u16).range(1..=256))]
+    pub threads: u16,
     #[command(flatten)]
     pub cluster: crate::cluster_cli::ClusterArgs,
 }
@@ -221,13 +217,10 @@ pub struct BenchArgs {
 /// Parses `10s`, `500ms`, `2m` or a bare number of seconds.
 fn parse_duration(text: &str) -> Result<Duration, String> {
     let text = text.trim();
-    let split = text
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(text.len());
+    let split = text.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(text.len());
     let (number, unit) = text.split_at(split);
-    let number: f64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration (e.g. 10s, 500ms, 2m)"))?;
+    let number: f64 =
+        number.parse().map_err(|_| format!("`{text}` is not a duration (e.g. 10s, 500ms, 2m)"))?;
     let seconds = match unit {
         "" | "s" => number,
         "ms" => number / 1_000.0,
@@ -253,9 +246,7 @@ mod tests {
     #[test]
     fn serve_defaults() {
         let cli = Cli::try_parse_from(["narad", "serve"]).expect("parses");
-        let Command::Serve(args) = cli.command else {
-            panic!("serve expected")
-        };
+        let Command::Serve(args) = cli.command else { panic!("serve expected") };
         assert_eq!(args.http.to_string(), "127.0.0.1:7942");
         assert_eq!(args.data_dir, PathBuf::from("./narad-data"));
         assert_eq!(args.node_id, 1);
@@ -265,9 +256,7 @@ mod tests {
     fn url_is_global_for_topics() {
         let cli = Cli::try_parse_from(["narad", "topic", "get", "t", "--url", "http://x:1"])
             .expect("parses");
-        let Command::Topic(args) = cli.command else {
-            panic!("topic expected")
-        };
+        let Command::Topic(args) = cli.command else { panic!("topic expected") };
         assert_eq!(args.target.url, "http://x:1");
     }
 

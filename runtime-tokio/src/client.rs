@@ -20,11 +20,7 @@ pub fn topic(args: TopicArgs) -> anyhow::Result<()> {
     let base = args.target.url.trim_end_matches('/');
     let agent = agent();
     let response = match args.action {
-        TopicAction::Create {
-            name,
-            partitions,
-            retention_ms,
-        } => {
+        TopicAction::Create { name, partitions, retention_ms } => {
             let body = serde_json::json!({
                 "name": name,
                 "partitions": partitions,
@@ -36,12 +32,12 @@ pub fn topic(args: TopicArgs) -> anyhow::Result<()> {
                 .send(body.to_string())
         }
         TopicAction::List => agent.get(format!("{base}/v1/topics")).call(),
-        TopicAction::Get { name } => agent
-            .get(format!("{base}/v1/topics/{}", segment(&name)))
-            .call(),
-        TopicAction::Delete { name } => agent
-            .delete(format!("{base}/v1/topics/{}", segment(&name)))
-            .call(),
+        TopicAction::Get { name } => {
+            agent.get(format!("{base}/v1/topics/{}", segment(&name))).call()
+        }
+        TopicAction::Delete { name } => {
+            agent.delete(format!("{base}/v1/topics/{}", segment(&name))).call()
+        }
     };
     print_answer(response.with_context(|| format!("requesting {base}"))?)
 }
@@ -53,19 +49,14 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
         Some(data) => data.into_bytes(),
         None => {
             let mut data = Vec::new();
-            std::io::stdin()
-                .read_to_end(&mut data)
-                .context("reading the message from stdin")?;
+            std::io::stdin().read_to_end(&mut data).context("reading the message from stdin")?;
             data
         }
     };
     let mut url = format!("{base}/v1/topics/{}/produce", segment(&args.topic));
     let mut sep = '?';
     if let Some(key) = &args.key {
-        url.push_str(&format!(
-            "{sep}key={}",
-            utf8_percent_encode(key, NON_ALPHANUMERIC)
-        ));
+        url.push_str(&format!("{sep}key={}", utf8_percent_encode(key, NON_ALPHANUMERIC)));
         sep = '&';
     }
     if let Some(partition) = args.partition {
@@ -91,15 +82,9 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(max) = args.max {
         url.push_str(&format!("&max={max}"));
     }
-    let response = agent()
-        .get(&url)
-        .call()
-        .with_context(|| format!("requesting {base}"))?;
+    let response = agent().get(&url).call().with_context(|| format!("requesting {base}"))?;
     if response.status().as_u16() == 204 {
-        eprintln!(
-            "no message at offset {} (past the high watermark)",
-            args.offset
-        );
+        eprintln!("no message at offset {} (past the high watermark)", args.offset);
         return Ok(());
     }
     print_answer(response)

@@ -45,18 +45,13 @@ mod tests {
 
     #[test]
     fn readings_never_go_backwards() {
-        let mut clock = Clock {
-            last: Instant(u64::MAX - 1),
-        };
+        let mut clock = Clock { last: Instant(u64::MAX - 1) };
         assert_eq!(clock.now(), Instant(u64::MAX - 1));
         let mut fresh = Clock::default();
         let a = fresh.now();
         let b = fresh.now();
         assert!(b >= a);
-        assert!(
-            a.0 > 1_600_000_000_000_000,
-            "wall clock in microseconds since the epoch"
-        );
+        assert!(a.0 > 1_600_000_000_000_000, "wall clock in microseconds since the epoch");
     }
 
     #[tokio::test]

@@ -35,10 +35,7 @@ pub fn lock(data_dir: &Path) -> anyhow::Result<DataDirLock> {
     match file.try_lock() {
         Ok(()) => Ok(DataDirLock { _file: file }),
         Err(TryLockError::WouldBlock) => {
-            bail!(
-                "data directory {} is in use by another narad process",
-                data_dir.display()
-            )
+            bail!("data directory {} is in use by another narad process", data_dir.display())
         }
         Err(TryLockError::Error(e)) => {
             Err(e).with_context(|| format!("locking {}", path.display()))
@@ -66,14 +63,8 @@ fn walk(dir: &Path, prefix: &str, files: &mut BTreeMap<FileId, Bytes>) -> anyhow
             tracing::warn!(path = %entry.path().display(), "ignoring non-UTF-8 file name");
             continue;
         };
-        let relative = if prefix.is_empty() {
-            name
-        } else {
-            format!("{prefix}/{name}")
-        };
-        let kind = entry
-            .file_type()
-            .with_context(|| format!("stat {relative}"))?;
+        let relative = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
+        let kind = entry.file_type().with_context(|| format!("stat {relative}"))?;
         if kind.is_dir() {
             walk(&entry.path(), &relative, files)?;
         } else if let Some(file) = FileId::parse(&relative) {
@@ -81,10 +72,7 @@ fn walk(dir: &Path, prefix: &str, files: &mut BTreeMap<FileId, Bytes>) -> anyhow
                 .with_context(|| format!("reading {}", entry.path().display()))?;
             files.insert(file, Bytes::from(bytes));
         } else if relative != LOCK_FILE {
-            tracing::debug!(
-                path = relative,
-                "ignoring unrecognised file in the data directory"
-            );
+            tracing::debug!(path = relative, "ignoring unrecognised file in the data directory");
         }
     }
     Ok(())

@@ -25,6 +25,8 @@ use tokio::sync::mpsc::UnboundedSender;
 const POOL_THREADS: usize = 2;
 /// Open files cached per thread before one is closed to make room.
 const OPEN_FILES_PER_THREAD: usize = 256;
+/// Completions a disk thread holds back at most before sending them (see `Worker::run`).
+const MAX_HELD_COMPLETIONS: usize = 16;
 
 /// One operation queued on a disk thread.
 struct Job {
@@ -54,8 +56,7 @@ impl DiskExecutor {
             FileId::WalSegment { .. } => &self.wal,
             other => &self.pool[pool_index(other, self.pool.len())],
         };
-        lane.send(Job { token, op })
-            .expect("invariant: disk threads live as long as the executor");
+        lane.send(Job { token, op }).expect("invariant: disk threads live as long as the executor");
     }
 }
 
@@ -76,14 +77,8 @@ fn spawn_worker(
     done: UnboundedSender<Input>,
 ) -> io::Result<mpsc::Sender<Job>> {
     let (tx, rx) = mpsc::channel();
-    let worker = Worker {
-        data_dir: data_dir.to_path_buf(),
-        files: HashMap::new(),
-        done,
-    };
-    thread::Builder::new()
-        .name(name)
-        .spawn(move || worker.run(rx))?;
+    let worker = Worker { data_dir: data_dir.to_path_buf(), files: HashMap::new(), done };
+    thread::Builder::new().name(name).spawn(move || worker.run(rx))?;
     Ok(tx)
 }
 
@@ -95,14 +90,32 @@ struct Worker {
 }
 
 impl Worker {
+    /// Executes jobs in arrival order. Completions are held back while the next queued job is
+    /// for the same file and sent together when the run ends: the core acts only once every
+    /// operation of a group commit (write, fdatasync) or partition commit (write, fdatasync,
+    /// read-back) is done, so waking the driver for each one costs context switches and buys
+    /// nothing. A job for another file, or an empty queue, flushes what is held.
     fn run(mut self, jobs: mpsc::Receiver<Job>) {
-        while let Ok(Job { token, op }) = jobs.recv() {
+        let mut held: Vec<Input> = Vec::with_capacity(4);
+        let mut next = jobs.recv().ok();
+        while let Some(Job { token, op }) = next.take() {
+            let file = op.file();
             let result = self.execute(&op).map_err(|e| self.describe(&op, &e));
             if let Err(error) = &result {
                 tracing::warn!(token = token.0, %error, "disk operation failed");
             }
-            if self.done.send(Input::Disk { token, result }).is_err() {
-                return; // The driver is gone: nobody waits for completions any more.
+            held.push(Input::Disk { token, result });
+            next = jobs.try_recv().ok();
+            let same_file = next.as_ref().is_some_and(|job| job.op.file() == file);
+            if held.len() >= MAX_HELD_COMPLETIONS || !same_file {
+                for input in held.drain(..) {
+                    if self.done.send(input).is_err() {
+                        return; // The driver is gone: nobody waits for completions any more.
+                    }
+                }
+            }
+            if next.is_none() {
+                next = jobs.recv().ok();
             }
         }
     }
@@ -129,16 +142,10 @@ impl Worker {
     /// Creates an empty file (and missing parent directories), durably.
     fn create(&mut self, file: FileId) -> io::Result<()> {
         let path = self.path(file);
-        let parent = path
-            .parent()
-            .expect("invariant: data files live below the data dir");
+        let parent = path.parent().expect("invariant: data files live below the data dir");
         create_dirs_durable(parent)?;
-        let handle = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(true)
-            .open(&path)?;
+        let handle =
+            OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
         handle.sync_all()?;
         sync_dir(parent)?;
         self.cache(file, handle);
@@ -154,19 +161,13 @@ impl Worker {
             Err(e) if e.kind() == ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(e),
         }
-        sync_dir(
-            path.parent()
-                .expect("invariant: data files live below the data dir"),
-        )
+        sync_dir(path.parent().expect("invariant: data files live below the data dir"))
     }
 
     /// The cached handle of an existing file, opening it on first use.
     fn open(&mut self, file: FileId) -> io::Result<&File> {
         if !self.files.contains_key(&file) {
-            let handle = OpenOptions::new()
-                .read(true)
-                .write(true)
-                .open(self.path(file))?;
+            let handle = OpenOptions::new().read(true).write(true).open(self.path(file))?;
             self.cache(file, handle);
         }
         Ok(self.files.get(&file).expect("invariant: cached just above"))
@@ -174,11 +175,7 @@ impl Worker {
 
     fn cache(&mut self, file: FileId, handle: File) {
         if self.files.len() >= OPEN_FILES_PER_THREAD && !self.files.contains_key(&file) {
-            let victim = *self
-                .files
-                .keys()
-                .next()
-                .expect("invariant: the cache is full");
+            let victim = *self.files.keys().next().expect("invariant: the cache is full");
             self.files.remove(&victim);
         }
         self.files.insert(file, handle);
@@ -204,15 +201,8 @@ pub fn to_disk_error(error: &io::Error) -> DiskError {
     const ENOSPC: i32 = 28;
     const EDQUOT: i32 = 122;
     let full = matches!(error.raw_os_error(), Some(ENOSPC | EDQUOT))
-        || matches!(
-            error.kind(),
-            ErrorKind::StorageFull | ErrorKind::QuotaExceeded
-        );
-    if full {
-        DiskError::NoSpace
-    } else {
-        DiskError::Io(error.to_string())
-    }
+        || matches!(error.kind(), ErrorKind::StorageFull | ErrorKind::QuotaExceeded);
+    if full { DiskError::NoSpace } else { DiskError::Io(error.to_string()) }
 }
 
 fn op_name(op: &DiskOp) -> &'static str {
@@ -268,13 +258,7 @@ mod tests {
             let root = dir.path().join("data");
             let (tx, done) = tokio::sync::mpsc::unbounded_channel();
             let disk = DiskExecutor::start(&root, tx).expect("start disk threads");
-            Harness {
-                _dir: dir,
-                root,
-                disk,
-                done,
-                next: 0,
-            }
+            Harness { _dir: dir, root, disk, done, next: 0 }
         }
 
         fn run(&mut self, op: DiskOp) -> Result<DiskDone, DiskError> {
@@ -300,95 +284,44 @@ mod tests {
     #[test]
     fn create_write_read_truncate_delete() {
         let mut h = Harness::new();
-        let file = FileId::PartitionLog(PartitionKey {
-            topic: TopicId(7),
-            partition: 3,
-        });
+        let file = FileId::PartitionLog(PartitionKey { topic: TopicId(7), partition: 3 });
         assert_eq!(h.run(DiskOp::Create { file }), Ok(DiskDone::Done));
         assert!(h.root.join(file.relative_path()).is_file());
         let data = Bytes::from_static(b"hello world");
-        assert_eq!(
-            h.run(DiskOp::Write {
-                file,
-                offset: 4,
-                data
-            }),
-            Ok(DiskDone::Done)
-        );
+        assert_eq!(h.run(DiskOp::Write { file, offset: 4, data }), Ok(DiskDone::Done));
         assert_eq!(h.run(DiskOp::Sync { file }), Ok(DiskDone::Done));
-        let read = h.run(DiskOp::Read {
-            file,
-            offset: 0,
-            len: 15,
-        });
-        assert_eq!(
-            read,
-            Ok(DiskDone::Data(Bytes::from_static(b"\0\0\0\0hello world")))
-        );
+        let read = h.run(DiskOp::Read { file, offset: 0, len: 15 });
+        assert_eq!(read, Ok(DiskDone::Data(Bytes::from_static(b"\0\0\0\0hello world"))));
         assert_eq!(h.run(DiskOp::Truncate { file, len: 9 }), Ok(DiskDone::Done));
-        assert!(
-            h.run(DiskOp::Read {
-                file,
-                offset: 0,
-                len: 10
-            })
-            .is_err(),
-            "short read fails"
-        );
+        assert!(h.run(DiskOp::Read { file, offset: 0, len: 10 }).is_err(), "short read fails");
         assert_eq!(h.run(DiskOp::Delete { file }), Ok(DiskDone::Done));
         assert!(!h.root.join(file.relative_path()).exists());
-        assert_eq!(
-            h.run(DiskOp::Delete { file }),
-            Ok(DiskDone::Done),
-            "missing is deleted"
-        );
+        assert_eq!(h.run(DiskOp::Delete { file }), Ok(DiskDone::Done), "missing is deleted");
     }
 
     #[test]
     fn wal_files_and_missing_files() {
         let mut h = Harness::new();
         let seg = FileId::WalSegment { first_seq: 1 };
-        assert!(matches!(
-            h.run(DiskOp::Sync { file: seg }),
-            Err(DiskError::Io(_))
-        ));
+        assert!(matches!(h.run(DiskOp::Sync { file: seg }), Err(DiskError::Io(_))));
         assert_eq!(h.run(DiskOp::Create { file: seg }), Ok(DiskDone::Done));
         let data = Bytes::from_static(b"abc");
-        assert_eq!(
-            h.run(DiskOp::Write {
-                file: seg,
-                offset: 0,
-                data
-            }),
-            Ok(DiskDone::Done)
-        );
+        assert_eq!(h.run(DiskOp::Write { file: seg, offset: 0, data }), Ok(DiskDone::Done));
         let bytes = fs::read(h.root.join("wal/00000000000000000001.wal")).expect("segment");
         assert_eq!(bytes, b"abc");
     }
 
     #[test]
     fn full_devices_map_to_no_space() {
-        assert_eq!(
-            to_disk_error(&io::Error::from_raw_os_error(28)),
-            DiskError::NoSpace
-        );
-        assert_eq!(
-            to_disk_error(&io::Error::from_raw_os_error(122)),
-            DiskError::NoSpace
-        );
-        assert!(matches!(
-            to_disk_error(&io::Error::from_raw_os_error(5)),
-            DiskError::Io(_)
-        ));
+        assert_eq!(to_disk_error(&io::Error::from_raw_os_error(28)), DiskError::NoSpace);
+        assert_eq!(to_disk_error(&io::Error::from_raw_os_error(122)), DiskError::NoSpace);
+        assert!(matches!(to_disk_error(&io::Error::from_raw_os_error(5)), DiskError::Io(_)));
     }
 
     #[test]
     fn partition_logs_spread_over_the_pool() {
         let lanes: std::collections::BTreeSet<usize> = (0..8)
-            .map(|p| PartitionKey {
-                topic: TopicId(1),
-                partition: p,
-            })
+            .map(|p| PartitionKey { topic: TopicId(1), partition: p })
             .map(|key| pool_index(FileId::PartitionLog(key), POOL_THREADS))
             .collect();
         assert_eq!(lanes.len(), POOL_THREADS);

@@ -11,7 +11,8 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use narad_core::{
-    ClientOp, ClientReply, Effect, Input, Instant, Node, NodeEvent, NodeId, RequestId, Stats,
+    ClientOp, ClientReply, DiskOp, Effect, FileId, Input, Instant, IoToken, Node, NodeEvent,
+    NodeId, RequestId, Stats,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -29,10 +30,7 @@ const INPUTS_PER_WAKEUP: usize = 256;
 /// A request to the driver task.
 enum Command {
     /// A client operation; the node's answer goes back on `reply`.
-    Client {
-        op: ClientOp,
-        reply: oneshot::Sender<ClientReply>,
-    },
+    Client { op: ClientOp, reply: oneshot::Sender<ClientReply> },
     /// A snapshot of the node's counters (served without a request id).
     Stats { reply: oneshot::Sender<Stats> },
 }
@@ -53,20 +51,14 @@ impl NodeHandle {
     /// Sends `op` to the node and waits for its reply.
     pub async fn request(&self, op: ClientOp) -> Result<ClientReply, NodeGone> {
         let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Client { op, reply })
-            .await
-            .map_err(|_| NodeGone)?;
+        self.commands.send(Command::Client { op, reply }).await.map_err(|_| NodeGone)?;
         answer.await.map_err(|_| NodeGone)
     }
 
     /// The node's counters and gauges.
     pub async fn stats(&self) -> Result<Stats, NodeGone> {
         let (reply, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Stats { reply })
-            .await
-            .map_err(|_| NodeGone)?;
+        self.commands.send(Command::Stats { reply }).await.map_err(|_| NodeGone)?;
         answer.await.map_err(|_| NodeGone)
     }
 
@@ -89,6 +81,8 @@ pub struct Driver {
     disk_done: mpsc::UnboundedReceiver<Input>,
     commands: mpsc::Receiver<Command>,
     waiters: BTreeMap<RequestId, oneshot::Sender<ClientReply>>,
+    /// Disk operations held until the replies of this pass are written.
+    deferred: Vec<(IoToken, DiskOp)>,
     next_request: u64,
     deadline: Option<Instant>,
     ready: Arc<AtomicBool>,
@@ -111,11 +105,8 @@ impl Driver {
         let ready = Arc::new(AtomicBool::new(false));
         let (_, peers_in) = mpsc::channel(1); // closed until `with_peers`
         let peers = Arc::new(OnceLock::new());
-        let handle = NodeHandle {
-            commands: tx,
-            ready: Arc::clone(&ready),
-            peers: Arc::clone(&peers),
-        };
+        let handle =
+            NodeHandle { commands: tx, ready: Arc::clone(&ready), peers: Arc::clone(&peers) };
         let driver = Driver {
             node,
             clock,
@@ -123,6 +114,7 @@ impl Driver {
             disk_done,
             commands,
             waiters: BTreeMap::new(),
+            deferred: Vec::new(),
             next_request: 0,
             deadline: None,
             ready,
@@ -205,6 +197,15 @@ impl Driver {
                 }
             }
             self.after_input();
+            if !self.deferred.is_empty() {
+                // Let the handlers just answered write their responses before we pay for waking
+                // a disk thread: the 202s are on the clients' critical path, partition commits
+                // are not.
+                tokio::task::yield_now().await;
+                for (token, op) in self.deferred.drain(..) {
+                    self.disk.submit(token, op);
+                }
+            }
         }
         self.finish()
     }
@@ -228,7 +229,12 @@ impl Driver {
     fn after_input(&mut self) {
         while let Some(effect) = self.node.poll_effect() {
             match effect {
-                Effect::Disk { token, op } => self.disk.submit(token, op),
+                // The WAL's group commit goes at once (produces wait on it); other disk work
+                // (partition commits, reads, the checkpoint) after the replies (see `run`).
+                Effect::Disk { token, op } => match op.file() {
+                    FileId::WalSegment { .. } => self.disk.submit(token, op),
+                    _ => self.deferred.push((token, op)),
+                },
                 Effect::Reply { request, reply } => match self.waiters.remove(&request) {
                     // A client that hung up no longer listens; its request still ran to the end.
                     Some(waiter) => drop(waiter.send(reply)),
@@ -262,12 +268,7 @@ impl Driver {
 
 fn log_event(event: NodeEvent) {
     match event {
-        NodeEvent::Committed {
-            key,
-            first_offset,
-            origins,
-            ..
-        } => {
+        NodeEvent::Committed { key, first_offset, origins, .. } => {
             tracing::debug!(%key, first_offset, records = origins.len(), "records committed");
         }
         NodeEvent::CheckpointDurable { checkpoint } => {

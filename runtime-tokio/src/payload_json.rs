@@ -25,12 +25,8 @@ const LENIENT_BASE64: GeneralPurpose = GeneralPurpose::new(
 pub fn write_record(out: &mut Vec<u8>, record: &ConsumedRecord) {
     out.extend_from_slice(b"{\"topic\":");
     write_str(out, &record.topic);
-    write!(
-        out,
-        ",\"partition\":{},\"offset\":{}",
-        record.partition, record.offset
-    )
-    .expect("invariant: writing to a Vec cannot fail");
+    write!(out, ",\"partition\":{},\"offset\":{}", record.partition, record.offset)
+        .expect("invariant: writing to a Vec cannot fail");
     if let Some(key) = &record.key {
         out.extend_from_slice(b",\"key\":");
         if let Ok(text) = std::str::from_utf8(key) {
@@ -70,10 +66,7 @@ fn write_str(out: &mut Vec<u8>, text: &str) {
 fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
     let start = out.len();
-    out.resize(
-        start + base64::encoded_len(bytes.len(), true).unwrap_or(0),
-        0,
-    );
+    out.resize(start + base64::encoded_len(bytes.len(), true).unwrap_or(0), 0);
     let written = STANDARD
         .encode_slice(bytes, &mut out[start..])
         .expect("invariant: the buffer was sized by encoded_len");
@@ -90,9 +83,7 @@ pub fn payload_from_json(raw: &RawValue, encoding: Option<&str>) -> Result<Bytes
         None => Ok(Bytes::from(minify(text))),
         Some("base64") if is_string => decode_base64(&json_string(raw)?, "payload"),
         Some("base64") => Err("payload_encoding \"base64\" needs a string payload".to_string()),
-        Some(other) => Err(format!(
-            "unknown payload_encoding {other:?} (only \"base64\")"
-        )),
+        Some(other) => Err(format!("unknown payload_encoding {other:?} (only \"base64\")")),
     }
 }
 
@@ -164,15 +155,9 @@ mod tests {
             r#"{"topic":"t\"1","partition":2,"offset":7,"key":"k","payload":{"a": [1, 2.50]},"timestamp":1700000000123}"#
         );
         let text = record(None, b"hello \"world\"");
-        assert!(
-            text.contains(r#""payload":"hello \"world\"","timestamp""#),
-            "{text}"
-        );
+        assert!(text.contains(r#""payload":"hello \"world\"","timestamp""#), "{text}");
         let binary = record(Some(&[0xff, 0xfe]), &[0, 159, 146, 150]);
-        assert!(
-            binary.contains(r#""key":"//4=","key_encoding":"base64""#),
-            "{binary}"
-        );
+        assert!(binary.contains(r#""key":"//4=","key_encoding":"base64""#), "{binary}");
         assert!(binary.contains(r#""payload":"AJ+Slg==","payload_encoding":"base64""#));
         for out in [json, text, binary] {
             serde_json::from_str::<serde_json::Value>(&out).expect("valid JSON");
@@ -192,18 +177,12 @@ mod tests {
             Ok(Bytes::from(r#"{"a":[1,1e3,"x y"]}"#))
         );
         assert_eq!(p("12.50", None), Ok(Bytes::from("12.50")));
-        assert_eq!(
-            p(r#""AJ+Slg""#, Some("base64")),
-            Ok(Bytes::from(vec![0, 159, 146, 150]))
-        );
+        assert_eq!(p(r#""AJ+Slg""#, Some("base64")), Ok(Bytes::from(vec![0, 159, 146, 150])));
         assert!(p(r#""not base64!""#, Some("base64")).is_err());
         assert!(p("1", Some("base64")).is_err());
         assert!(p(r#""x""#, Some("hex")).is_err());
         assert_eq!(key_from_json("", None), Ok(None));
-        assert_eq!(
-            key_from_json("//4=", Some("base64")),
-            Ok(Some(Bytes::from(vec![255, 254])))
-        );
+        assert_eq!(key_from_json("//4=", Some("base64")), Ok(Some(Bytes::from(vec![255, 254]))));
     }
 
     #[test]

@@ -53,11 +53,15 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         }
     };
     log_recovered(&node.stats(), seed);
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_name("narad-rt")
-        .build()
-        .context("starting the tokio runtime")?;
+    let runtime = match args.threads {
+        1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
+        n => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(usize::from(n))
+            .enable_all()
+            .thread_name("narad-rt")
+            .build(),
+    }
+    .context("starting the tokio runtime")?;
     runtime.block_on(run(args, plan, listener, node, clock))
 }
 
@@ -106,10 +110,7 @@ async fn run(
         backlog = stats.dispatch_backlog,
         "node shut down cleanly (in-flight commits finished, checkpoint durable)"
     );
-    if tokio::time::timeout(HTTP_DRAIN_GRACE, &mut server)
-        .await
-        .is_err()
-    {
+    if tokio::time::timeout(HTTP_DRAIN_GRACE, &mut server).await.is_err() {
         tracing::warn!("HTTP connections still open after the node stopped; closing them");
     }
     Ok(())

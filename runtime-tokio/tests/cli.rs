@@ -28,11 +28,7 @@ fn narad(url: &str, args: &[&str], stdin: Option<&[u8]>) -> Output {
 }
 
 fn json_out(output: &Output) -> Value {
-    assert!(
-        output.status.success(),
-        "stderr: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    assert!(output.status.success(), "stderr: {}", String::from_utf8_lossy(&output.stderr));
     serde_json::from_slice(&output.stdout).expect("client prints JSON")
 }
 
@@ -41,45 +37,22 @@ fn client_commands_round_trip() {
     let (_tmp, dir) = data_dir();
     let node = TestNode::start(&dir);
     let url = node.url.as_str();
-    let created = json_out(&narad(
-        url,
-        &["topic", "create", "cli", "--partitions", "2"],
-        None,
-    ));
+    let created = json_out(&narad(url, &["topic", "create", "cli", "--partitions", "2"], None));
     assert_eq!(created["name"], json!("cli"));
     assert_eq!(created["partitions"], json!(2));
     let listed = json_out(&narad(url, &["topic", "list"], None));
     assert_eq!(listed["topics"][0]["name"], json!("cli"));
 
     let out = narad(url, &["produce", "cli", "--partition", "1", "hello"], None);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let out = narad(
-        url,
-        &["produce", "cli", "--partition", "1"],
-        Some(b"{\"from\":\"stdin\"}"),
-    );
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = narad(url, &["produce", "cli", "--partition", "1"], Some(b"{\"from\":\"stdin\"}"));
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let client = node.client();
-    assert!(wait_until(
-        Duration::from_secs(30),
-        || common::visible_records(&client, "cli") >= 2
-    ));
+    assert!(wait_until(Duration::from_secs(30), || common::visible_records(&client, "cli") >= 2));
 
     let one = json_out(&narad(url, &["consume", "cli", "--partition", "1"], None));
     assert_eq!(one["payload"], json!("hello"));
-    let many = json_out(&narad(
-        url,
-        &["consume", "cli", "--partition", "1", "--max", "10"],
-        None,
-    ));
+    let many = json_out(&narad(url, &["consume", "cli", "--partition", "1", "--max", "10"], None));
     assert_eq!(many["messages"][1]["payload"], json!({ "from": "stdin" }));
     let topic = json_out(&narad(url, &["topic", "get", "cli"], None));
     assert_eq!(topic["partition_stats"][1]["high_watermark"], json!(2));
@@ -88,22 +61,14 @@ fn client_commands_round_trip() {
     assert_eq!(out.status.code(), Some(1), "409 becomes exit code 1");
     assert!(String::from_utf8_lossy(&out.stderr).contains("409"));
     let out = narad(url, &["topic", "delete", "cli"], None);
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let out = narad(url, &["topic", "get", "cli"], None);
     assert_eq!(out.status.code(), Some(1), "404 becomes exit code 1");
 }
 
 #[test]
 fn help_explains_every_command() {
-    for args in [
-        &["--help"][..],
-        &["serve", "--help"],
-        &["topic", "create", "--help"],
-    ] {
+    for args in [&["--help"][..], &["serve", "--help"], &["topic", "create", "--help"]] {
         let out = narad("http://127.0.0.1:1", args, None);
         assert!(out.status.success());
         let help = String::from_utf8_lossy(&out.stdout);

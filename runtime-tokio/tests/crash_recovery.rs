@@ -48,21 +48,9 @@ fn single(id: usize) -> (Vec<u8>, Sent) {
         2 => (Kind::Text, None, Some((id % PARTITIONS as usize) as u32)),
         3 => (Kind::Binary, Some(format!("bin-{}", id % 7)), None),
         4 => (Kind::Json, Some(format!("user-{}", id % 11)), None),
-        _ => (
-            Kind::Binary,
-            None,
-            Some(((id / 6) % PARTITIONS as usize) as u32),
-        ),
+        _ => (Kind::Binary, None, Some(((id / 6) % PARTITIONS as usize) as u32)),
     };
-    (
-        payload(id, kind),
-        Sent {
-            id,
-            kind,
-            key,
-            partition,
-        },
-    )
+    (payload(id, kind), Sent { id, kind, key, partition })
 }
 
 fn payload(id: usize, kind: Kind) -> Vec<u8> {
@@ -90,12 +78,7 @@ fn produce_singles(client: &Client, worker: usize, acked: &Acked) {
             (None, None) => {}
         }
         let (status, answer) = client.post(&path, &body);
-        assert_eq!(
-            status,
-            202,
-            "message {id}: {}",
-            String::from_utf8_lossy(&answer)
-        );
+        assert_eq!(status, 202, "message {id}: {}", String::from_utf8_lossy(&answer));
         acked.lock().expect("lock").insert(body, sent);
     }
 }
@@ -121,26 +104,11 @@ fn produce_batch(client: &Client, batch: usize, acked: &Acked) {
             message["partition"] = json!(p);
         }
         messages.push(message);
-        sent.push((
-            body,
-            Sent {
-                id,
-                kind,
-                key: None,
-                partition,
-            },
-        ));
+        sent.push((body, Sent { id, kind, key: None, partition }));
     }
-    let (status, answer) = client.post_json(
-        &format!("/v1/topics/{TOPIC}/produce/batch"),
-        &json!({ "messages": messages }),
-    );
-    assert_eq!(
-        status,
-        202,
-        "batch {batch}: {}",
-        String::from_utf8_lossy(&answer)
-    );
+    let (status, answer) = client
+        .post_json(&format!("/v1/topics/{TOPIC}/produce/batch"), &json!({ "messages": messages }));
+    assert_eq!(status, 202, "batch {batch}: {}", String::from_utf8_lossy(&answer));
     let answer: Value = serde_json::from_slice(&answer).expect("batch answer");
     assert_eq!(answer["accepted"], json!(BATCH_SIZE));
     acked.lock().expect("lock").extend(sent);
@@ -174,21 +142,13 @@ fn produce_everything(client: &Client) -> HashMap<Vec<u8>, Sent> {
     for worker in workers {
         worker.join().expect("producer thread");
     }
-    Arc::try_unwrap(acked)
-        .expect("producers done")
-        .into_inner()
-        .expect("lock")
+    Arc::try_unwrap(acked).expect("producers done").into_inner().expect("lock")
 }
 
 /// Reads all partitions; returns (partition, message) pairs.
 fn read_all(client: &Client) -> Vec<(u32, Value)> {
     (0..PARTITIONS)
-        .flat_map(|p| {
-            client
-                .read_partition(TOPIC, p)
-                .into_iter()
-                .map(move |m| (p, m))
-        })
+        .flat_map(|p| client.read_partition(TOPIC, p).into_iter().map(move |m| (p, m)))
         .collect()
 }
 
@@ -206,11 +166,7 @@ fn acknowledged_messages_survive_kill_9() {
     let node = TestNode::start(&dir);
     let client = node.client();
     let drained = common::wait_drained(&client, TOPIC, expected as u64, Duration::from_secs(90));
-    assert!(
-        drained,
-        "acknowledged messages not all visible; log:\n{}",
-        node.log()
-    );
+    assert!(drained, "acknowledged messages not all visible; log:\n{}", node.log());
     let read = read_all(&client);
     check_read_back(&acked, &read);
 }
@@ -220,49 +176,25 @@ fn check_read_back(acked: &HashMap<Vec<u8>, Sent>, read: &[(u32, Value)]) {
     for (partition, message) in read {
         assert_eq!(message["topic"], json!(TOPIC));
         assert_eq!(message["partition"], json!(partition));
-        assert!(
-            message["timestamp"]
-                .as_u64()
-                .is_some_and(|t| t > 1_600_000_000_000)
-        );
+        assert!(message["timestamp"].as_u64().is_some_and(|t| t > 1_600_000_000_000));
         let bytes = payload_bytes(message);
-        let sent = acked
-            .get(&bytes)
-            .unwrap_or_else(|| panic!("phantom message {message}"));
+        let sent = acked.get(&bytes).unwrap_or_else(|| panic!("phantom message {message}"));
         *seen.entry(sent.id).or_default() += 1;
         match sent.kind {
             Kind::Json => assert!(message["payload"].is_object(), "JSON comes back as JSON"),
             Kind::Binary => assert_eq!(message["payload_encoding"], json!("base64")),
             Kind::Text => assert!(message["payload"].is_string()),
         }
-        assert_eq!(
-            message.get("key").and_then(Value::as_str),
-            sent.key.as_deref()
-        );
+        assert_eq!(message.get("key").and_then(Value::as_str), sent.key.as_deref());
         if let Some(pinned) = sent.partition {
-            assert_eq!(
-                *partition, pinned,
-                "pinned message {} on its partition",
-                sent.id
-            );
+            assert_eq!(*partition, pinned, "pinned message {} on its partition", sent.id);
         } else if let Some(key) = &sent.key {
-            assert_eq!(
-                *partition,
-                fnv1a_32(key.as_bytes()) % PARTITIONS,
-                "key affinity"
-            );
+            assert_eq!(*partition, fnv1a_32(key.as_bytes()) % PARTITIONS, "key affinity");
         }
     }
-    assert_eq!(
-        seen.len(),
-        acked.len(),
-        "every acknowledged message read back"
-    );
-    let mut duplicates: Vec<usize> = seen
-        .iter()
-        .filter(|(_, n)| **n > 1)
-        .map(|(id, _)| *id)
-        .collect();
+    assert_eq!(seen.len(), acked.len(), "every acknowledged message read back");
+    let mut duplicates: Vec<usize> =
+        seen.iter().filter(|(_, n)| **n > 1).map(|(id, _)| *id).collect();
     duplicates.sort_unstable();
     assert!(
         duplicates.is_empty(),
@@ -299,9 +231,8 @@ fn kill_9_under_load_loses_nothing_acknowledged() {
             })
         })
         .collect();
-    let enough = common::wait_until(Duration::from_secs(30), || {
-        acked.lock().expect("lock").len() >= 1_000
-    });
+    let enough =
+        common::wait_until(Duration::from_secs(30), || acked.lock().expect("lock").len() >= 1_000);
     assert!(enough, "producers too slow; log:\n{}", node.log());
     node.kill9();
     for worker in workers {
@@ -313,31 +244,16 @@ fn kill_9_under_load_loses_nothing_acknowledged() {
         sent.lock().expect("lock").iter().cloned().collect();
     let node = TestNode::start(&dir);
     let client = node.client();
-    let drained = common::wait_drained(
-        &client,
-        "midflight",
-        acked.len() as u64,
-        Duration::from_secs(60),
-    );
-    assert!(
-        drained,
-        "acknowledged records not visible; log:\n{}",
-        node.log()
-    );
+    let drained =
+        common::wait_drained(&client, "midflight", acked.len() as u64, Duration::from_secs(60));
+    assert!(drained, "acknowledged records not visible; log:\n{}", node.log());
     let read: Vec<Vec<u8>> = (0..3)
         .flat_map(|p| client.read_partition("midflight", p))
         .map(|m| payload_bytes(&m))
         .collect();
     let read_set: std::collections::HashSet<&Vec<u8>> = read.iter().collect();
     assert!(read.iter().all(|r| sent.contains(r)), "phantom record");
-    assert!(
-        acked.iter().all(|a| read_set.contains(a)),
-        "acknowledged record lost"
-    );
+    assert!(acked.iter().all(|a| read_set.contains(a)), "acknowledged record lost");
     assert_eq!(read_set.len(), read.len(), "duplicates after kill -9");
-    eprintln!(
-        "{} acknowledged, {} visible after restart",
-        acked.len(),
-        read.len()
-    );
+    eprintln!("{} acknowledged, {} visible after restart", acked.len(), read.len());
 }

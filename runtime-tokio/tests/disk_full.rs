@@ -34,9 +34,7 @@ impl Tmpfs {
         if !out.status.success() {
             return Err(String::from_utf8_lossy(&out.stderr).into_owned());
         }
-        Ok(Tmpfs {
-            dir: dir.to_path_buf(),
-        })
+        Ok(Tmpfs { dir: dir.to_path_buf() })
     }
 
     fn resize(&self, size: &str) {
@@ -107,10 +105,7 @@ fn disk_full_fails_cleanly_and_loses_nothing() {
     let client = node.client();
     client.create_topic("full", 2);
     let (acked, sent) = fill_the_disk(&client);
-    eprintln!(
-        "{} messages acknowledged before the disk filled",
-        acked.len()
-    );
+    eprintln!("{} messages acknowledged before the disk filled", acked.len());
     assert_eq!(client.metric("narad_wal_failed"), 1.0, "the WAL latched");
     node.kill9();
 
@@ -119,27 +114,13 @@ fn disk_full_fails_cleanly_and_loses_nothing() {
     let client = node.client();
     let expected = acked.len() as u64;
     let drained = common::wait_drained(&client, "full", expected, Duration::from_secs(60));
-    assert!(
-        drained,
-        "acknowledged records missing after restart; log:\n{}",
-        node.log()
-    );
-    let read: Vec<Vec<u8>> = (0..2)
-        .flat_map(|p| client.read_partition("full", p))
-        .map(|m| payload_bytes(&m))
-        .collect();
+    assert!(drained, "acknowledged records missing after restart; log:\n{}", node.log());
+    let read: Vec<Vec<u8>> =
+        (0..2).flat_map(|p| client.read_partition("full", p)).map(|m| payload_bytes(&m)).collect();
     let read_set: HashSet<&Vec<u8>> = read.iter().collect();
     assert!(read.iter().all(|r| sent.contains(r)), "no phantom records");
-    assert!(
-        acked.iter().all(|a| read_set.contains(a)),
-        "every acknowledged record readable"
-    );
+    assert!(acked.iter().all(|a| read_set.contains(a)), "every acknowledged record readable");
     let duplicates = read.len() - read_set.len();
-    assert_eq!(
-        duplicates,
-        0,
-        "{duplicates} of {} records read back twice",
-        read.len()
-    );
+    assert_eq!(duplicates, 0, "{duplicates} of {} records read back twice", read.len());
     drop(node);
 }

@@ -50,10 +50,7 @@ fn group_commit_shares_fsyncs() {
         fsyncs / produces,
         records / commits.max(1.0)
     );
-    assert!(
-        commits >= 1.0 && records >= produces,
-        "every record went through a group commit"
-    );
+    assert!(commits >= 1.0 && records >= produces, "every record went through a group commit");
     // Measured here: 0.04-0.07 fsyncs per produce. A quarter leaves room for a slow machine
     // while still failing if each produce (or every other one) got its own fsync.
     assert!(

@@ -42,10 +42,7 @@ fn sigterm_finishes_in_flight_produces_and_exits_zero() {
                         return;
                     }
                     let body = format!("graceful {t} {i}");
-                    match client
-                        .post("/v1/topics/graceful/produce", body.as_bytes())
-                        .0
-                    {
+                    match client.post("/v1/topics/graceful/produce", body.as_bytes()).0 {
                         202 => acked.lock().expect("lock").push(body.into_bytes()),
                         503 | 0 => return, // Shutting down, or the listener is gone.
                         other => panic!("unexpected status {other} during shutdown"),
@@ -54,21 +51,13 @@ fn sigterm_finishes_in_flight_produces_and_exits_zero() {
             })
         })
         .collect();
-    assert!(wait_until(Duration::from_secs(30), || acked
-        .lock()
-        .expect("lock")
-        .len()
-        >= 200));
+    assert!(wait_until(Duration::from_secs(30), || acked.lock().expect("lock").len() >= 200));
     let status = node.sigterm(Duration::from_secs(20));
     stop.store(true, Ordering::Relaxed);
     for producer in producers {
         producer.join().expect("producer");
     }
-    assert!(
-        status.success(),
-        "exit status {status:?}; log:\n{}",
-        node.log()
-    );
+    assert!(status.success(), "exit status {status:?}; log:\n{}", node.log());
     let log = node.log();
     assert!(log.contains("shutdown requested"), "log:\n{log}");
     assert!(log.contains("node shut down cleanly"), "log:\n{log}");
@@ -78,11 +67,7 @@ fn sigterm_finishes_in_flight_produces_and_exits_zero() {
     let client = node.client();
     let expected = acked.len() as u64;
     let drained = common::wait_drained(&client, "graceful", expected, Duration::from_secs(60));
-    assert!(
-        drained,
-        "not every acknowledged record is visible; log:\n{}",
-        node.log()
-    );
+    assert!(drained, "not every acknowledged record is visible; log:\n{}", node.log());
     let mut read: Vec<Vec<u8>> = (0..3)
         .flat_map(|p| client.read_partition("graceful", p))
         .map(|m| payload_bytes(&m))
@@ -90,16 +75,10 @@ fn sigterm_finishes_in_flight_produces_and_exits_zero() {
     read.sort();
     acked.sort();
     // Every payload is unique: a repeat would be a duplicate commit.
-    assert!(
-        read.windows(2).all(|w| w[0] != w[1]),
-        "duplicate records after restart"
-    );
+    assert!(read.windows(2).all(|w| w[0] != w[1]), "duplicate records after restart");
     // Records staged when the signal came may be visible without their 202 having reached the
     // client; everything acknowledged must be there.
-    assert!(
-        acked.iter().all(|a| read.binary_search(a).is_ok()),
-        "acknowledged record lost"
-    );
+    assert!(acked.iter().all(|a| read.binary_search(a).is_ok()), "acknowledged record lost");
 }
 
 #[test]
@@ -107,15 +86,9 @@ fn a_second_process_cannot_share_the_data_dir() {
     let (_tmp, dir) = data_dir();
     let _node = TestNode::start(&dir);
     let mut second = TestNode::spawn(&dir);
-    let status = second
-        .wait_exit(Duration::from_secs(20))
-        .expect("second node must exit");
+    let status = second.wait_exit(Duration::from_secs(20)).expect("second node must exit");
     assert!(!status.success());
-    assert!(
-        second.log().contains("in use by another narad process"),
-        "{}",
-        second.log()
-    );
+    assert!(second.log().contains("in use by another narad process"), "{}", second.log());
 }
 
 #[test]
@@ -126,10 +99,7 @@ fn recovery_refuses_a_corrupt_wal() {
     client.create_topic("fragile", 2);
     for i in 0..50 {
         let body = format!("fragile message number {i}");
-        assert_eq!(
-            client.post("/v1/topics/fragile/produce", body.as_bytes()).0,
-            202
-        );
+        assert_eq!(client.post("/v1/topics/fragile/produce", body.as_bytes()).0, 202);
     }
     node.kill9();
     let segment = std::fs::read_dir(dir.join("wal"))
@@ -143,16 +113,8 @@ fn recovery_refuses_a_corrupt_wal() {
     std::fs::write(&segment, &bytes).expect("corrupt segment");
 
     let mut node = TestNode::spawn(&dir);
-    let status = node
-        .wait_exit(Duration::from_secs(20))
-        .expect("node must refuse to start");
-    assert!(
-        !status.success(),
-        "recovery must fail on corruption followed by valid data"
-    );
+    let status = node.wait_exit(Duration::from_secs(20)).expect("node must refuse to start");
+    assert!(!status.success(), "recovery must fail on corruption followed by valid data");
     let log = node.log();
-    assert!(
-        log.contains("RECOVERY FAILED") && log.contains("corrupt"),
-        "log:\n{log}"
-    );
+    assert!(log.contains("RECOVERY FAILED") && log.contains("corrupt"), "log:\n{log}");
 }

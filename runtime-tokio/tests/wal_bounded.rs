@@ -36,24 +36,12 @@ fn wal_is_reclaimed_after_dispatch() {
         worker.join().expect("producer");
     }
     let total = (THREADS * MESSAGES_PER_THREAD) as u64;
-    eprintln!(
-        "produced {} MiB",
-        total * MESSAGE_BYTES as u64 / (1024 * 1024)
-    );
+    eprintln!("produced {} MiB", total * MESSAGE_BYTES as u64 / (1024 * 1024));
 
-    let drained = wait_until(Duration::from_secs(60), || {
-        client.metric("narad_dispatch_backlog") == 0.0
-    });
-    assert!(
-        drained,
-        "dispatch backlog never drained; log:\n{}",
-        node.log()
-    );
-    assert_eq!(
-        common::visible_records(&client, "bulk"),
-        total,
-        "everything committed"
-    );
+    let drained =
+        wait_until(Duration::from_secs(60), || client.metric("narad_dispatch_backlog") == 0.0);
+    assert!(drained, "dispatch backlog never drained; log:\n{}", node.log());
+    assert_eq!(common::visible_records(&client, "bulk"), total, "everything committed");
     let wal = dir.join("wal");
     let mut bytes = dir_bytes(&wal);
     let small = wait_until(Duration::from_secs(30), || {
@@ -61,9 +49,5 @@ fn wal_is_reclaimed_after_dispatch() {
         bytes < LIMIT_BYTES
     });
     eprintln!("wal/ holds {bytes} bytes after the backlog drained");
-    assert!(
-        small,
-        "wal/ still holds {bytes} bytes (limit {LIMIT_BYTES}); log:\n{}",
-        node.log()
-    );
+    assert!(small, "wal/ still holds {bytes} bytes (limit {LIMIT_BYTES}); log:\n{}", node.log());
 }

@@ -32,11 +32,7 @@ impl Conn {
     pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
         let stream = TcpStream::connect(addr).await?;
         stream.set_nodelay(true)?;
-        Ok(Conn {
-            stream,
-            buf: BytesMut::with_capacity(READ_BUFFER_BYTES),
-            consumed: 0,
-        })
+        Ok(Conn { stream, buf: BytesMut::with_capacity(READ_BUFFER_BYTES), consumed: 0 })
     }
 
     /// Sends one complete request and reads its answer. Returns the status; the body is
@@ -75,10 +71,7 @@ impl Conn {
             self.buf.reserve(READ_BUFFER_BYTES);
         }
         match self.stream.read_buf(&mut self.buf).await? {
-            0 => Err(io::Error::new(
-                ErrorKind::UnexpectedEof,
-                "server closed the connection",
-            )),
+            0 => Err(io::Error::new(ErrorKind::UnexpectedEof, "server closed the connection")),
             _ => Ok(()),
         }
     }
@@ -106,16 +99,10 @@ fn parse_head(buf: &[u8]) -> io::Result<Option<(u16, usize, usize)>> {
         let (name, value) = (&line[..colon], &line[colon + 1..]);
         if name.eq_ignore_ascii_case(b"content-length") {
             let value = std::str::from_utf8(value).map_err(|_| invalid("bad content-length"))?;
-            length = Some(
-                value
-                    .trim()
-                    .parse::<usize>()
-                    .map_err(|_| invalid("bad content-length"))?,
-            );
+            length =
+                Some(value.trim().parse::<usize>().map_err(|_| invalid("bad content-length"))?);
         } else if name.eq_ignore_ascii_case(b"transfer-encoding") {
-            return Err(invalid(
-                "chunked responses are not supported by the bench client",
-            ));
+            return Err(invalid("chunked responses are not supported by the bench client"));
         }
     }
     let body = match (status, length) {
@@ -143,15 +130,9 @@ mod tests {
         let ok = b"HTTP/1.1 202 Accepted\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
         assert_eq!(parse_head(ok).expect("valid"), Some((202, ok.len(), 0)));
         let body = b"HTTP/1.1 200 OK\r\nContent-Length: 3\r\n\r\nok\n";
-        assert_eq!(
-            parse_head(body).expect("valid"),
-            Some((200, body.len() - 3, 3))
-        );
+        assert_eq!(parse_head(body).expect("valid"), Some((200, body.len() - 3, 3)));
         let empty = b"HTTP/1.1 204 No Content\r\n\r\n";
-        assert_eq!(
-            parse_head(empty).expect("valid"),
-            Some((204, empty.len(), 0))
-        );
+        assert_eq!(parse_head(empty).expect("valid"), Some((204, empty.len(), 0)));
         assert_eq!(parse_head(b"HTTP/1.1 200 OK\r\n").expect("partial"), None);
         assert!(parse_head(b"HTTP/1.1 200 OK\r\n\r\n").is_err());
         assert!(parse_head(b"SSH-2.0\r\n\r\n").is_err());

@@ -23,11 +23,7 @@ pub struct Histogram {
 
 impl Default for Histogram {
     fn default() -> Self {
-        Histogram {
-            counts: vec![0; BUCKETS],
-            total: 0,
-            max: 0,
-        }
+        Histogram { counts: vec![0; BUCKETS], total: 0, max: 0 }
     }
 }
 
@@ -97,27 +93,13 @@ mod tests {
     #[test]
     fn buckets_cover_values_in_order() {
         let mut last = 0;
-        for v in [
-            0,
-            1,
-            2_047,
-            2_048,
-            2_049,
-            4_095,
-            4_096,
-            1_000_000,
-            1 << 32,
-            u64::MAX,
-        ] {
+        for v in [0, 1, 2_047, 2_048, 2_049, 4_095, 4_096, 1_000_000, 1 << 32, u64::MAX] {
             let i = index(v);
             assert!(i >= last, "index is monotonic at {v}");
             assert!(i < BUCKETS);
             if v < 1 << 33 {
                 assert!(upper_edge(i) >= v, "upper edge of {v}");
-                assert!(
-                    upper_edge(i) as f64 <= v as f64 * 1.001 + 1.0,
-                    "resolution at {v}"
-                );
+                assert!(upper_edge(i) as f64 <= v as f64 * 1.001 + 1.0, "resolution at {v}");
             }
             last = i;
         }

@@ -158,9 +158,7 @@ impl Run {
         tally.requests_total += 1;
         if self.in_window(done) {
             tally.requests += 1;
-            tally
-                .latency
-                .record(done.duration_since(sent).as_micros() as u64);
+            tally.latency.record(done.duration_since(sent).as_micros() as u64);
         }
     }
 

@@ -27,12 +27,7 @@ pub struct ProbeResult {
 /// (no size change to commit), for comparison with plain appends.
 pub fn run(dir: &Path, duration: Duration, overwrite: bool) -> io::Result<ProbeResult> {
     let path = dir.join(format!(".narad-fsync-probe-{}", std::process::id()));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&path)?;
+    let file = OpenOptions::new().read(true).write(true).create(true).truncate(true).open(&path)?;
     let result = probe(&file, duration, overwrite);
     drop(file);
     std::fs::remove_file(&path)?;
@@ -58,8 +53,5 @@ fn probe(file: &std::fs::File, duration: Duration, overwrite: bool) -> io::Resul
         offset = (offset + WRITE_BYTES as u64) % (64 * 1024 * 1024);
         done += 1;
     }
-    Ok(ProbeResult {
-        ops_per_sec: done as f64 / start.elapsed().as_secs_f64(),
-        latency,
-    })
+    Ok(ProbeResult { ops_per_sec: done as f64 / start.elapsed().as_secs_f64(), latency })
 }

@@ -42,10 +42,7 @@ impl Report {
         server_pid: Option<u32>,
     ) -> Report {
         let tally = run.tally.borrow();
-        let seconds = run
-            .measure_until
-            .duration_since(run.measure_from)
-            .as_secs_f64();
+        let seconds = run.measure_until.duration_since(run.measure_from).as_secs_f64();
         let per_request = run.shape.messages_per_request();
         let acked = tally.requests * per_request;
         let mut value = json!({
@@ -69,9 +66,7 @@ impl Report {
             "max_ms": round(tally.latency.max_ms(), 3),
             "server_pid": server_pid,
         });
-        let fields = value
-            .as_object_mut()
-            .expect("invariant: built as an object");
+        let fields = value.as_object_mut().expect("invariant: built as an object");
         server_fields(fields, &window, acked as f64);
         sample_fields(fields, &samples);
         if let Some(v) = &run.visible {
@@ -131,10 +126,7 @@ fn server_fields(fields: &mut serde_json::Map<String, Value>, window: &Window, a
     let commits = d("narad_wal_group_commits_total");
     let per_record = |x: f64| (records > 0.0).then(|| round(x / records, 4));
     fields.insert("server_records_accepted".into(), json!(records));
-    fields.insert(
-        "fsyncs_per_msg".into(),
-        json!(per_record(d("narad_wal_fsyncs_total"))),
-    );
+    fields.insert("fsyncs_per_msg".into(), json!(per_record(d("narad_wal_fsyncs_total"))));
     fields.insert(
         "partition_fsyncs_per_msg".into(),
         json!(per_record(d("narad_partition_fsyncs_total"))),
@@ -144,18 +136,10 @@ fn server_fields(fields: &mut serde_json::Map<String, Value>, window: &Window, a
         (commits > 0.0).then(|| round(d("narad_wal_records_synced_total") / commits, 1));
     fields.insert("records_per_group_commit".into(), json!(per_commit));
     let pct = |cpu: Option<f64>| cpu.map(|c| round(100.0 * c / window.seconds, 1));
-    fields.insert(
-        "server_cpu_pct".into(),
-        json!(pct(window.server_cpu_seconds)),
-    );
-    fields.insert(
-        "client_cpu_pct".into(),
-        json!(pct(window.client_cpu_seconds)),
-    );
-    let per_msg = window
-        .server_cpu_seconds
-        .filter(|_| acked > 0.0)
-        .map(|c| round(c * 1e6 / acked, 2));
+    fields.insert("server_cpu_pct".into(), json!(pct(window.server_cpu_seconds)));
+    fields.insert("client_cpu_pct".into(), json!(pct(window.client_cpu_seconds)));
+    let per_msg =
+        window.server_cpu_seconds.filter(|_| acked > 0.0).map(|c| round(c * 1e6 / acked, 2));
     fields.insert("server_cpu_us_per_msg".into(), json!(per_msg));
 }
 
@@ -170,26 +154,12 @@ fn sample_fields(fields: &mut serde_json::Map<String, Value>, samples: &Samples)
     }
     let end = samples.backlog.last().map_or(0.0, |s| s.0);
     let max_where = |keep: &dyn Fn(f64) -> bool| {
-        samples
-            .backlog
-            .iter()
-            .filter(|s| keep(s.0))
-            .map(|s| s.1)
-            .fold(0.0, f64::max)
+        samples.backlog.iter().filter(|s| keep(s.0)).map(|s| s.1).fold(0.0, f64::max)
     };
     fields.insert("backlog_max".into(), json!(max_where(&|_| true)));
-    fields.insert(
-        "backlog_max_first_half".into(),
-        json!(max_where(&|t| t <= end / 2.0)),
-    );
-    fields.insert(
-        "backlog_max_second_half".into(),
-        json!(max_where(&|t| t > end / 2.0)),
-    );
-    fields.insert(
-        "backlog_end".into(),
-        json!(samples.backlog.last().map(|s| s.1)),
-    );
+    fields.insert("backlog_max_first_half".into(), json!(max_where(&|t| t <= end / 2.0)));
+    fields.insert("backlog_max_second_half".into(), json!(max_where(&|t| t > end / 2.0)));
+    fields.insert("backlog_end".into(), json!(samples.backlog.last().map(|s| s.1)));
 }
 
 fn visible_fields(
@@ -197,18 +167,9 @@ fn visible_fields(
     result: &visible::VisibleResult,
     v: &visible::Visible,
 ) {
-    fields.insert(
-        "visible_p50_ms".into(),
-        json!(round(result.latency.quantile_ms(0.5), 3)),
-    );
-    fields.insert(
-        "visible_p99_ms".into(),
-        json!(round(result.latency.quantile_ms(0.99), 3)),
-    );
-    fields.insert(
-        "visible_max_ms".into(),
-        json!(round(result.latency.max_ms(), 3)),
-    );
+    fields.insert("visible_p50_ms".into(), json!(round(result.latency.quantile_ms(0.5), 3)));
+    fields.insert("visible_p99_ms".into(), json!(round(result.latency.quantile_ms(0.99), 3)));
+    fields.insert("visible_max_ms".into(), json!(round(result.latency.max_ms(), 3)));
     fields.insert("visible_samples".into(), json!(result.latency.len()));
     fields.insert("visible_missing".into(), json!(result.missing));
     fields.insert("visible_errors".into(), json!(v.errors.get()));

@@ -37,12 +37,8 @@ impl Endpoint {
     /// A complete request with no body.
     pub fn get(&self, path: &str) -> Vec<u8> {
         let mut request = Vec::with_capacity(64 + path.len());
-        write!(
-            request,
-            "GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n",
-            self.host
-        )
-        .expect("invariant: writing to a Vec cannot fail");
+        write!(request, "GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", self.host)
+            .expect("invariant: writing to a Vec cannot fail");
         request
     }
 
@@ -93,10 +89,7 @@ pub async fn ensure_topic(
     let request = endpoint.post_json("/v1/topics", create.as_bytes());
     let (status, body) = conn.round_trip(&request).await?;
     if status != 201 && status != 409 {
-        bail!(
-            "creating topic {topic}: {status}: {}",
-            text(conn.body(body))
-        );
+        bail!("creating topic {topic}: {status}: {}", text(conn.body(body)));
     }
     let (status, body) = conn.round_trip(&endpoint.get(&path)).await?;
     if status != 200 {
@@ -114,17 +107,11 @@ fn parse_topic(body: &[u8]) -> anyhow::Result<TopicState> {
     let mut high_watermarks = vec![0; partitions as usize];
     for stats in value["partition_stats"].as_array().into_iter().flatten() {
         let index = stats["index"].as_u64().unwrap_or(u64::MAX);
-        if let Some(slot) = usize::try_from(index)
-            .ok()
-            .and_then(|i| high_watermarks.get_mut(i))
-        {
+        if let Some(slot) = usize::try_from(index).ok().and_then(|i| high_watermarks.get_mut(i)) {
             *slot = stats["high_watermark"].as_u64().unwrap_or(0);
         }
     }
-    Ok(TopicState {
-        partitions,
-        high_watermarks,
-    })
+    Ok(TopicState { partitions, high_watermarks })
 }
 
 fn text(body: &[u8]) -> String {
@@ -164,11 +151,7 @@ pub fn find_server(explicit: Option<u32>, port: u16) -> Option<u32> {
     }
     let mut candidates = Vec::new();
     for entry in std::fs::read_dir("/proc").ok()?.flatten() {
-        let Some(pid) = entry
-            .file_name()
-            .to_str()
-            .and_then(|s| s.parse::<u32>().ok())
-        else {
+        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
             continue;
         };
         let Ok(cmdline) = std::fs::read(entry.path().join("cmdline")) else {
@@ -177,9 +160,7 @@ pub fn find_server(explicit: Option<u32>, port: u16) -> Option<u32> {
         let args: Vec<&[u8]> = cmdline.split(|&b| b == 0).collect();
         let is_narad = args.first().is_some_and(|a| a.ends_with(b"narad"));
         if is_narad && args.iter().any(|a| *a == b"serve") {
-            let mentions_port = args
-                .iter()
-                .any(|a| a.ends_with(format!(":{port}").as_bytes()));
+            let mentions_port = args.iter().any(|a| a.ends_with(format!(":{port}").as_bytes()));
             candidates.push((pid, mentions_port));
         }
     }

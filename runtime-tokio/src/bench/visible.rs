@@ -176,13 +176,9 @@ fn scan(body: &[u8], mut seen: impl FnMut(u64)) -> Option<u64> {
     let mut next = None;
     while let Some(at) = find(body, OFFSET, pos) {
         pos = at + OFFSET.len();
-        let digits = body[pos..]
-            .iter()
-            .take_while(|b| b.is_ascii_digit())
-            .count();
-        let offset = std::str::from_utf8(&body[pos..pos + digits])
-            .ok()
-            .and_then(|d| d.parse::<u64>().ok());
+        let digits = body[pos..].iter().take_while(|b| b.is_ascii_digit()).count();
+        let offset =
+            std::str::from_utf8(&body[pos..pos + digits]).ok().and_then(|d| d.parse::<u64>().ok());
         next = offset.map(|o| o + 1).or(next);
         let Some(at) = find(body, PAYLOAD, pos) else {
             continue;
@@ -200,11 +196,7 @@ fn scan(body: &[u8], mut seen: impl FnMut(u64)) -> Option<u64> {
 }
 
 fn find(haystack: &[u8], needle: &[u8], from: usize) -> Option<usize> {
-    haystack
-        .get(from..)?
-        .windows(needle.len())
-        .position(|w| w == needle)
-        .map(|i| i + from)
+    haystack.get(from..)?.windows(needle.len()).position(|w| w == needle).map(|i| i + from)
 }
 
 #[cfg(test)]

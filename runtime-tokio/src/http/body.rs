@@ -91,17 +91,11 @@ mod tests {
     #[tokio::test]
     async fn limits_and_joins() {
         let headers = HeaderMap::new();
-        let body = read_limited(&headers, Body::from("hello"), 5)
-            .await
-            .expect("fits");
+        let body = read_limited(&headers, Body::from("hello"), 5).await.expect("fits");
         assert_eq!(body, Bytes::from_static(b"hello"));
-        let err = read_limited(&headers, Body::from("hello!"), 5)
-            .await
-            .expect_err("too big");
+        let err = read_limited(&headers, Body::from("hello!"), 5).await.expect_err("too big");
         assert_eq!(err.status(), StatusCode::PAYLOAD_TOO_LARGE);
-        let body = read_limited(&headers, chunked(&[b"ab", b"cd", b"e"]), 5)
-            .await
-            .expect("fits");
+        let body = read_limited(&headers, chunked(&[b"ab", b"cd", b"e"]), 5).await.expect("fits");
         assert_eq!(body, Bytes::from_static(b"abcde"));
     }
 }

@@ -16,10 +16,7 @@ pub struct ApiError {
 impl ApiError {
     /// An error with `status` and a human-readable `message`.
     pub fn new(status: StatusCode, message: impl Into<Cow<'static, str>>) -> ApiError {
-        ApiError {
-            status,
-            message: message.into(),
-        }
+        ApiError { status, message: message.into() }
     }
 
     /// 400 Bad Request.
@@ -40,10 +37,7 @@ impl ApiError {
     /// 500 for a reply of the wrong kind: a contract violation between runtime and core.
     pub fn unexpected(reply: &ClientReply) -> ApiError {
         tracing::error!(?reply, "core answered with a reply of the wrong kind");
-        ApiError::new(
-            StatusCode::INTERNAL_SERVER_ERROR,
-            "internal error: unexpected reply",
-        )
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error: unexpected reply")
     }
 
     /// The HTTP status of this error.

@@ -31,10 +31,7 @@ pub fn render(stats: &Stats) -> String {
     for metric in &SCALARS {
         let (name, help, kind) = (metric.name, metric.help, metric.kind.as_str());
         let value = (metric.value)(stats);
-        let _ = writeln!(
-            out,
-            "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}"
-        );
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
     }
     render_partitions(&mut out, stats);
     out
@@ -184,10 +181,7 @@ const SCALARS: [Scalar; 19] = [
 
 fn render_partitions(out: &mut String, stats: &Stats) {
     let families = [
-        (
-            "narad_partition_high_watermark",
-            "Records visible on the partition (next offset).",
-        ),
+        ("narad_partition_high_watermark", "Records visible on the partition (next offset)."),
         ("narad_partition_size_bytes", "Bytes of the partition log."),
     ];
     for (family, (name, help)) in families.iter().enumerate() {
@@ -195,10 +189,7 @@ fn render_partitions(out: &mut String, stats: &Stats) {
         for (topic, partition, high_watermark, size) in &stats.partitions {
             let value = if family == 0 { high_watermark } else { size };
             let topic = escape_label(topic);
-            let _ = writeln!(
-                out,
-                "{name}{{topic=\"{topic}\",partition=\"{partition}\"}} {value}"
-            );
+            let _ = writeln!(out, "{name}{{topic=\"{topic}\",partition=\"{partition}\"}} {value}");
         }
     }
 }
@@ -208,11 +199,7 @@ fn escape_label(value: &str) -> std::borrow::Cow<'_, str> {
     if !value.contains(['\\', '"', '\n']) {
         return value.into();
     }
-    value
-        .replace('\\', "\\\\")
-        .replace('"', "\\\"")
-        .replace('\n', "\\n")
-        .into()
+    value.replace('\\', "\\\\").replace('"', "\\\"").replace('\n', "\\n").into()
 }
 
 #[cfg(test)]

@@ -26,10 +26,7 @@ pub use error::ApiError;
 pub fn router(node: NodeHandle) -> Router {
     Router::new()
         .route("/v1/topics", post(topics::create).get(topics::list))
-        .route(
-            "/v1/topics/{topic}",
-            get(topics::get).delete(topics::delete),
-        )
+        .route("/v1/topics/{topic}", get(topics::get).delete(topics::delete))
         .route("/v1/topics/{topic}/produce", post(produce::single))
         .route("/v1/topics/{topic}/produce/batch", post(produce::batch))
         .route("/v1/topics/{topic}/consume", get(consume::consume))
@@ -75,10 +72,7 @@ async fn not_found() -> ApiError {
 }
 
 async fn method_not_allowed() -> ApiError {
-    ApiError::new(
-        StatusCode::METHOD_NOT_ALLOWED,
-        "method not allowed on this route",
-    )
+    ApiError::new(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
 }
 
 /// A response with a JSON body already serialised into `body`.

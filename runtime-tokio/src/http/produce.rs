@@ -28,20 +28,10 @@ pub async fn single(
     let params = produce_params(uri.query())?;
     let payload = read_limited(&headers, body, MAX_MESSAGE_BYTES).await?;
     if payload.is_empty() {
-        return Err(ApiError::bad_request(
-            "empty body: a message needs 1 byte or more",
-        ));
+        return Err(ApiError::bad_request("empty body: a message needs 1 byte or more"));
     }
-    let message = ProduceMessage {
-        key: params.key,
-        partition: params.partition,
-        payload,
-    };
-    let op = ClientOp::Produce {
-        topic,
-        messages: vec![message],
-        batch: false,
-    };
+    let message = ProduceMessage { key: params.key, partition: params.partition, payload };
+    let op = ClientOp::Produce { topic, messages: vec![message], batch: false };
     match call(&node, op).await? {
         ClientReply::Produced { .. } => Ok(StatusCode::ACCEPTED),
         other => Err(ApiError::unexpected(&other)),
@@ -77,11 +67,7 @@ pub async fn batch(
 ) -> Result<Response, ApiError> {
     let body = read_limited(&headers, body, MAX_BATCH_BYTES).await?;
     let messages = decode_batch(&body)?;
-    let op = ClientOp::Produce {
-        topic,
-        messages,
-        batch: true,
-    };
+    let op = ClientOp::Produce { topic, messages, batch: true };
     match call(&node, op).await? {
         ClientReply::Produced { accepted } => {
             let body = format!("{{\"accepted\":{accepted}}}").into_bytes();
@@ -118,11 +104,7 @@ fn decode_message(message: BatchMessage<'_>) -> Result<ProduceMessage, String> {
         None if message.key_encoding.is_some() => return Err("key_encoding without key".into()),
         None => None,
     };
-    Ok(ProduceMessage {
-        key,
-        partition: message.partition,
-        payload,
-    })
+    Ok(ProduceMessage { key, partition: message.partition, payload })
 }
 
 #[cfg(test)]
@@ -156,9 +138,6 @@ mod tests {
             assert_eq!(err.status(), StatusCode::BAD_REQUEST);
         }
         let err = format!("{:?}", decode_batch(cases[3]).expect_err("bad base64"));
-        assert!(
-            err.contains("message 1: payload is not valid base64"),
-            "{err}"
-        );
+        assert!(err.contains("message 1: payload is not valid base64"), "{err}");
     }
 }

@@ -65,11 +65,7 @@ pub fn consume_params(query: Option<&str>) -> Result<ConsumeParams, ApiError> {
     if max == Some(0) {
         return Err(ApiError::bad_request("`max` must be at least 1"));
     }
-    Ok(ConsumeParams {
-        partition,
-        offset: offset.unwrap_or(0),
-        max,
-    })
+    Ok(ConsumeParams { partition, offset: offset.unwrap_or(0), max })
 }
 
 fn once(seen: &mut bool, name: &str) -> Result<(), ApiError> {
@@ -92,27 +88,20 @@ fn set_once<T>(slot: &mut Option<T>, name: &str, value: T) -> Result<(), ApiErro
 
 /// A non-negative decimal integer.
 fn number<T: std::str::FromStr>(name: &str, value: &[u8]) -> Result<T, ApiError> {
-    std::str::from_utf8(value)
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| {
-            let shown = String::from_utf8_lossy(value);
-            ApiError::bad_request(format!(
-                "query parameter `{name}` must be a non-negative integer in range, got {shown:?}"
-            ))
-        })
+    std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()).ok_or_else(|| {
+        let shown = String::from_utf8_lossy(value);
+        ApiError::bad_request(format!(
+            "query parameter `{name}` must be a non-negative integer in range, got {shown:?}"
+        ))
+    })
 }
 
 /// The decoded `name=value` pairs of a query string (`+` is a space, `%XX` a byte).
 fn pairs(query: Option<&str>) -> impl Iterator<Item = (Cow<'_, [u8]>, Cow<'_, [u8]>)> {
-    query
-        .unwrap_or("")
-        .split('&')
-        .filter(|pair| !pair.is_empty())
-        .map(|pair| {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
-            (decode(name), decode(value))
-        })
+    query.unwrap_or("").split('&').filter(|pair| !pair.is_empty()).map(|pair| {
+        let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        (decode(name), decode(value))
+    })
 }
 
 fn decode(raw: &str) -> Cow<'_, [u8]> {
@@ -129,10 +118,7 @@ mod tests {
 
     #[test]
     fn produce_keys_and_partitions() {
-        assert_eq!(
-            produce_params(None).expect("empty"),
-            ProduceParams::default()
-        );
+        assert_eq!(produce_params(None).expect("empty"), ProduceParams::default());
         let p = produce_params(Some("key=a%20b+c&partition=3&other=x")).expect("valid");
         assert_eq!(p.key.as_deref(), Some(&b"a b c"[..]));
         assert_eq!(p.partition, Some(3));
@@ -144,16 +130,8 @@ mod tests {
 
     #[test]
     fn produce_rejects_bad_partitions() {
-        for query in [
-            "partition=abc",
-            "partition=-1",
-            "partition=",
-            "partition=1&partition=1",
-        ] {
-            assert!(
-                produce_params(Some(query)).is_err(),
-                "{query} must be rejected"
-            );
+        for query in ["partition=abc", "partition=-1", "partition=", "partition=1&partition=1"] {
+            assert!(produce_params(Some(query)).is_err(), "{query} must be rejected");
         }
         assert!(produce_params(Some("partition=99999999999")).is_err());
         assert!(produce_params(Some("key=a&key=b")).is_err());
@@ -162,27 +140,10 @@ mod tests {
     #[test]
     fn consume_params_parse() {
         let c = consume_params(Some("partition=2&offset=10&max=5")).expect("valid");
-        assert_eq!(
-            c,
-            ConsumeParams {
-                partition: 2,
-                offset: 10,
-                max: Some(5)
-            }
-        );
+        assert_eq!(c, ConsumeParams { partition: 2, offset: 10, max: Some(5) });
         let c = consume_params(Some("partition=0")).expect("valid");
-        assert_eq!(
-            c,
-            ConsumeParams {
-                partition: 0,
-                offset: 0,
-                max: None
-            }
-        );
-        assert!(
-            consume_params(Some("offset=1")).is_err(),
-            "partition is required"
-        );
+        assert_eq!(c, ConsumeParams { partition: 0, offset: 0, max: None });
+        assert!(consume_params(Some("offset=1")).is_err(), "partition is required");
         assert!(consume_params(Some("partition=1&max=0")).is_err());
         assert!(consume_params(Some("partition=x")).is_err());
     }

@@ -93,10 +93,7 @@ pub async fn list(State(node): State<NodeHandle>) -> Result<Response, ApiError> 
         ClientReply::Topics(topics) => {
             let topics: Vec<TopicJson<'_>> =
                 topics.iter().map(|t| TopicJson::new(t, None)).collect();
-            Ok(to_json(
-                StatusCode::OK,
-                &serde_json::json!({ "topics": topics }),
-            ))
+            Ok(to_json(StatusCode::OK, &serde_json::json!({ "topics": topics })))
         }
         other => Err(ApiError::unexpected(&other)),
     }
@@ -108,10 +105,9 @@ pub async fn get(
     Path(name): Path<String>,
 ) -> Result<Response, ApiError> {
     match call(&node, ClientOp::GetTopic { name }).await? {
-        ClientReply::Topic(info, stats) => Ok(to_json(
-            StatusCode::OK,
-            &TopicJson::new(&info, Some(&stats)),
-        )),
+        ClientReply::Topic(info, stats) => {
+            Ok(to_json(StatusCode::OK, &TopicJson::new(&info, Some(&stats))))
+        }
         other => Err(ApiError::unexpected(&other)),
     }
 }

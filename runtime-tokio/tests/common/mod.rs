@@ -41,12 +41,7 @@ impl TestNode {
         let log_path = data_dir.with_extension(format!("{port}.log"));
         let log = File::create(&log_path).expect("create node log");
         let child = Command::new(env!("CARGO_BIN_EXE_narad"))
-            .args([
-                "serve",
-                "--http",
-                &format!("127.0.0.1:{port}"),
-                "--data-dir",
-            ])
+            .args(["serve", "--http", &format!("127.0.0.1:{port}"), "--data-dir"])
             .arg(data_dir)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
@@ -66,11 +61,7 @@ impl TestNode {
     pub fn wait_ready(&self) {
         let client = Client::new(&self.url);
         let ready = wait_until(READY_TIMEOUT, || client.get("/readyz").0 == 200);
-        assert!(
-            ready,
-            "node not ready within {READY_TIMEOUT:?}; log:\n{}",
-            self.log()
-        );
+        assert!(ready, "node not ready within {READY_TIMEOUT:?}; log:\n{}", self.log());
     }
 
     /// An HTTP client for this node.
@@ -102,10 +93,7 @@ impl TestNode {
             if Instant::now() > deadline {
                 let _ = child.kill();
                 let _ = child.wait();
-                panic!(
-                    "node did not exit within {timeout:?} of SIGTERM; log:\n{}",
-                    self.log()
-                );
+                panic!("node did not exit within {timeout:?} of SIGTERM; log:\n{}", self.log());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
@@ -175,10 +163,7 @@ impl Client {
             .proxy(None)
             .build()
             .into();
-        Client {
-            base: base.to_string(),
-            agent,
-        }
+        Client { base: base.to_string(), agent }
     }
 
     pub fn get(&self, path: &str) -> (u16, Vec<u8>) {
@@ -201,12 +186,7 @@ impl Client {
     pub fn create_topic(&self, name: &str, partitions: u32) {
         let body = serde_json::json!({ "name": name, "partitions": partitions });
         let (status, body) = self.post_json("/v1/topics", &body);
-        assert_eq!(
-            status,
-            201,
-            "create topic: {}",
-            String::from_utf8_lossy(&body)
-        );
+        assert_eq!(status, 201, "create topic: {}", String::from_utf8_lossy(&body));
     }
 
     /// `/metrics` as name (with labels) → value.
@@ -247,10 +227,7 @@ impl Client {
                         messages.push(m);
                     }
                 }
-                other => panic!(
-                    "consume answered {other}: {}",
-                    String::from_utf8_lossy(&body)
-                ),
+                other => panic!("consume answered {other}: {}", String::from_utf8_lossy(&body)),
             }
         }
     }
@@ -349,9 +326,7 @@ impl RawConn {
         let host = url.trim_start_matches("http://").to_string();
         let stream = std::net::TcpStream::connect(&host).expect("connect to the node");
         stream.set_nodelay(true).expect("nodelay");
-        stream
-            .set_read_timeout(Some(REQUEST_TIMEOUT))
-            .expect("read timeout");
+        stream.set_read_timeout(Some(REQUEST_TIMEOUT)).expect("read timeout");
         RawConn { stream, host }
     }
 
@@ -384,14 +359,11 @@ impl RawConn {
             .lines()
             .find_map(|l| {
                 let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length")
-                    .then(|| value.trim().parse().ok())?
+                name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
             })
             .unwrap_or(0);
         let mut body = vec![0; length];
-        self.stream
-            .read_exact(&mut body)
-            .expect("read response body");
+        self.stream.read_exact(&mut body).expect("read response body");
         status
     }
 }
