@@ -288,6 +288,7 @@ impl Node {
             Input::Client { request, op } => self.handle_client(request, op),
             Input::Disk { token, result } => self.handle_disk(token, result),
             Input::Peer { from, bytes } => self.handle_peer(from, &bytes),
+            Input::PeerUnreachable { to } => self.on_peer_unreachable(to),
             Input::BeginShutdown => {
                 tracing::info!("shutdown requested: no new produces; flushing");
                 self.shutting_down = true;

@@ -2,7 +2,7 @@
 //! the WAL's group commit, consume by reading the committed part of a partition log (ours, or
 //! the owner's through a forwarded read).
 
-use super::cluster::{FORWARD_TIMEOUT_MS, Forwarded};
+use super::cluster::Forwarded;
 use super::{ConsumeAsker, IoPurpose, Node, ProduceWaiter};
 use crate::api::{
     ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, PartitionStats, ProduceMessage,
@@ -163,13 +163,13 @@ impl Node {
                 self.read_local(request, key, offset, max, topic.to_string());
             }
             Some(owner) if self.meta.is_alive(owner) => {
-                let id = self.remote.next_id();
-                let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
-                let topic = topic.to_string();
-                self.remote
-                    .forwards
-                    .insert(id, (Forwarded::Consume { request, topic, partition }, deadline));
-                self.send(owner, &PeerMessage::Consume { id, target: key, offset, max });
+                let kind = Forwarded::Consume { request, topic: topic.to_string(), partition };
+                self.forward(owner, kind, |id| PeerMessage::Consume {
+                    id,
+                    target: key,
+                    offset,
+                    max,
+                });
             }
             owner => {
                 let who = owner.map_or_else(|| "unknown".into(), |n| format!("node {}", n.0));

@@ -18,7 +18,7 @@ use crate::peer::{PeerMessage, WireAdminResult, WireCommitResult, WireConsumed, 
 use super::owner::ReplyTo;
 
 /// How long a forwarded command or consume may take before the client gets a 503.
-pub(super) const FORWARD_TIMEOUT_MS: u64 = 6_000;
+const FORWARD_TIMEOUT_MS: u64 = 6_000;
 /// How long `GET /v1/topics/{t}` waits for other owners' statistics.
 const STATS_TIMEOUT_MS: u64 = 2_000;
 
@@ -41,8 +41,8 @@ pub(super) struct Remote {
     next_id: u64,
     /// Commits sent to owners, by the dispatcher's commit id: the owner and the deadline.
     pub(super) commits: BTreeMap<CommitId, (NodeId, Instant)>,
-    /// Requests forwarded to peers, by message id.
-    pub(super) forwards: BTreeMap<u64, (Forwarded, Instant)>,
+    /// Requests forwarded to peers, by message id: what, to whom, until when.
+    pub(super) forwards: BTreeMap<u64, (Forwarded, NodeId, Instant)>,
     /// Forwarded topic commands already decided by the leader, waiting until our own replica
     /// has applied them too (read-your-writes), or until the deadline.
     pub(super) settling: Vec<Settling>,
@@ -79,7 +79,7 @@ impl Remote {
     /// The earliest deadline of anything outstanding.
     pub(super) fn next_deadline(&self) -> Option<Instant> {
         let commits = self.commits.values().map(|(_, at)| *at);
-        let forwards = self.forwards.values().map(|(_, at)| *at);
+        let forwards = self.forwards.values().map(|(_, _, at)| *at);
         let settling = self.settling.iter().map(|s| s.deadline);
         let stats = self.topic_stats.values().map(|s| s.deadline);
         commits.chain(forwards).chain(settling).chain(stats).min()
@@ -206,7 +206,7 @@ impl Node {
     }
 
     fn on_propose_reply(&mut self, id: u64, result: WireAdminResult) {
-        let Some((forwarded, _)) = self.remote.forwards.remove(&id) else {
+        let Some((forwarded, _, _)) = self.remote.forwards.remove(&id) else {
             return;
         };
         let Forwarded::Admin { request, name } = forwarded else {
@@ -270,7 +270,7 @@ impl Node {
     }
 
     fn on_consume_reply(&mut self, id: u64, result: Result<Vec<WireConsumed>, WireError>) {
-        let Some((Forwarded::Consume { request, topic, partition }, _)) =
+        let Some((Forwarded::Consume { request, topic, partition }, _, _)) =
             self.remote.forwards.remove(&id)
         else {
             return;
@@ -314,19 +314,11 @@ impl Node {
             .remote
             .forwards
             .iter()
-            .filter(|(_, (_, at))| *at <= now)
+            .filter(|(_, (_, _, at))| *at <= now)
             .map(|(id, _)| *id)
             .collect();
         for id in expired {
-            let (forwarded, _) = self.remote.forwards.remove(&id).expect("listed above");
-            let error =
-                ClientError::Unavailable("the node that had to answer did not in time".into());
-            match forwarded {
-                Forwarded::Admin { request, .. } | Forwarded::Consume { request, .. } => {
-                    self.reply(request, ClientReply::Error(error));
-                }
-                Forwarded::Heartbeat | Forwarded::Confirm => {}
-            }
+            self.fail_forward(id);
         }
         let late: Vec<u64> = self
             .remote
@@ -438,6 +430,52 @@ impl Node {
         if pending.waiting.is_empty() {
             let done = self.remote.topic_stats.remove(&id).expect("present above");
             self.reply(done.request, ClientReply::Topic(done.topic, done.stats));
+        }
+    }
+
+    /// Sends a request that expects an answer to `to`, remembering it until the answer, the
+    /// deadline, or news that `to` is unreachable.
+    pub(super) fn forward(
+        &mut self,
+        to: NodeId,
+        kind: Forwarded,
+        message: impl FnOnce(u64) -> PeerMessage,
+    ) {
+        let id = self.remote.next_id();
+        let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
+        self.remote.forwards.insert(id, (kind, to, deadline));
+        self.send(to, &message(id));
+    }
+
+    /// A forwarded request will get no answer: its client gets a 503.
+    fn fail_forward(&mut self, id: u64) {
+        let Some((forwarded, to, _)) = self.remote.forwards.remove(&id) else { return };
+        let message = match forwarded {
+            Forwarded::Admin { .. } => {
+                "the metastore leader did not answer (no quorum?)".to_string()
+            }
+            _ => format!("node {} did not answer", to.0),
+        };
+        match forwarded {
+            Forwarded::Admin { request, .. } | Forwarded::Consume { request, .. } => {
+                self.reply(request, ClientReply::Error(ClientError::Unavailable(message)));
+            }
+            Forwarded::Heartbeat | Forwarded::Confirm => {}
+        }
+    }
+
+    /// The transport could not hand a message to `to`: nothing we await from it will come.
+    pub(super) fn on_peer_unreachable(&mut self, to: NodeId) {
+        self.abandon_commits_to(to);
+        let doomed: Vec<u64> = self
+            .remote
+            .forwards
+            .iter()
+            .filter(|(_, (_, peer, _))| *peer == to)
+            .map(|(id, _)| *id)
+            .collect();
+        for id in doomed {
+            self.fail_forward(id);
         }
     }
 }

@@ -4,7 +4,7 @@
 //! confirms it is gone (a follower asks the leader; the leader first passes a read barrier and
 //! then re-reads its own state). Anything less keeps the records for a later pass.
 
-use super::cluster::{FORWARD_TIMEOUT_MS, Forwarded};
+use super::cluster::Forwarded;
 use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
 use crate::ids::{PartitionKey, TopicId};
 use crate::io::{DiskOp, FileId, NodeEvent};
@@ -57,10 +57,7 @@ impl Node {
         if self.meta.is_leader() {
             self.meta.read_barrier(self.now, MetaWaiter::Confirm { topic, asker: None });
         } else if let Some(leader) = self.meta.leader() {
-            let id = self.remote.next_id();
-            let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
-            self.remote.forwards.insert(id, (Forwarded::Confirm, deadline));
-            self.send(leader, &PeerMessage::ConfirmGone { id, topic });
+            self.forward(leader, Forwarded::Confirm, |id| PeerMessage::ConfirmGone { id, topic });
         }
     }
 

@@ -3,7 +3,7 @@
 //! waited for an applied command or a read barrier, and reacting to what was applied (a deleted
 //! topic's partitions are dropped, a dead owner's records are rerouted).
 
-use super::cluster::{FORWARD_TIMEOUT_MS, Forwarded};
+use super::cluster::Forwarded;
 use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
 use crate::api::{ClientError, ClientReply};
 use crate::meta::{Applied, MetaCommand, MetaOutput, ProposeError, encode_command};
@@ -54,11 +54,8 @@ impl Node {
         command: &MetaCommand,
         kind: Forwarded,
     ) {
-        let id = self.remote.next_id();
-        let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
-        self.remote.forwards.insert(id, (kind, deadline));
         let command = bytes::Bytes::from(encode_command(command));
-        self.send(leader, &PeerMessage::Propose { id, command });
+        self.forward(leader, kind, |id| PeerMessage::Propose { id, command });
     }
 
     /// Carries out everything the metastore asked for or reported.

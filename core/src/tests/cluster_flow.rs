@@ -141,6 +141,14 @@ fn without_a_quorum_produce_is_accepted_and_admin_fails_fast() {
     let op = ClientOp::CreateTopic { name: "u".into(), partitions: None, retention_ms: None };
     let reply = c.call(0, op, 10_000).expect("answered within 10 s, not hanging");
     assert!(matches!(reply, ClientReply::Error(ClientError::Unavailable(_))), "{reply:?}");
+    // The majority returns: what the lone node accepted for their partitions flows at once
+    // (commits to unreachable owners failed fast and retry), not after a 30 s commit timeout.
+    c.start(1);
+    c.start(2);
+    c.run_until(10_000, |c| backlog(c) == 0 && c.all_ready());
+    assert_eq!(backlog(&c), 0);
+    let read = read_all(&mut c, 1, "t", 3);
+    assert_eq!(read.values().flatten().filter(|p| *p == "alone").count(), 1);
 }
 
 #[test]

@@ -160,10 +160,13 @@ impl Cluster {
                     self.pending.push_back((ix, Input::Disk { token, result }));
                 }
                 Effect::Send { to, bytes } => {
-                    let to = to.0 as usize - 1;
-                    if !self.cut.contains(&(ix, to)) && self.nodes[to].is_some() {
+                    let peer = to.0 as usize - 1;
+                    if !self.cut.contains(&(ix, peer)) && self.nodes[peer].is_some() {
                         let from = NodeId(ix as u32 + 1);
-                        self.pending.push_back((to, Input::Peer { from, bytes }));
+                        self.pending.push_back((peer, Input::Peer { from, bytes }));
+                    } else {
+                        // Like the real transport: no connection, so the sender hears of it.
+                        self.pending.push_back((ix, Input::PeerUnreachable { to }));
                     }
                 }
             }
