@@ -143,6 +143,7 @@ impl NodeHost {
     ) -> Result<(), RecoveryError> {
         assert!(self.node.is_none(), "invariant: start only a stopped process");
         let now = self.skew.node_time(now);
+        let _span = tracing::info_span!("node", id = self.index).entered();
         self.node = Some(Node::recover(self.config.clone(), now, files)?);
         self.paused = false;
         self.ready = false;
@@ -222,6 +223,7 @@ impl NodeHost {
     fn step(&mut self, now: Instant, input: Option<Input>, rt: &mut impl HostRuntime) {
         let node = self.node.as_mut().expect("invariant: step only a running node");
         let now = self.skew.node_time(now);
+        let _span = tracing::info_span!("node", id = self.index).entered();
         match input {
             Some(input) => node.handle_input(now, input),
             None => node.handle_timeout(now),

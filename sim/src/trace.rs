@@ -73,6 +73,8 @@ pub enum What {
     Request {
         request: u64,
         op: &'static str,
+        /// The topic it names (printed, not hashed: like its payload, it follows from the seed).
+        topic: TopicTag,
     },
     Refused {
         client: u32,
@@ -131,6 +133,36 @@ pub enum What {
     },
     /// The node is now the metastore leader (observed).
     Leader,
+}
+
+/// A topic name kept inline (up to 24 bytes) so trace records stay `Copy`.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct TopicTag {
+    len: u8,
+    bytes: [u8; 24],
+}
+
+impl TopicTag {
+    /// The topic `op` names, if any.
+    pub fn of(op: &narad_core::ClientOp) -> TopicTag {
+        use narad_core::ClientOp as Op;
+        let name = match op {
+            Op::CreateTopic { name, .. } | Op::DeleteTopic { name } | Op::GetTopic { name } => name,
+            Op::Produce { topic, .. } | Op::Consume { topic, .. } => topic,
+            Op::ListTopics | Op::Stats | Op::Members => return TopicTag::default(),
+        };
+        let mut tag = TopicTag::default();
+        let n = name.len().min(tag.bytes.len());
+        tag.bytes[..n].copy_from_slice(&name.as_bytes()[..n]);
+        tag.len = n as u8;
+        tag
+    }
+}
+
+impl fmt::Display for TopicTag {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(&self.bytes[..usize::from(self.len)]))
+    }
 }
 
 /// One trace line.
@@ -255,7 +287,7 @@ fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
             h.words(&file_word(&file));
         }
         What::Timer => h.word(3),
-        What::Request { request, op } => {
+        What::Request { request, op, .. } => {
             h.words(&[4, request]);
             h.bytes(op.as_bytes());
         }
@@ -324,7 +356,7 @@ impl fmt::Display for TraceRecord {
                 write!(f, "disk done  #{token} {kind:?} {} {result}", file.relative_path())
             }
             What::Timer => write!(f, "timer"),
-            What::Request { request, op } => write!(f, "request r{request} {op}"),
+            What::Request { request, op, topic } => write!(f, "request r{request} {op} {topic}"),
             What::Refused { client } => write!(f, "client c{client} refused: node down"),
             What::Reply { request, status, count } => {
                 write!(f, "reply r{request} {status} n={count}")

@@ -98,6 +98,8 @@ pub struct Violation {
 struct Incarnation {
     name: String,
     delete_requested: bool,
+    /// Every partition is owned by a node whose damaged disk keeps it down.
+    unavailable: bool,
 }
 
 /// What the checker knows about one partition's visible prefix.
@@ -159,9 +161,16 @@ pub struct Checker {
     pub corruption_hit: bool,
     /// Recovery refused to start (with the error), if it did.
     pub recovery_refused: Option<String>,
+    /// Several nodes: live reads may come from a lagging replica (see `consumed`).
+    pub cluster: bool,
 }
 
 impl Checker {
+    /// A checker for one node (`cluster` false) or several.
+    pub fn new(cluster: bool) -> Checker {
+        Checker { cluster, ..Checker::default() }
+    }
+
     /// Stamps later violations with `now`.
     pub fn set_now(&mut self, now: Instant) {
         self.now = now;
@@ -193,7 +202,7 @@ impl Checker {
         let name = name.to_string();
         self.incarnations
             .entry(id)
-            .or_insert(Incarnation { name: name.clone(), delete_requested: false });
+            .or_insert(Incarnation { name: name.clone(), delete_requested: false, unavailable: false });
         let ids = self.by_name.entry(name).or_default();
         if !ids.contains(&id) {
             ids.push(id);
@@ -210,6 +219,18 @@ impl Checker {
             }
             self.parts.retain(|key, _| key.topic != id);
         }
+    }
+
+    /// Every partition of `id` is owned by a node lost to disk damage: its records cannot
+    /// become visible (no live sibling to reroute to).
+    pub fn unavailable(&mut self, id: TopicId) {
+        if let Some(inc) = self.incarnations.get_mut(&id) {
+            inc.unavailable = true;
+        }
+    }
+
+    fn is_unavailable(&self, id: TopicId) -> bool {
+        self.incarnations.get(&id).is_some_and(|inc| inc.unavailable)
     }
 
     fn is_deleted(&self, id: TopicId) -> bool {

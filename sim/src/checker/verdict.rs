@@ -52,6 +52,7 @@ impl Checker {
                 v.deleted_topic += 1;
             } else if msg.damaged
                 || (self.corruption_hit && (!read_complete || msg.held_by & lost_nodes != 0))
+                || msg.acked_incarnations().iter().all(|&inc| self.is_unavailable(inc))
             {
                 v.lost_to_corruption += 1;
             } else if declared_lost > 0 {

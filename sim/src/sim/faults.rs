@@ -129,17 +129,19 @@ impl Simulation {
         let now = self.world.queue.now();
         self.hosts[n].deliver(now, Input::BeginShutdown, &mut self.world);
         let deadline = Instant(now.0 + 10_000_000);
-        self.world.queue.push_after(1_000, Event::ShutdownCheck { node: n as u32, deadline });
+        let (node, epoch) = (n as u32, self.hosts[n].epoch());
+        self.world.queue.push_after(1_000, Event::ShutdownCheck { node, epoch, deadline });
     }
 
-    pub(super) fn shutdown_check(&mut self, node: u32, deadline: Instant) {
+    /// Polls a graceful shutdown of incarnation `epoch` (a later incarnation is not ours).
+    pub(super) fn shutdown_check(&mut self, node: u32, epoch: u32, deadline: Instant) {
         let n = node as usize;
-        let Some(state) = self.hosts[n].node() else {
+        let Some(state) = self.hosts[n].node().filter(|_| self.hosts[n].epoch() == epoch) else {
             return;
         };
         let shut_down = state.is_shut_down();
         if !shut_down && self.world.queue.now() < deadline {
-            self.world.queue.push_after(5_000, Event::ShutdownCheck { node, deadline });
+            self.world.queue.push_after(5_000, Event::ShutdownCheck { node, epoch, deadline });
             return;
         }
         if !shut_down && self.world.healed {

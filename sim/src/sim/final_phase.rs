@@ -42,6 +42,9 @@ impl Simulation {
             // corruption-class fault hit): the others are still read and checked.
             self.lost_nodes =
                 (0..self.nodes()).filter(|&n| !self.hosts[n].is_up()).fold(0, |m, n| m | 1 << n);
+            if 2 * self.lost_nodes.count_ones() as usize >= self.nodes() {
+                return false; // no quorum left: nothing can be rerouted or confirmed
+            }
         }
         if !drained && !self.world.checker.corruption_hit {
             let detail = format!("{} {} s after faults healed", self.backlogs(), limit / 1_000_000);

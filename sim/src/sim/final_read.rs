@@ -27,7 +27,11 @@ impl Simulation {
         self.world.harness_request = Some(request);
         self.world.harness_reply = None;
         let now = self.world.queue.now();
-        let what = What::Request { request: request.0, op: super::world::op_name(&op) };
+        let what = What::Request {
+            request: request.0,
+            op: super::world::op_name(&op),
+            topic: crate::trace::TopicTag::of(&op),
+        };
         self.world.record(node as u32, what);
         self.hosts[node].deliver(now, Input::Client { request, op }, &mut self.world);
         let deadline = Instant(now.0 + CALL_TIMEOUT_MICROS);
@@ -66,6 +70,12 @@ impl Simulation {
                     );
                     self.world.checker.violation(inv::TOPIC_LOST, detail);
                     continue;
+                }
+                let lost = |owner: u32| owner >= 1 && self.lost_nodes & (1 << (owner - 1)) != 0;
+                if partitions.iter().all(|p| lost(p.owner_node)) {
+                    // Every partition lives on a node whose disk is gone: no live sibling to
+                    // reroute to, so its records wait forever (SPEC §1 "Disk loss").
+                    self.world.checker.unavailable(inc);
                 }
                 for stats in partitions {
                     if stats.owner_node as usize == node + 1 {

@@ -93,7 +93,7 @@ impl Simulation {
             disks,
             net,
             workload,
-            checker: Checker::default(),
+            checker: Checker::new(nodes > 1),
             trace: Trace::new(keep_trace),
             hits: FaultHits::default(),
             fault_rng: component_rng(seed, Component::Faults),
@@ -207,7 +207,9 @@ impl Simulation {
                     self.apply_fault(node, action);
                 }
             }
-            Event::ShutdownCheck { node, deadline } => self.shutdown_check(node, deadline),
+            Event::ShutdownCheck { node, epoch, deadline } => {
+                self.shutdown_check(node, epoch, deadline);
+            }
             Event::Deliver { from, to, epoch, bytes } => self.deliver(from, to, epoch, bytes),
             Event::Observe => self.observe(),
         }
@@ -283,7 +285,11 @@ impl Simulation {
         match self.world.workload.wake(client, &mut self.world.checker) {
             Wake::Send { request, op } => {
                 if let Some(n) = self.pick_node() {
-                    let what = What::Request { request: request.0, op: world::op_name(&op) };
+                    let what = What::Request {
+                        request: request.0,
+                        op: world::op_name(&op),
+                        topic: crate::trace::TopicTag::of(&op),
+                    };
                     self.world.record(n as u32, what);
                     let checker = &mut self.world.checker;
                     self.world.workload.delivered(client, request, n as u32, checker);

@@ -34,8 +34,8 @@ pub enum Event {
     ClientTimeout { request: RequestId },
     /// A fault strikes (`scheduled` ones are dropped once faults are healed).
     Fault { node: u32, action: FaultAction, scheduled: bool },
-    /// Poll whether a graceful shutdown finished.
-    ShutdownCheck { node: u32, deadline: Instant },
+    /// Poll whether the graceful shutdown of incarnation `epoch` finished.
+    ShutdownCheck { node: u32, epoch: u32, deadline: Instant },
     /// A peer message arrives at `to`, if its process is still incarnation `epoch` and no cut
     /// stops it on the way.
     Deliver { from: u32, to: u32, epoch: u32, bytes: Bytes },

@@ -2,7 +2,7 @@
 //! decide whether to retry. A 5xx or a timeout on a produce is ambiguous: the retry is a new
 //! attempt with the same ids. A clean rejection (4xx, 503) changed nothing.
 
-use narad_core::{ClientError, ClientReply, RequestId};
+use narad_core::{ClientError, ClientReply, RequestId, TopicId};
 use rand::RngExt;
 
 use super::{MAX_TRIES, Pending, Role, TopicState, Workload};
@@ -112,7 +112,7 @@ impl Workload {
         match pending {
             Pending::Produce { ids, invalid, topic, inc, .. } => {
                 let live = self.topics.live_id(topic) == Some(*inc);
-                self.produce_answer(node, ids, *invalid, (topic, live), reply, checker)
+                self.produce_answer(node, ids, *invalid, (topic, *inc, live), reply, checker)
             }
             Pending::Create { name, partitions } => {
                 self.create_answer(name, *partitions, reply, checker)
@@ -153,7 +153,7 @@ impl Workload {
         node: u32,
         ids: &[u64],
         invalid: bool,
-        (topic, live): (&str, bool),
+        (topic, inc, live): (&str, TopicId, bool),
         reply: Option<&ClientReply>,
         checker: &mut Checker,
     ) -> Next {
@@ -164,7 +164,11 @@ impl Workload {
             }
             Some(ClientReply::Produced { accepted }) => {
                 checker.acked(node, ids, *accepted);
-                if invalid {
+                // A lagging replica may know the name as another incarnation with more
+                // partitions: then the pinned partition was valid there.
+                let elsewhere = self.cluster
+                    && ids.iter().all(|&id| !checker.msg(id).acked_under.contains(&inc));
+                if invalid && !elsewhere {
                     checker.violation(
                         inv::HALF_APPLIED,
                         format!("invalid produce of {} messages accepted", ids.len()),
@@ -185,6 +189,8 @@ impl Workload {
             }
             503 => Next::Retry { ambiguous: false },
             400 if invalid => Next::Finished,
+            // A lagging replica resolved the name to another incarnation (fewer partitions).
+            400 if self.cluster => Next::Retry { ambiguous: false },
             404 if !live => Next::Finished,
             // A lagging replica does not know the topic yet: retry, likely on another node.
             404 if self.cluster => Next::Retry { ambiguous: false },
@@ -233,6 +239,10 @@ impl Workload {
         checker: &mut Checker,
     ) -> Next {
         match reply {
+            // A lagging replica still shows an incarnation we deleted: ask again.
+            Some(ClientReply::Topic(info, _)) if self.topics.is_deleted(info.id) => {
+                Next::Retry { ambiguous: false }
+            }
             Some(ClientReply::Topic(info, _)) => {
                 self.topics
                     .set(name, TopicState::Live { id: info.id, partitions: info.partitions });

@@ -2,7 +2,7 @@
 //! create was acknowledged and whose delete was not yet requested, so on one node the checker
 //! always knows which incarnation a request reached.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use narad_core::TopicId;
 
@@ -24,6 +24,9 @@ pub enum TopicState {
 pub struct TopicModel {
     topics: BTreeMap<String, TopicState>,
     next_name: u32,
+    /// Incarnations a delete was sent for: a lagging replica may still show them, but they are
+    /// never live again.
+    deleted: BTreeSet<TopicId>,
 }
 
 impl TopicModel {
@@ -34,7 +37,15 @@ impl TopicModel {
 
     /// Sets the state of `name`.
     pub fn set(&mut self, name: &str, state: TopicState) {
+        if let TopicState::Deleting { id } = state {
+            self.deleted.insert(id);
+        }
         self.topics.insert(name.to_string(), state);
+    }
+
+    /// True when a delete was sent for incarnation `id` (a lookup showing it is stale).
+    pub fn is_deleted(&self, id: TopicId) -> bool {
+        self.deleted.contains(&id)
     }
 
     /// A fresh name never used before.
