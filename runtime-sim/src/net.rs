@@ -53,8 +53,11 @@ pub enum Fate {
     Deliver(Vec<u64>),
     /// Held on a clogged link until it is unclogged.
     Held,
-    /// Lost (dropped, or stopped by a cut).
+    /// Lost on the way (a per-message drop): the sender cannot tell.
     Dropped,
+    /// Stopped by a cut at the sender: there is no connection, which the sender's transport
+    /// can notice and report.
+    Unreachable,
 }
 
 /// How many fault windows currently cut a link, by kind.
@@ -92,7 +95,7 @@ impl SimNetwork {
     /// Decides the fate of a message sent on `link` now (a held message is kept here).
     pub fn send(&mut self, link: Link, bytes: Bytes) -> Fate {
         if !self.passes(link) {
-            return Fate::Dropped;
+            return Fate::Unreachable;
         }
         if self.clogs.get(&link).is_some_and(|&n| n > 0) {
             self.hits.hit(FaultClass::Clog);
@@ -227,7 +230,7 @@ mod tests {
     fn cuts_nest_and_stop_one_direction_only_when_one_way() {
         let mut n = net();
         n.cut((0, 1), false);
-        assert_eq!(n.send((0, 1), msg(1)), Fate::Dropped);
+        assert_eq!(n.send((0, 1), msg(1)), Fate::Unreachable);
         assert!(matches!(n.send((1, 0), msg(2)), Fate::Deliver(_)));
         n.cut((0, 1), true);
         n.uncut((0, 1), false);

@@ -35,6 +35,9 @@ pub struct SweepReport {
     pub acked: u64,
     pub visible: u64,
     pub duplicates: u64,
+    /// Duplicates by cause (see `Verdict`).
+    pub duplicates_from_retries: u64,
+    pub duplicates_same_partition: u64,
     pub lost_to_corruption: u64,
     pub faults: FaultHits,
     pub wall_secs: f64,
@@ -52,6 +55,8 @@ impl SweepReport {
         self.acked += outcome.verdict.acked;
         self.visible += outcome.verdict.visible;
         self.duplicates += outcome.verdict.duplicates;
+        self.duplicates_from_retries += outcome.verdict.duplicates_from_retries;
+        self.duplicates_same_partition += outcome.verdict.duplicates_same_partition;
         self.lost_to_corruption += outcome.verdict.lost_to_corruption;
         self.faults.add(&outcome.faults);
         let tally = self.by_nodes.entry(outcome.nodes).or_default();
@@ -114,6 +119,8 @@ impl SweepReport {
             "visible": self.visible,
             "duplicates": self.duplicates,
             "duplicate_rate": self.duplicate_rate(),
+            "duplicates_from_retries": self.duplicates_from_retries,
+            "duplicates_same_partition": self.duplicates_same_partition,
             "idempotent_commits": self.idempotent_commits,
             "by_nodes": by_nodes,
             "lost_to_corruption": self.lost_to_corruption,

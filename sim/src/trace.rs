@@ -117,7 +117,7 @@ pub enum What {
         name: &'static str,
     },
     /// A peer message handed to the network. `fate`: 0 lost, 1 or 2 copies on their way,
-    /// 3 held on a clogged link.
+    /// 3 held on a clogged link, 4 no connection (peer down or cut off).
     Send {
         to: u32,
         tag: u8,
@@ -133,6 +133,10 @@ pub enum What {
     },
     /// The node is now the metastore leader (observed).
     Leader,
+    /// The node's transport reported `to` unreachable.
+    Unreachable {
+        to: u32,
+    },
 }
 
 /// A topic name kept inline (up to 24 bytes) so trace records stay `Copy`.
@@ -316,6 +320,7 @@ fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
             h.words(&[17, u64::from(from), u64::from(tag), len, u64::from(ok)]);
         }
         What::Leader => h.word(18),
+        What::Unreachable { to } => h.words(&[19, u64::from(to)]),
     }
 }
 
@@ -380,7 +385,8 @@ impl fmt::Display for TraceRecord {
                     0 => "LOST",
                     1 => "sent",
                     2 => "sent TWICE",
-                    _ => "HELD (clog)",
+                    3 => "HELD (clog)",
+                    _ => "UNREACHABLE",
                 };
                 write!(f, "-> n{to} {} {len}B {fate}", tag_name(tag))
             }
@@ -389,6 +395,7 @@ impl fmt::Display for TraceRecord {
                 write!(f, "<- n{from} {} {len}B {what}", tag_name(tag))
             }
             What::Leader => write!(f, "is the metastore leader"),
+            What::Unreachable { to } => write!(f, "transport: n{to} unreachable"),
         }
     }
 }

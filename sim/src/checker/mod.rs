@@ -67,6 +67,10 @@ pub struct Msg {
     pub acked_under: Vec<TopicId>,
     /// Nodes that held it: in their WAL, or committed in a partition log (a bit per node).
     pub held_by: u32,
+    /// Partitions the final read found it on (once each).
+    pub found_on: Vec<PartitionKey>,
+    /// WAL records written for it (more than one: a client retried an ambiguous attempt).
+    pub wal_copies: u32,
 }
 
 impl Msg {
@@ -252,6 +256,8 @@ impl Checker {
             stagings: Vec::new(),
             acked_under: Vec::new(),
             held_by: 0,
+            found_on: Vec::new(),
+            wal_copies: 0,
         });
         id
     }
@@ -260,6 +266,7 @@ impl Checker {
     pub fn staged(&mut self, node: u32, seq: u64, id: u64, topic: TopicId) {
         let Some(msg) = self.msgs.get_mut(id as usize) else { return };
         msg.held_by |= 1 << node;
+        msg.wal_copies += 1;
         if !msg.stagings.contains(&(node, topic)) {
             msg.stagings.push((node, topic));
         }

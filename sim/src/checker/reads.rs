@@ -59,7 +59,11 @@ impl Checker {
                 continue;
             };
             if kind == ReadKind::Final {
-                self.msgs[id as usize].visible += 1;
+                let msg = &mut self.msgs[id as usize];
+                msg.visible += 1;
+                if !msg.found_on.contains(&key) {
+                    msg.found_on.push(key);
+                }
             }
             if let Some(before) = self.seen.insert((key, offset), id)
                 && before != id

@@ -19,6 +19,13 @@ pub struct Verdict {
     pub lost_to_corruption: u64,
     /// Extra copies beyond the first.
     pub duplicates: u64,
+    /// Of those, copies of messages a client sent more than once (a retry of an ambiguous
+    /// attempt made a second WAL record: at-least-once, nothing the broker can tell apart).
+    pub duplicates_from_retries: u64,
+    /// Of the others, copies on a partition that already held the message (what idempotent
+    /// commits prevent); the rest landed on another partition (a reroute while the original
+    /// commit landed after all).
+    pub duplicates_same_partition: u64,
     /// Acked messages excused because their topic was deleted.
     pub deleted_topic: u64,
 }
@@ -37,6 +44,12 @@ impl Checker {
         let mut declared_lost = self.counters.declared_lost;
         for (id, msg) in self.msgs.iter().enumerate() {
             v.duplicates += u64::from(msg.visible.saturating_sub(1));
+            if msg.wal_copies > 1 {
+                v.duplicates_from_retries += u64::from(msg.visible.saturating_sub(1));
+            } else {
+                let same = u64::from(msg.visible) - msg.found_on.len() as u64;
+                v.duplicates_same_partition += same;
+            }
             if msg.visible > 0 {
                 v.visible += 1;
             }

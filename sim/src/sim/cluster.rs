@@ -50,6 +50,17 @@ impl Simulation {
         }
     }
 
+    /// The transport of `node` reports `to` unreachable (if `node` is still that incarnation).
+    pub(super) fn unreachable(&mut self, node: u32, epoch: u32, to: u32) {
+        self.world.unreachable_pending.remove(&(node, to));
+        if self.world.running[node as usize] == Some(epoch) {
+            let now = self.world.queue.now();
+            let input = Input::PeerUnreachable { to: NodeId(to + 1) };
+            self.world.record(node, What::Unreachable { to });
+            self.hosts[node as usize].deliver(now, input, &mut self.world);
+        }
+    }
+
     /// The node a client request goes to: a random running one (`None`: all are down). A single
     /// node draws nothing, so single-node runs are what they always were.
     pub(super) fn pick_node(&mut self) -> Option<usize> {

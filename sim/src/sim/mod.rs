@@ -108,6 +108,8 @@ impl Simulation {
             running: vec![None; nodes as usize],
             windows: Default::default(),
             leader: None,
+            report_unreachable: cfg.net.report_unreachable,
+            unreachable_pending: Default::default(),
         };
         Simulation {
             seed,
@@ -212,6 +214,7 @@ impl Simulation {
             }
             Event::Deliver { from, to, epoch, bytes } => self.deliver(from, to, epoch, bytes),
             Event::Observe => self.observe(),
+            Event::Unreachable { node, epoch, to } => self.unreachable(node, epoch, to),
         }
     }
 

@@ -41,7 +41,12 @@ pub enum Event {
     Deliver { from: u32, to: u32, epoch: u32, bytes: Bytes },
     /// Look at the cluster (who leads the metastore), every 100 ms of a cluster run.
     Observe,
+    /// Incarnation `epoch` of `node` learns from its transport that `to` is unreachable.
+    Unreachable { node: u32, epoch: u32, to: u32 },
 }
+
+/// How long a transport takes to notice that a peer cannot be reached.
+const UNREACHABLE_AFTER_MICROS: u64 = 1_000;
 
 /// An open network window: the links it cut or clogged.
 #[derive(Clone, Debug)]
@@ -91,6 +96,10 @@ pub struct World {
     pub windows: BTreeMap<u32, NetWindow>,
     /// The metastore leader last observed (cluster runs).
     pub leader: Option<u32>,
+    /// The transport reports unreachable peers (`Input::PeerUnreachable`) in this run.
+    pub report_unreachable: bool,
+    /// Links with an unreachable report on its way.
+    pub unreachable_pending: std::collections::BTreeSet<Link>,
 }
 
 impl World {
@@ -111,6 +120,15 @@ impl World {
         let (from, to) = link;
         if let Some(epoch) = self.running[to as usize] {
             self.queue.push_after(delay, Event::Deliver { from, to, epoch, bytes });
+        }
+    }
+
+    /// The transport of `node` noticed it has no connection to `to`: tell the node soon (once
+    /// per link at a time), when this seed's transport reports it at all.
+    fn report_unreachable(&mut self, node: u32, to: u32) {
+        let Some(epoch) = self.running[node as usize] else { return };
+        if self.report_unreachable && self.unreachable_pending.insert((node, to)) {
+            self.queue.push_after(UNREACHABLE_AFTER_MICROS, Event::Unreachable { node, epoch, to });
         }
     }
 
@@ -177,21 +195,26 @@ impl HostRuntime for World {
         };
         let (tag, len) = (peer_tag(&bytes), bytes.len() as u64);
         let fate = if self.running[to as usize].is_none() {
-            0
+            Fate::Unreachable
         } else {
-            match self.net.send((node, to), bytes.clone()) {
-                Fate::Deliver(delays) => {
-                    let copies = delays.len() as u8;
-                    for delay in delays {
-                        self.schedule_delivery((node, to), bytes.clone(), delay);
-                    }
-                    copies
+            self.net.send((node, to), bytes.clone())
+        };
+        let code = match fate {
+            Fate::Deliver(delays) => {
+                let copies = delays.len() as u8;
+                for delay in delays {
+                    self.schedule_delivery((node, to), bytes.clone(), delay);
                 }
-                Fate::Held => 3,
-                Fate::Dropped => 0,
+                copies
+            }
+            Fate::Held => 3,
+            Fate::Dropped => 0,
+            Fate::Unreachable => {
+                self.report_unreachable(node, to);
+                4
             }
         };
-        self.record(node, What::Send { to, tag, len, fate });
+        self.record(node, What::Send { to, tag, len, fate: code });
     }
 
     fn ready(&mut self, node: u32, watermarks: &[(narad_core::PartitionKey, u64)]) {

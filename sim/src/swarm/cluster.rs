@@ -25,6 +25,9 @@ pub struct NetPlan {
     pub clogs: u32,
     /// Longest structured window.
     pub window_max_ms: u64,
+    /// The transport reports a peer it cannot reach (`Input::PeerUnreachable`); otherwise the
+    /// node finds out by its own timeouts.
+    pub report_unreachable: bool,
 }
 
 impl NetPlan {
@@ -81,6 +84,7 @@ fn draw_net(rng: &mut ChaCha8Rng, horizon_ms: u64) -> NetPlan {
         leader_isolations: count(isolations, 2),
         clogs: count(clogs, 3),
         window_max_ms: (horizon_ms / 2).clamp(500, 8_000),
+        report_unreachable: rng.random_bool(0.7),
     }
 }
 
