@@ -108,7 +108,9 @@ fn recovery_refuses_a_corrupt_wal() {
         .find(|p| p.extension().is_some_and(|e| e == "wal"))
         .expect("a WAL segment");
     let mut bytes = std::fs::read(&segment).expect("read segment");
-    let middle = bytes.len() / 2;
+    // The segment may end in pre-written zeros: damage the middle of what was really written.
+    let written = bytes.iter().rposition(|&b| b != 0).map_or(0, |last| last + 1);
+    let middle = written / 2;
     bytes[middle] ^= 0xff;
     std::fs::write(&segment, &bytes).expect("corrupt segment");
 
