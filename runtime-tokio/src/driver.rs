@@ -9,10 +9,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use bytes::Bytes;
 use narad_core::{
     ClientOp, ClientReply, DiskOp, Effect, FileId, Input, Instant, IoToken, Node, NodeEvent,
-    NodeId, RequestId, Stats,
+    RequestId, Stats,
 };
 use tokio::sync::{mpsc, oneshot, watch};
 
@@ -88,7 +87,7 @@ pub struct Driver {
     ready: Arc<AtomicBool>,
     /// Node RPC (a cluster of one has none): messages out, and messages in from peers.
     peers_out: Option<Outbox>,
-    peers_in: mpsc::Receiver<(NodeId, Bytes)>,
+    peers_in: mpsc::Receiver<Input>,
     /// The outbox as HTTP handlers see it (for its counters).
     peers: Arc<OnceLock<Outbox>>,
 }
@@ -125,9 +124,9 @@ impl Driver {
         (driver, handle)
     }
 
-    /// Connects the node to its peers: `Effect::Send`s go to `outbox`, and what arrives on
-    /// `inbox` becomes `Input::Peer`.
-    pub fn with_peers(mut self, outbox: Outbox, inbox: mpsc::Receiver<(NodeId, Bytes)>) -> Driver {
+    /// Connects the node to its peers: `Effect::Send`s go to `outbox`, and the transport's
+    /// inputs (`Input::Peer`, `Input::PeerUnreachable`) arrive on `inbox`.
+    pub fn with_peers(mut self, outbox: Outbox, inbox: mpsc::Receiver<Input>) -> Driver {
         let _ = self.peers.set(outbox.clone()); // set once: a driver gets one transport
         self.peers_out = Some(outbox);
         self.peers_in = inbox;
@@ -174,8 +173,8 @@ impl Driver {
                 n = self.peers_in.recv_many(&mut peer_inputs, INPUTS_PER_WAKEUP), if peers_open => {
                     peers_open = n > 0; // 0: no transport (a cluster of one)
                     let now = self.clock.now();
-                    for (from, bytes) in peer_inputs.drain(..n) {
-                        self.node.handle_input(now, Input::Peer { from, bytes });
+                    for input in peer_inputs.drain(..n) {
+                        self.node.handle_input(now, input);
                     }
                 }
                 n = self.commands.recv_many(&mut commands, INPUTS_PER_WAKEUP), if clients_open => {

@@ -8,6 +8,7 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use bytes::Bytes;
+use narad_core::Input;
 use quinn::{Connection, Endpoint, ReadToEndError, VarInt};
 use ring::rand::SecureRandom;
 use tokio::sync::watch;
@@ -147,7 +148,10 @@ fn log_dial_failure(shared: &Shared, slot: &PeerSlot, error: &DialError, failure
 }
 
 /// Publishes an authenticated connection as the peer's, receives on it until it closes, then
-/// withdraws it.
+/// withdraws it. A connection lost (rather than replaced by a newer one) takes with it whatever
+/// was in flight, requests and their answers alike: the node hears `PeerUnreachable` so it
+/// retries now instead of when its timeouts expire (a retried commit lands once: commits are
+/// idempotent per origin and sequence).
 async fn run_connection(shared: &Shared, slot: &PeerSlot, conn: Connection, how: &'static str) {
     tls::open_for_messages(&conn);
     let generation = slot.publish(conn.clone());
@@ -155,8 +159,12 @@ async fn run_connection(shared: &Shared, slot: &PeerSlot, conn: Connection, how:
     let remote = conn.remote_address();
     tracing::info!(peer = slot.id.0, %remote, how, "peer connected (cluster secret verified)");
     let reason = receive(shared, slot, &conn).await;
+    let replaced = slot.link.borrow().as_ref().is_some_and(|l| l.generation != generation);
     slot.unpublish(generation);
-    tracing::info!(peer = slot.id.0, %remote, %reason, "peer connection closed");
+    tracing::info!(peer = slot.id.0, %remote, %reason, replaced, "peer connection closed");
+    if !replaced {
+        report_unreachable(shared, slot).await;
+    }
 }
 
 /// Reads the peer's messages, one stream after another (so in the order they were sent), into
@@ -189,7 +197,8 @@ async fn receive(shared: &Shared, slot: &PeerSlot, conn: &Connection) -> String 
             Ok(bytes) => {
                 shared.counters.messages_received.fetch_add(1, Ordering::Relaxed);
                 shared.counters.bytes_received.fetch_add(len as u64, Ordering::Relaxed);
-                if shared.inbox.send((slot.id, bytes)).await.is_err() {
+                let input = Input::Peer { from: slot.id, bytes };
+                if shared.inbox.send(input).await.is_err() {
                     return "the node stopped".to_string();
                 }
             }
@@ -203,7 +212,8 @@ async fn receive(shared: &Shared, slot: &PeerSlot, conn: &Connection) -> String 
 
 /// Drains the peer's queue onto its current connection. A queue that finds no connection within
 /// `UNREACHABLE_DROP_AFTER` is dropped: the core retries what matters, and stale messages would
-/// only arrive late.
+/// only arrive late. Every such drop, and every send that failed before the whole frame was
+/// handed to quinn, is reported to the node as `Input::PeerUnreachable`.
 pub(super) async fn send_loop(shared: Arc<Shared>, slot: Arc<PeerSlot>) {
     let mut links = slot.link.subscribe();
     let mut dead: Option<u64> = None;
@@ -215,6 +225,7 @@ pub(super) async fn send_loop(shared: Arc<Shared>, slot: Arc<PeerSlot>) {
             let dropped = slot.clear();
             shared.counters.dropped_unreachable.fetch_add(dropped as u64, Ordering::Relaxed);
             tracing::debug!(peer = slot.id.0, dropped, "peer unreachable; queued messages dropped");
+            report_unreachable(&shared, &slot).await;
             continue;
         };
         while let Some(bytes) = slot.pop() {
@@ -229,11 +240,18 @@ pub(super) async fn send_loop(shared: Arc<Shared>, slot: Arc<PeerSlot>) {
                     shared.counters.dropped_unreachable.fetch_add(1, Ordering::Relaxed);
                     tracing::debug!(peer = slot.id.0, %error, "send failed; message dropped");
                     dead = Some(link.generation);
+                    report_unreachable(&shared, &slot).await;
                     break;
                 }
             }
         }
     }
+}
+
+/// Tells the node that a message to this peer certainly did not go out. Waits for room in the
+/// inbox (the driver never waits on us, so this cannot deadlock).
+async fn report_unreachable(shared: &Shared, slot: &PeerSlot) {
+    let _ = shared.inbox.send(Input::PeerUnreachable { to: slot.id }).await;
 }
 
 /// The current connection, waiting (bounded) for one that is open and not known dead.

@@ -7,10 +7,10 @@ use std::net::{SocketAddr, UdpSocket};
 use std::time::Duration;
 
 use bytes::Bytes;
-use narad_core::NodeId;
+use narad_core::{Input, NodeId};
 use tokio::sync::mpsc;
 
-use super::{ClusterKey, Outbox, PeerMessage, Transport, TransportConfig};
+use super::{ClusterKey, Outbox, Transport, TransportConfig};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -33,11 +33,7 @@ impl Pair {
         Pair { addrs }
     }
 
-    async fn start(
-        &self,
-        me: u32,
-        secret: &str,
-    ) -> (Transport, Outbox, mpsc::Receiver<PeerMessage>) {
+    async fn start(&self, me: u32, secret: &str) -> (Transport, Outbox, mpsc::Receiver<Input>) {
         let me = NodeId(me);
         let peers = self
             .addrs
@@ -58,15 +54,43 @@ impl Pair {
     }
 }
 
+/// The next message received (skipping reports of unreachable peers); `None` after `wait`.
+async fn next_message(
+    inbox: &mut mpsc::Receiver<Input>,
+    wait: Duration,
+) -> Option<(NodeId, Bytes)> {
+    tokio::time::timeout(wait, async {
+        loop {
+            match inbox.recv().await.expect("inbox open") {
+                Input::Peer { from, bytes } => return (from, bytes),
+                _ => continue,
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// Drains what is waiting: (messages, unreachable reports).
+fn drain(inbox: &mut mpsc::Receiver<Input>) -> (usize, usize) {
+    let (mut messages, mut unreachable) = (0, 0);
+    while let Ok(input) = inbox.try_recv() {
+        match input {
+            Input::Peer { .. } => messages += 1,
+            Input::PeerUnreachable { .. } => unreachable += 1,
+            other => panic!("unexpected input {other:?}"),
+        }
+    }
+    (messages, unreachable)
+}
+
 /// Sends numbered messages until the first arrives (the connection may still be forming), then
 /// checks that everything after it arrives in order.
-async fn exchange(from: &Outbox, to: NodeId, inbox: &mut mpsc::Receiver<PeerMessage>) -> NodeId {
+async fn exchange(from: &Outbox, to: NodeId, inbox: &mut mpsc::Receiver<Input>) -> NodeId {
     let first = tokio::time::timeout(WAIT, async {
         loop {
             from.send(to, Bytes::from_static(b"probe"));
-            if let Ok(Some(message)) =
-                tokio::time::timeout(Duration::from_millis(200), inbox.recv()).await
-            {
+            if let Some(message) = next_message(inbox, Duration::from_millis(200)).await {
                 return message;
             }
         }
@@ -78,10 +102,7 @@ async fn exchange(from: &Outbox, to: NodeId, inbox: &mut mpsc::Receiver<PeerMess
     }
     let mut next = 0u32;
     while next < 100 {
-        let (_, bytes) = tokio::time::timeout(WAIT, inbox.recv())
-            .await
-            .expect("messages keep coming")
-            .expect("inbox open");
+        let (_, bytes) = next_message(inbox, WAIT).await.expect("messages keep coming");
         if bytes.as_ref() == b"probe" {
             continue; // late probes from before the connection settled
         }
@@ -100,7 +121,7 @@ async fn messages_flow_both_ways_in_order_with_the_sender_named() {
     assert_eq!(exchange(&out2, NodeId(1), &mut in1).await, NodeId(2));
     let big = Bytes::from(vec![7u8; 9 * 1024 * 1024]); // a full commit batch and then some
     out1.send(NodeId(2), big.clone());
-    let (from, got) = tokio::time::timeout(WAIT, in2.recv()).await.expect("big one").expect("open");
+    let (from, got) = next_message(&mut in2, WAIT).await.expect("the big one");
     assert_eq!((from, got.len()), (NodeId(1), big.len()));
     assert_eq!(out1.stats().connections, 1, "one connection per pair");
     assert_eq!(out2.stats().connections, 1, "one connection per pair");
@@ -122,8 +143,8 @@ async fn a_wrong_secret_delivers_nothing_and_both_sides_refuse() {
         out2.send(NodeId(1), Bytes::from_static(b"secret data"));
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    assert!(in1.try_recv().is_err(), "node 1 accepted nothing");
-    assert!(in2.try_recv().is_err(), "node 2 accepted nothing");
+    assert_eq!(drain(&mut in1).0, 0, "node 1 accepted nothing");
+    assert_eq!(drain(&mut in2).0, 0, "node 2 accepted nothing");
     assert!(out1.stats().handshakes_refused >= 1, "the dialer saw a refusal");
     assert!(out2.stats().handshakes_refused >= 1, "the acceptor refused");
     assert_eq!(out1.stats().connections + out2.stats().connections, 0);
@@ -135,11 +156,14 @@ async fn a_wrong_secret_delivers_nothing_and_both_sides_refuse() {
 async fn a_restarted_peer_is_reconnected() {
     let pair = Pair::new();
     let secret = "the same secret, 32 bytes long!!";
-    let (t1, out1, _in1) = pair.start(1, secret).await;
+    let (t1, out1, mut in1) = pair.start(1, secret).await;
     let (t2, _out2, mut in2) = pair.start(2, secret).await;
     exchange(&out1, NodeId(2), &mut in2).await;
-    t2.shutdown().await; // closes its connections: node 1 redials
+    drain(&mut in1);
+    t2.shutdown().await; // closes its connections: node 1 reports the loss, then redials
     drop(in2);
+    let lost = tokio::time::timeout(WAIT, in1.recv()).await.expect("reported in time");
+    assert!(matches!(lost, Some(Input::PeerUnreachable { to: NodeId(2) })), "{lost:?}");
     let (t2, _out2, mut in2) = pair.start(2, secret).await;
     assert_eq!(exchange(&out1, NodeId(2), &mut in2).await, NodeId(1));
     assert!(out1.stats().connections >= 2);
@@ -164,7 +188,18 @@ async fn a_stranger_that_skips_the_handshake_can_send_nothing_and_is_dropped() {
     assert!(opened.is_err(), "no message stream before the secret handshake");
     let closed = tokio::time::timeout(WAIT, conn.closed()).await;
     assert!(closed.is_ok(), "the acceptor drops a connection that never authenticates");
-    assert!(in2.try_recv().is_err());
+    assert_eq!(drain(&mut in2).0, 0);
     assert!(out2.stats().handshakes_refused >= 1);
     t2.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_message_to_an_unreachable_peer_is_reported_to_the_node() {
+    let pair = Pair::new();
+    let (t1, out1, mut in1) = pair.start(1, "the same secret, 32 bytes long!!").await;
+    out1.send(NodeId(2), Bytes::from_static(b"commit batch")); // node 2 is not running
+    let reported = tokio::time::timeout(WAIT, in1.recv()).await.expect("reported in time");
+    assert!(matches!(reported, Some(Input::PeerUnreachable { to: NodeId(2) })), "{reported:?}");
+    assert_eq!(out1.stats().dropped_unreachable, 1);
+    t1.shutdown().await;
 }

@@ -10,7 +10,9 @@
 //!   were sent (while the connection lives).
 //! - Sending never blocks the driver: `Outbox::send` puts the message in the peer's bounded queue
 //!   (dropped and counted when full; the core copes with loss). A peer that stays unreachable for
-//!   `UNREACHABLE_DROP_AFTER` has its queue dropped too, so nothing stale piles up.
+//!   `UNREACHABLE_DROP_AFTER` has its queue dropped too, so nothing stale piles up. Either way the
+//!   node hears `Input::PeerUnreachable { to }`: what it awaits from that peer fails at once
+//!   (commits retry after their backoff) instead of waiting out a 30 s timeout.
 //! - The dialer reconnects with exponential backoff; QUIC keep-alives detect a dead peer within
 //!   the idle timeout, and a restarted peer resets the old connection at once.
 
@@ -23,13 +25,13 @@ mod tls;
 
 use std::collections::{BTreeMap, VecDeque};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use anyhow::Context;
 use bytes::Bytes;
-use narad_core::NodeId;
+use narad_core::{Input, NodeId};
 use quinn::{Connection, Endpoint, VarInt};
 use tokio::sync::{Notify, Semaphore, mpsc, watch};
 use tokio::task::JoinHandle;
@@ -52,9 +54,6 @@ const HANDSHAKES_MAX: usize = 32;
 const CLOSE_REPLACED: VarInt = VarInt::from_u32(2);
 /// Application close code: this node is shutting down.
 const CLOSE_SHUTDOWN: VarInt = VarInt::from_u32(3);
-
-/// A message received from a peer, for the driver: `Input::Peer { from, bytes }`.
-pub type PeerMessage = (NodeId, Bytes);
 
 /// Who this node is and whom it talks to.
 #[derive(Clone, Debug)]
@@ -104,11 +103,13 @@ pub struct TransportStats {
 }
 
 impl Transport {
-    /// Binds the endpoint and starts the dialers, the acceptor and one sender per peer. Messages
-    /// received go to `inbox`.
+    /// Binds the endpoint and starts the dialers, the acceptor and one sender per peer. What the
+    /// node must hear goes to `inbox`: `Input::Peer` for every message received, and
+    /// `Input::PeerUnreachable` when a message to a peer was dropped without reaching a live
+    /// connection.
     pub fn start(
         config: TransportConfig,
-        inbox: mpsc::Sender<PeerMessage>,
+        inbox: mpsc::Sender<Input>,
     ) -> anyhow::Result<(Transport, Outbox)> {
         let (server, client) = tls::configs()?;
         let mut endpoint = Endpoint::server(server, config.bind)
@@ -186,10 +187,17 @@ impl Outbox {
             return;
         }
         if slot.push(bytes) {
+            slot.full_reported.store(false, Ordering::Relaxed);
             slot.wake.notify_one();
-        } else {
-            counters.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
-            tracing::debug!(to = to.0, "peer queue full; message dropped");
+            return;
+        }
+        counters.dropped_queue_full.fetch_add(1, Ordering::Relaxed);
+        tracing::debug!(to = to.0, "peer queue full; message dropped");
+        // Once per run of drops; if the driver's inbox is full too, the next drop tries again.
+        if !slot.full_reported.swap(true, Ordering::Relaxed)
+            && self.shared.inbox.try_send(Input::PeerUnreachable { to }).is_err()
+        {
+            slot.full_reported.store(false, Ordering::Relaxed);
         }
     }
 
@@ -205,7 +213,7 @@ struct Shared {
     key: ClusterKey,
     local: SocketAddr,
     peers: BTreeMap<NodeId, Arc<PeerSlot>>,
-    inbox: mpsc::Sender<PeerMessage>,
+    inbox: mpsc::Sender<Input>,
     counters: Counters,
     handshakes: Arc<Semaphore>,
 }
@@ -234,6 +242,8 @@ struct PeerSlot {
     wake: Notify,
     link: watch::Sender<Option<Link>>,
     next_generation: AtomicU64,
+    /// A queue-full drop was reported to the node (reset once a message is queued again).
+    full_reported: AtomicBool,
 }
 
 #[derive(Default)]
@@ -258,6 +268,7 @@ impl PeerSlot {
             wake: Notify::new(),
             link: watch::Sender::new(None),
             next_generation: AtomicU64::new(1),
+            full_reported: AtomicBool::new(false),
         }
     }
 
