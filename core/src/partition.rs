@@ -205,18 +205,31 @@ impl PartitionLog {
         }
         let mut decided = Vec::new();
         let mut fresh_parts = Vec::new();
+        // Records taken by an earlier part of this same group (a replay arriving together with
+        // the original): written once; the later part shares the write's outcome.
+        let mut taken = std::collections::BTreeSet::new();
         for part in parts {
             assert!(part.records.iter().all(|r| r.origin_node == part.origin), "one origin a part");
             self.origins.prune_below(part.origin, part.origin_checkpoint);
             let (origins, idempotent) = (&self.origins, self.idempotent);
+            let mut shares_write = false;
             let fresh: Vec<PartitionRecord> = part
                 .records
                 .into_iter()
                 .filter(|r| {
-                    !idempotent || !origins.contains(part.origin, r.origin_seq, r.fingerprint())
+                    let id = (part.origin, r.origin_seq, r.fingerprint());
+                    if !idempotent {
+                        return true;
+                    }
+                    if origins.contains(id.0, id.1, id.2) {
+                        return false;
+                    }
+                    let first_copy = taken.insert(id);
+                    shares_write |= !first_copy;
+                    first_copy
                 })
                 .collect();
-            if fresh.is_empty() {
+            if fresh.is_empty() && !shares_write {
                 let landed =
                     Landed { first_offset: self.high_watermark(), origin_seqs: Vec::new() };
                 decided.push(CommitOutcome { id: part.id, result: Ok(landed) });

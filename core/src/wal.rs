@@ -36,8 +36,10 @@ pub use recovery::{RecoveredWal, recover};
 pub enum WalIo {
     /// Part of the in-flight group commit (segment create, write or sync).
     Batch,
-    /// Write or sync of the checkpoint file (or its creation).
+    /// Write or sync of the checkpoint file.
     Checkpoint,
+    /// Creation of the checkpoint file.
+    CheckpointCreate,
     /// Deletion of a compacted segment, or creation of the segment replacing an idle one.
     Delete,
     /// A dispatcher read starting at `offset` of segment `segment`.
@@ -129,7 +131,8 @@ struct CheckpointState {
     durable: u64,
     target: u64,
     dirty_since: Option<Instant>,
-    in_flight: Option<(u64, u32)>,
+    /// Value being written, operations left, slot written.
+    in_flight: Option<(u64, u32, u64)>,
     next_slot: u64,
     file_exists: bool,
     /// After a failed write, not before this (even when flushing for shutdown).
@@ -454,16 +457,17 @@ impl<W> Wal<W> {
         let file = FileId::WalCheckpoint;
         let mut ios = 2;
         if !state.file_exists {
-            self.outbox.push_back((WalIo::Checkpoint, DiskOp::Create { file }));
+            self.outbox.push_back((WalIo::CheckpointCreate, DiskOp::Create { file }));
             state.file_exists = true;
             ios += 1;
         }
-        let offset = state.next_slot * checkpoint::SLOT_STRIDE;
-        state.next_slot = 1 - state.next_slot;
+        let slot = state.next_slot;
+        let offset = slot * checkpoint::SLOT_STRIDE;
+        state.next_slot = 1 - slot;
         let data = Bytes::from(checkpoint::encode_slot(state.target));
         self.outbox.push_back((WalIo::Checkpoint, DiskOp::Write { file, offset, data }));
         self.outbox.push_back((WalIo::Checkpoint, DiskOp::Sync { file }));
-        state.in_flight = Some((state.target, ios));
+        state.in_flight = Some((state.target, ios, slot));
         state.dirty_since = None;
         self.counters.fsyncs += 1;
     }
@@ -472,25 +476,30 @@ impl<W> Wal<W> {
     /// it became durable. A failed checkpoint write is retried later (it only delays compaction).
     pub fn on_checkpoint_io(
         &mut self,
+        io: WalIo,
         result: Result<DiskDone, DiskError>,
         now: Instant,
     ) -> Option<u64> {
         let state = &mut self.checkpoint;
-        let (value, ios_left) = state.in_flight.as_mut().expect("checkpoint io while in flight");
+        let (value, ios_left, slot) =
+            state.in_flight.as_mut().expect("checkpoint io while in flight");
         *ios_left -= 1;
         if result.is_err() {
-            // The in-flight value is not durable: retry later, re-creating the file (which
-            // truncates it) in case the failure was its creation. Losing the older slot is safe:
-            // without a checkpoint, recovery re-dispatches from the oldest segment.
+            // Not durable: retry later, into the same slot, so the other slot keeps the last
+            // good checkpoint. Re-create the file only if creating it is what failed (creating
+            // truncates: it would destroy the good slot).
             state.dirty_since = Some(now);
             state.retry_at = Some(now.plus_millis(crate::constants::FAILURE_BACKOFF_MS));
-            state.file_exists = false;
+            state.next_slot = *slot;
+            if io == WalIo::CheckpointCreate {
+                state.file_exists = false;
+            }
             *value = u64::MAX;
         }
         if *ios_left > 0 {
             return None;
         }
-        let (value, _) = state.in_flight.take().expect("checked above");
+        let (value, _, _) = state.in_flight.take().expect("checked above");
         if value == u64::MAX {
             return None;
         }

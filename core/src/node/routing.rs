@@ -49,11 +49,11 @@ impl Node {
                 self.answer_produces(outcome.acked, outcome.failed, outcome.error.as_ref());
                 self.feed_dispatcher(outcome.durable);
             }
-            WalIo::Checkpoint => {
+            WalIo::Checkpoint | WalIo::CheckpointCreate => {
                 if let Err(error) = &result {
                     tracing::warn!(%error, "checkpoint write failed; will retry");
                 }
-                if let Some(checkpoint) = self.wal.on_checkpoint_io(result, self.now) {
+                if let Some(checkpoint) = self.wal.on_checkpoint_io(io, result, self.now) {
                     self.push_event(NodeEvent::CheckpointDurable { checkpoint });
                 }
             }

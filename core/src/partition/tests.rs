@@ -227,3 +227,24 @@ fn concurrent_requests_share_one_write_and_fsync() {
     assert_eq!(landed, vec![(0, vec![0, 1, 2]), (3, vec![0, 1])]);
     assert_eq!(log.high_watermark(), 5);
 }
+
+#[test]
+fn a_replay_arriving_with_the_original_in_one_group_lands_once() {
+    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut log = PartitionLog::new(key());
+    let part = |id: u64| CommitPart {
+        id: CommitId(id),
+        origin: NodeId(1),
+        origin_checkpoint: 0,
+        records: records(3),
+    };
+    assert!(log.begin_commit(vec![part(1), part(2), part(3)]).unwrap().is_empty());
+    let mut outcomes = Vec::new();
+    while let Some((io, op)) = log.poll_io() {
+        let result = disk.execute(op);
+        outcomes.extend(log.on_io(io, result));
+    }
+    assert_eq!(log.high_watermark(), 3, "three copies of the same records land once");
+    assert_eq!(outcomes.len(), 3);
+    assert!(outcomes.iter().all(|o| o.result.is_ok()), "every request is answered with the write");
+}

@@ -314,3 +314,47 @@ fn nothing_read_at_start_up_is_used_before_it_is_synced() {
         h.node.fatal_error()
     );
 }
+
+#[test]
+fn a_failed_checkpoint_write_keeps_the_last_good_slot() {
+    use std::cell::Cell;
+    use std::rc::Rc;
+
+    let mut h = Harness::new();
+    create(&mut h, "t", 1);
+    assert!(matches!(
+        produce(&mut h, "t", vec![message("a", None, None)]),
+        ClientReply::Produced { .. }
+    ));
+    let good = h.node.stats().wal_checkpoint;
+    assert_eq!(good, 1, "the first checkpoint is durable");
+    let creates = Rc::new(Cell::new(0));
+    let syncs = Rc::new(Cell::new(0));
+    let (c, s) = (creates.clone(), syncs.clone());
+    h.fault = Some(Box::new(move |op| match op {
+        DiskOp::Create { file: FileId::WalCheckpoint } => {
+            c.set(c.get() + 1);
+            None
+        }
+        DiskOp::Sync { file: FileId::WalCheckpoint } => {
+            s.set(s.get() + 1);
+            (s.get() <= 2).then(|| DiskError::Io("EIO".into()))
+        }
+        _ => None,
+    }));
+    assert!(matches!(
+        produce(&mut h, "t", vec![message("b", None, None)]),
+        ClientReply::Produced { .. }
+    ));
+    h.now = h.now.plus_millis(5_000);
+    h.run();
+    assert_eq!(
+        creates.get(),
+        0,
+        "an existing checkpoint file is never re-created (it would truncate)"
+    );
+    assert!(syncs.get() >= 3, "failed checkpoint writes are retried");
+    assert_eq!(h.node.stats().wal_checkpoint, 2);
+    let h = h.restart();
+    assert_eq!(h.node.stats().wal_checkpoint, 2, "recovered from the slot that was rewritten");
+}
