@@ -28,6 +28,8 @@ pub struct RunOutcome {
     pub violations: Vec<String>,
     pub violation_count: usize,
     pub counters: Counters,
+    /// Cluster counters over every incarnation (reroutes, remote commits, discards).
+    pub totals: crate::sim::world::ClusterTotals,
     pub recovery_refused: Option<String>,
     /// The last trace lines.
     pub tail: Vec<String>,
@@ -63,6 +65,7 @@ impl RunOutcome {
                 .collect(),
             violation_count,
             counters: world.checker.counters,
+            totals: sim.totals(),
             recovery_refused: world.checker.recovery_refused.clone(),
             tail: world.trace.tail().iter().map(ToString::to_string).collect(),
             full_trace: Vec::new(),
@@ -87,6 +90,7 @@ impl RunOutcome {
             violations: vec![format!("panic: {message}")],
             violation_count: 1,
             counters: Counters::default(),
+            totals: Default::default(),
             recovery_refused: None,
             tail: Vec::new(),
             full_trace: Vec::new(),
@@ -126,6 +130,8 @@ impl RunOutcome {
             "commits_failed": self.counters.commits_failed,
             "wal_latches": self.counters.latches,
             "discarded": self.counters.discarded,
+            "rerouted": self.totals.rerouted,
+            "remote_commits": self.totals.remote_commits,
             "restarts": self.counters.restarts,
             "recovery_refused": self.recovery_refused,
             "violation_count": self.violation_count,

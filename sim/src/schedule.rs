@@ -48,6 +48,11 @@ pub enum FaultAction {
     },
     /// The admin client deletes this topic.
     DeleteTopic(String),
+    /// The admin client creates this topic (again).
+    CreateTopic(String),
+    /// Scenarios: from now on, producers and readers send to node `clients` and the admin to
+    /// node `admin` (`None`: a random running node).
+    Route { clients: Option<u32>, admin: Option<u32> },
     /// The node dies (power loss or crash) for longer than the membership dead timeout; a
     /// later `Restart` (at the latest the heal phase) brings it back.
     Die {

@@ -41,6 +41,9 @@ pub struct SweepReport {
     pub lost_to_corruption: u64,
     pub faults: FaultHits,
     pub wall_secs: f64,
+    /// Records rerouted to sibling partitions and commits sent to other nodes, over all seeds.
+    pub rerouted: u64,
+    pub remote_commits: u64,
     /// Totals per node count.
     pub by_nodes: BTreeMap<u32, NodeTally>,
     /// Whether owners deduplicated commits in this sweep.
@@ -59,6 +62,8 @@ impl SweepReport {
         self.duplicates_same_partition += outcome.verdict.duplicates_same_partition;
         self.lost_to_corruption += outcome.verdict.lost_to_corruption;
         self.faults.add(&outcome.faults);
+        self.rerouted += outcome.totals.rerouted;
+        self.remote_commits += outcome.totals.remote_commits;
         let tally = self.by_nodes.entry(outcome.nodes).or_default();
         tally.seeds += 1;
         tally.failed += u64::from(!outcome.passed);
@@ -122,6 +127,8 @@ impl SweepReport {
             "duplicates_from_retries": self.duplicates_from_retries,
             "duplicates_same_partition": self.duplicates_same_partition,
             "idempotent_commits": self.idempotent_commits,
+            "rerouted": self.rerouted,
+            "remote_commits": self.remote_commits,
             "by_nodes": by_nodes,
             "lost_to_corruption": self.lost_to_corruption,
         })

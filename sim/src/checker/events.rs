@@ -18,6 +18,7 @@ impl Checker {
             NodeEvent::CheckpointDurable { checkpoint } => self.on_checkpoint(node, *checkpoint),
             NodeEvent::Discarded { seq, topic } => {
                 self.counters.discarded += 1;
+                self.counters.first_discard_at.get_or_insert(self.now);
                 if !self.is_deleted(*topic) {
                     let detail = format!(
                         "n{node}: seq {seq} of topic#{} discarded, delete never asked",

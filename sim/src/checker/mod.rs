@@ -139,6 +139,8 @@ pub struct Counters {
     pub records_read: u64,
     /// Produce attempts that ended ambiguously (5xx, timeout, connection reset).
     pub ambiguous_attempts: u64,
+    /// When the first record was discarded (scenarios check it waited for the leader).
+    pub first_discard_at: Option<Instant>,
 }
 
 const MAX_VIOLATIONS: usize = 64;

@@ -1,5 +1,6 @@
 //! The scenario catalogue: each entry is one failure story of SPEC.md §4–§5 with a fixed fault
-//! schedule. Times are milliseconds after the start; every scenario uses one node.
+//! schedule. Times are milliseconds after the start; these use one node, the cluster ones are in
+//! `cluster.rs`.
 
 use narad_sim_runtime::{FaultClass, FileClass, FileMatch};
 
@@ -14,7 +15,7 @@ fn at(ms: u64, action: A) -> ScheduledFault {
 
 /// Two producers and a reader spreading `messages` over roughly `active_ms` of simulated time,
 /// so the scheduled faults strike while clients are busy.
-fn workload(messages: u64, partitions: u32, active_ms: u64) -> WorkloadConfig {
+pub(super) fn workload(messages: u64, partitions: u32, active_ms: u64) -> WorkloadConfig {
     let requests_per_producer = messages / 2;
     WorkloadConfig {
         producers: 2,
@@ -29,15 +30,15 @@ fn workload(messages: u64, partitions: u32, active_ms: u64) -> WorkloadConfig {
     }
 }
 
-fn plan() -> FaultPlan {
+pub(super) fn plan() -> FaultPlan {
     FaultPlan { restart_on_latch: true, ..FaultPlan::default() }
 }
 
-fn check(ok: bool, what: &str) -> Result<(), String> {
+pub(super) fn check(ok: bool, what: &str) -> Result<(), String> {
     if ok { Ok(()) } else { Err(what.to_string()) }
 }
 
-fn hit(o: &RunOutcome, class: FaultClass) -> Result<(), String> {
+pub(super) fn hit(o: &RunOutcome, class: FaultClass) -> Result<(), String> {
     check(o.faults.get(class) > 0, &format!("fault {} never hit", class.name()))
 }
 
@@ -54,6 +55,9 @@ pub fn all() -> Vec<Scenario> {
         partition_log_lies_about_fsync(),
         bit_flip_at_rest(),
         new_files_vanish_without_dir_fsync(),
+        super::cluster::leader_isolated_during_load(),
+        super::cluster::owner_dies_and_its_share_is_rerouted(),
+        super::cluster::topic_deleted_while_a_node_is_cut_off(),
     ]
 }
 

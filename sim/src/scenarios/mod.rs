@@ -3,6 +3,7 @@
 //! runs every one and snapshot-tests its outcome summary (stored in `scenarios/snapshots/`).
 
 pub mod catalog;
+mod cluster;
 
 use std::fmt::Write;
 
@@ -74,6 +75,11 @@ pub fn summary(scenario: &Scenario, outcome: &RunOutcome) -> String {
     let _ = writeln!(out, "discarded: {}", yes(outcome.counters.discarded > 0));
     let _ = writeln!(out, "restarted: {}", yes(outcome.counters.restarts > 0));
     let _ = writeln!(out, "recovery_refused: {}", yes(outcome.recovery_refused.is_some()));
+    if outcome.nodes > 1 {
+        let _ = writeln!(out, "nodes: {}", outcome.nodes);
+        let _ = writeln!(out, "remote_commits: {}", yes(outcome.totals.remote_commits > 0));
+        let _ = writeln!(out, "rerouted: {}", yes(outcome.totals.rerouted > 0));
+    }
     let hit: Vec<&str> =
         outcome.faults.iter().filter(|(_, n)| *n > 0).map(|(c, _)| c.name()).collect();
     let _ = writeln!(out, "fault_classes_hit: {}", hit.join(" "));

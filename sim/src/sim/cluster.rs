@@ -61,11 +61,16 @@ impl Simulation {
         }
     }
 
-    /// The node a client request goes to: a random running one (`None`: all are down). A single
-    /// node draws nothing, so single-node runs are what they always were.
-    pub(super) fn pick_node(&mut self) -> Option<usize> {
+    /// The node a client request goes to: a random running one (`None`: all are down), unless
+    /// a scenario pinned the client's role to a node. A single node draws nothing, so
+    /// single-node runs are what they always were.
+    pub(super) fn pick_node(&mut self, admin: bool) -> Option<usize> {
         if self.nodes() == 1 {
             return self.hosts[0].is_up().then_some(0);
+        }
+        let pinned = if admin { self.world.pinned.1 } else { self.world.pinned.0 };
+        if let Some(n) = pinned {
+            return self.hosts[n as usize].is_up().then_some(n as usize);
         }
         let up: Vec<usize> = (0..self.nodes()).filter(|&n| self.hosts[n].is_up()).collect();
         if up.is_empty() {

@@ -59,6 +59,11 @@ impl Simulation {
                 self.world.workload.request_delete(&name);
                 self.world.wake_client(0, 0);
             }
+            FaultAction::CreateTopic(name) => {
+                self.world.workload.request_create(&name);
+                self.world.wake_client(0, 0);
+            }
+            FaultAction::Route { clients, admin } => self.world.pinned = (clients, admin),
             FaultAction::Die { power } => {
                 if self.hosts[n].is_up() {
                     self.world.hit(FaultClass::NodeDeath);
@@ -81,6 +86,9 @@ impl Simulation {
         }
         if count {
             self.world.hit(if power { FaultClass::PowerLoss } else { FaultClass::ProcessCrash });
+        }
+        if let Some(node) = self.hosts[n].node() {
+            self.world.totals.add(&node.stats());
         }
         self.hosts[n].crash();
         self.world.running[n] = None;
@@ -207,6 +215,8 @@ pub fn action_name(action: &FaultAction) -> &'static str {
         FaultAction::BitFlip => "bit-flip",
         FaultAction::CrashAfterNextSync { .. } => "arm-crash-after-sync",
         FaultAction::DeleteTopic(_) => "delete-topic",
+        FaultAction::CreateTopic(_) => "create-topic",
+        FaultAction::Route { .. } => "route-clients",
         FaultAction::Die { .. } => "node-dies",
         FaultAction::Partition { .. } => "partition",
         FaultAction::OneWay { .. } => "one-way-partition",

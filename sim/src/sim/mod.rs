@@ -110,6 +110,8 @@ impl Simulation {
             leader: None,
             report_unreachable: cfg.net.report_unreachable,
             unreachable_pending: Default::default(),
+            totals: Default::default(),
+            pinned: (None, None),
         };
         Simulation {
             seed,
@@ -287,7 +289,7 @@ impl Simulation {
         let now = self.world.queue.now();
         match self.world.workload.wake(client, &mut self.world.checker) {
             Wake::Send { request, op } => {
-                if let Some(n) = self.pick_node() {
+                if let Some(n) = self.pick_node(self.world.workload.is_admin(client)) {
                     let what = What::Request {
                         request: request.0,
                         op: world::op_name(&op),
@@ -343,6 +345,17 @@ impl Simulation {
     /// Accessors for the outcome report.
     pub fn world(&self) -> &World {
         &self.world
+    }
+
+    /// Cluster counters over every incarnation of every node, up to now.
+    pub fn totals(&self) -> world::ClusterTotals {
+        let mut totals = self.world.totals;
+        for host in &self.hosts {
+            if let Some(node) = host.node() {
+                totals.add(&node.stats());
+            }
+        }
+        totals
     }
 
     /// Sum of fault hits over the disks, the network and the process-level faults.

@@ -48,6 +48,27 @@ pub enum Event {
 /// How long a transport takes to notice that a peer cannot be reached.
 const UNREACHABLE_AFTER_MICROS: u64 = 1_000;
 
+/// Counters summed over every node and every incarnation (a node's own counters restart with
+/// it, so each incarnation's are added when it dies, and the running ones at the end).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterTotals {
+    /// Records committed to a sibling partition because their owner was dead or failing.
+    pub rerouted: u64,
+    /// Commits sent to other nodes and acknowledged.
+    pub remote_commits: u64,
+    /// Records discarded (deleted topics, leader-confirmed).
+    pub discarded: u64,
+}
+
+impl ClusterTotals {
+    /// Adds one incarnation's counters.
+    pub fn add(&mut self, stats: &narad_core::Stats) {
+        self.rerouted += stats.records_rerouted;
+        self.remote_commits += stats.remote_commits_ok;
+        self.discarded += stats.records_discarded;
+    }
+}
+
 /// An open network window: the links it cut or clogged.
 #[derive(Clone, Debug)]
 pub struct NetWindow {
@@ -100,6 +121,11 @@ pub struct World {
     pub report_unreachable: bool,
     /// Links with an unreachable report on its way.
     pub unreachable_pending: std::collections::BTreeSet<Link>,
+    /// Counters of incarnations that ended.
+    pub totals: ClusterTotals,
+    /// Scenarios: client requests of producers and readers (`.0`) or the admin (`.1`) go to this
+    /// node instead of a random one.
+    pub pinned: (Option<u32>, Option<u32>),
 }
 
 impl World {

@@ -148,6 +148,8 @@ pub struct WorkloadConfig {
     /// Messages to produce in total (each with a unique id).
     pub messages: u64,
     pub initial_topics: u32,
+    /// Partitions of a created topic are drawn from `min_partitions..=max_partitions`.
+    pub min_partitions: u32,
     pub max_partitions: u32,
     pub batch_prob: f64,
     pub max_batch: u32,
@@ -175,6 +177,7 @@ impl Default for WorkloadConfig {
             readers: 1,
             messages: 200,
             initial_topics: 2,
+            min_partitions: 1,
             max_partitions: 4,
             batch_prob: 0.2,
             max_batch: 16,
@@ -261,6 +264,7 @@ pub(crate) fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         readers: rng.random_range(0..=2),
         messages: rng.random_range(100..=500),
         initial_topics: rng.random_range(1..=3),
+        min_partitions: 1,
         max_partitions: rng.random_range(1..=6),
         batch_prob: rng.random_range(0.0..0.4),
         max_batch: rng.random_range(2..=32),

@@ -117,6 +117,7 @@ pub struct Workload {
     initial_created: u32,
     cursors: BTreeMap<PartitionKey, u64>,
     scripted_deletes: VecDeque<String>,
+    scripted_creates: VecDeque<String>,
     /// Produces whose client gave up waiting: a late 202 still counts as an ack.
     late: BTreeMap<RequestId, Vec<u64>>,
     /// Several nodes: a node's replica may lag (a 404 for a topic just created elsewhere is
@@ -140,6 +141,7 @@ impl Workload {
             initial_created: 0,
             cursors: BTreeMap::new(),
             scripted_deletes: VecDeque::new(),
+            scripted_creates: VecDeque::new(),
             late: BTreeMap::new(),
             cluster,
         }
@@ -170,6 +172,16 @@ impl Workload {
     /// Makes the admin client delete `name` soon (scenarios).
     pub fn request_delete(&mut self, name: &str) {
         self.scripted_deletes.push_back(name.to_string());
+    }
+
+    /// Makes the admin client create `name` soon (scenarios; a gone name is re-created).
+    pub fn request_create(&mut self, name: &str) {
+        self.scripted_creates.push_back(name.to_string());
+    }
+
+    /// True for the admin client (topic creates and deletes).
+    pub fn is_admin(&self, client: usize) -> bool {
+        self.clients[client].role == Role::Admin
     }
 
     /// A think time in microseconds.
@@ -265,6 +277,9 @@ impl Workload {
                 None => Err(Wake::Sleep(1_000)),
             };
         }
+        if let Some(name) = self.scripted_creates.pop_front() {
+            return Ok(self.create_pending(Some(name)));
+        }
         if self.producers_finished() {
             return Err(Wake::Done);
         }
@@ -284,7 +299,8 @@ impl Workload {
 
     fn create_pending(&mut self, name: Option<String>) -> Pending {
         let name = name.unwrap_or_else(|| self.topics.fresh_name());
-        let partitions = self.rng.random_range(1..=self.cfg.max_partitions.max(1));
+        let max = self.cfg.max_partitions.max(1);
+        let partitions = self.rng.random_range(self.cfg.min_partitions.clamp(1, max)..=max);
         self.topics.set(&name, TopicState::Creating { partitions, ambiguous: false });
         Pending::Create { name, partitions }
     }
