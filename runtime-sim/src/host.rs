@@ -1,7 +1,7 @@
 //! `NodeHost`: the simulated process around one `Node`. It runs the same drain loop as the tokio
 //! runtime (handle one input → drain `poll_event` for the checkers → drain `poll_effect` →
-//! re-arm `poll_timeout`), and models the process faults: crash (the node and everything in flight are
-//! gone; completions of the old incarnation are dropped by epoch), restart from the disk's bytes,
+//! re-arm `poll_timeout`), and models the process faults: crash (the node and everything in
+//! flight are gone; completions of the old incarnation are dropped by epoch), restart from disk,
 //! and pause (inputs queue up and are delivered in order on resume). A host may run its node on
 //! a skewed clock ([`ClockSkew`]): the node sees its own time, the event queue keeps one.
 

@@ -5,7 +5,8 @@
 //! apart and misbehaves on purpose ([`disk`]), a host per node that runs the sans-IO drain loop
 //! and can crash, pause and restart the node ([`host`]), independent random streams per
 //! component ([`rng`]), the network between nodes with its faults ([`net`]), fault classes with
-//! hit counters ([`fault`]) and a stable trace hash ([`hash`]). Workloads, checkers and the CLI live in the `narad-sim` crate.
+//! hit counters ([`fault`]) and a stable trace hash ([`hash`]). Workloads, checkers and the CLI
+//! live in the `narad-sim` crate.
 #![forbid(unsafe_code)]
 #![warn(clippy::too_many_lines)]
 

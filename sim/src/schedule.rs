@@ -52,7 +52,10 @@ pub enum FaultAction {
     CreateTopic(String),
     /// Scenarios: from now on, producers and readers send to node `clients` and the admin to
     /// node `admin` (`None`: a random running node).
-    Route { clients: Option<u32>, admin: Option<u32> },
+    Route {
+        clients: Option<u32>,
+        admin: Option<u32>,
+    },
     /// The node dies (power loss or crash) for longer than the membership dead timeout; a
     /// later `Restart` (at the latest the heal phase) brings it back.
     Die {

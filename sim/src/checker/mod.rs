@@ -206,9 +206,11 @@ impl Checker {
     /// A topic create was acknowledged (or the topic was found by lookup).
     pub fn topic_live(&mut self, name: &str, id: TopicId) {
         let name = name.to_string();
-        self.incarnations
-            .entry(id)
-            .or_insert(Incarnation { name: name.clone(), delete_requested: false, unavailable: false });
+        self.incarnations.entry(id).or_insert(Incarnation {
+            name: name.clone(),
+            delete_requested: false,
+            unavailable: false,
+        });
         let ids = self.by_name.entry(name).or_default();
         if !ids.contains(&id) {
             ids.push(id);

@@ -89,7 +89,10 @@ impl Checker {
     fn check_record(&mut self, key: Option<PartitionKey>, record: &ConsumedRecord) -> Option<u64> {
         let at = match key {
             Some(key) => format!("{key}@{}", record.offset),
-            None => format!("{}/p{}@{} (another incarnation)", record.topic, record.partition, record.offset),
+            None => format!(
+                "{}/p{}@{} (another incarnation)",
+                record.topic, record.partition, record.offset
+            ),
         };
         let Some(id) = parse_id(&record.payload).filter(|&id| id < self.msgs.len() as u64) else {
             self.violation(inv::PHANTOM, format!("{at}: payload is no message the workload made"));

@@ -132,9 +132,8 @@ impl Simulation {
                     max = 1;
                 }
                 other => {
-                    let detail = format!(
-                        "{key}: final read via n{via} at offset {offset} below watermark {hwm}: {other:?}"
-                    );
+                    let detail =
+                        format!("{key}: final read via n{via} at {offset} below {hwm}: {other:?}");
                     self.world.checker.violation(inv::PROTOCOL, detail);
                     return;
                 }
