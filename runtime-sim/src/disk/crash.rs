@@ -109,17 +109,26 @@ impl SimDisk {
 /// The bytes of every valid frame of `data` that overlaps `lo..hi`, plus the raw bytes of the
 /// range itself where it lies past the last valid frame.
 pub(crate) fn frames_overlapping(data: &[u8], lo: u64, hi: u64) -> Vec<u8> {
-    let scan = codec::scan(data);
-    let (lo, hi) = (lo as usize, hi as usize);
+    let (lo, hi) = (lo as usize, hi.min(data.len() as u64) as usize);
     let mut out = Vec::new();
-    for frame in &scan.frames {
-        if frame.pos < hi && frame.end() > lo {
-            out.extend_from_slice(&data[frame.pos..frame.end()]);
+    // Follow the frames' own length fields, valid CRC or not: an earlier fault may already have
+    // damaged a frame before the one hit now, and the hit frame must still be attributed.
+    let mut pos = 0;
+    while pos + codec::FRAME_HEADER_BYTES <= data.len() && pos < hi {
+        let len = u32::from_le_bytes(data[pos..pos + 4].try_into().expect("4 bytes")) as usize;
+        let end = pos + codec::FRAME_HEADER_BYTES + len;
+        if len == 0 || len > codec::MAX_FRAME_BODY_BYTES || end > data.len() {
+            break; // no frame structure from here on: report the rest below
         }
+        if end > lo {
+            out.extend_from_slice(&data[pos..end]);
+        }
+        pos = end;
     }
-    let tail = scan.valid_len().max(lo);
-    if tail < hi.min(data.len()) {
-        out.extend_from_slice(&data[tail..hi.min(data.len())]);
+    if pos < hi {
+        // A damaged length field, a torn tail or zero fill: everything from here to the hit may
+        // hold the records it cost.
+        out.extend_from_slice(&data[pos.min(lo)..data.len()]);
     }
     out
 }
@@ -175,5 +184,8 @@ mod tests {
         let second = frames_overlapping(&data, 14, 15);
         assert!(second.ends_with(b"second"));
         assert!(!second.windows(5).any(|w| w == b"first"));
+        data[9] ^= 1; // the first frame's body is damaged already: the second is still found
+        let again = frames_overlapping(&data, 14, 15);
+        assert!(again.ends_with(b"second") && !again.windows(5).any(|w| w == b"first"));
     }
 }

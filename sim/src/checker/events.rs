@@ -21,7 +21,7 @@ impl Checker {
                 self.counters.first_discard_at.get_or_insert(self.now);
                 if !self.is_deleted(*topic) {
                     let detail = format!(
-                        "n{node}: seq {seq} of topic#{} discarded, delete never asked",
+                        "n{node}: seq {seq} of topic#{} discarded: no delete was sent while it existed",
                         topic.0
                     );
                     self.violation(inv::DISCARD, detail);

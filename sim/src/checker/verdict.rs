@@ -79,9 +79,13 @@ impl Checker {
         for id in lost_ids.iter().take(5) {
             let msg = &self.msgs[*id];
             let topic = self.topic_name(msg.topic).unwrap_or("?").to_string();
+            let staged: Vec<String> =
+                msg.stagings.iter().map(|(n, t)| format!("n{n}:topic#{}", t.0)).collect();
             let detail = format!(
-                "message {id} (topic {topic}#{}) acked, not visible after drain",
-                msg.topic.0
+                "message {id} (topic {topic}#{}) acked, not visible after drain (staged {}; held by nodes {:#b})",
+                msg.topic.0,
+                staged.join(","),
+                msg.held_by
             );
             self.violation(inv::LOST, detail);
         }
