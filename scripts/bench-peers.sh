@@ -160,7 +160,7 @@ record "probe-visible" "$(probe 2s)"
 narad_bench "visible-64" --visible --concurrency 64 --duration "${VISIBLE_DURATION}s"
 record "probe-end" "$(probe 2s)"
 
-MICRO_FILE="$WORK/micro.txt"
+MICRO_FILE="${MICRO_FILE:-$WORK/micro.txt}" # or a saved `cargo bench -p narad-core` output
 if [[ "${MICRO:-0}" == 1 ]]; then
     log "core microbenchmarks (divan)"
     cargo bench -q -p narad-core --bench hot_paths 2>/dev/null >"$MICRO_FILE" || true
