@@ -112,11 +112,13 @@ impl Checker {
         self.node(node).checkpoint_floor = checkpoint;
     }
 
-    /// Records a recovering node finds committed in its partition logs count as done for their
-    /// origin node (their commit may have landed durably while a crash hid its answer).
-    pub fn recovered_origins(&mut self, origins: &[(u32, u64)]) {
+    /// Records node `node` finds committed in its partition logs as it recovers count as done
+    /// for their origin node (their commit may have landed durably while a crash hid its
+    /// answer), and as held by `node`.
+    pub fn recovered_origins(&mut self, node: u32, origins: &[(u32, u64)]) {
         for &(origin, seq) in origins {
             self.mark_done(origin, seq);
+            self.held(node, origin, &[seq]);
         }
     }
 

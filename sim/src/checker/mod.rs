@@ -71,6 +71,8 @@ pub struct Msg {
     pub found_on: Vec<PartitionKey>,
     /// WAL records written for it (more than one: a client retried an ambiguous attempt).
     pub wal_copies: u32,
+    /// (node, WAL sequence) of its WAL records, for failure reports.
+    pub wal_seqs: Vec<(u32, u64)>,
 }
 
 impl Msg {
@@ -262,6 +264,7 @@ impl Checker {
             held_by: 0,
             found_on: Vec::new(),
             wal_copies: 0,
+            wal_seqs: Vec::new(),
         });
         id
     }
@@ -271,6 +274,7 @@ impl Checker {
         let Some(msg) = self.msgs.get_mut(id as usize) else { return };
         msg.held_by |= 1 << node;
         msg.wal_copies += 1;
+        msg.wal_seqs.push((node, seq));
         if !msg.stagings.contains(&(node, topic)) {
             msg.stagings.push((node, topic));
         }

@@ -80,7 +80,9 @@ impl Checker {
             let msg = &self.msgs[*id];
             let topic = self.topic_name(msg.topic).unwrap_or("?").to_string();
             let staged: Vec<String> =
-                msg.stagings.iter().map(|(n, t)| format!("n{n}:topic#{}", t.0)).collect();
+                (msg.stagings.iter().map(|(n, t)| format!("n{n}:topic#{}", t.0)))
+                    .chain(msg.wal_seqs.iter().map(|(n, seq)| format!("n{n}:seq {seq}")))
+                    .collect();
             let detail = format!(
                 "message {id} (topic {topic}#{}) acked, not visible after drain (staged {}; held by nodes {:#b})",
                 msg.topic.0,

@@ -114,7 +114,7 @@ impl Simulation {
         }
         let now = self.world.queue.now();
         let files = self.world.disks[n].snapshot();
-        self.world.checker.recovered_origins(&recovered_origins(&files));
+        self.world.checker.recovered_origins(n as u32, &recovered_origins(&files));
         match self.hosts[n].start(now, files, &mut self.world) {
             Ok(()) => {
                 self.world.running[n] = Some(self.hosts[n].epoch());
