@@ -61,7 +61,10 @@ pub struct Landed {
 }
 
 enum Stage {
-    /// Create (if new), write and sync are running.
+    /// The file is being created; nothing is written until that succeeded (a write after a
+    /// failed create could land in an old file's leftover bytes).
+    Creating,
+    /// Write and sync are running.
     Persisting,
     /// The read-back of the written bytes is running.
     Verifying,
@@ -257,21 +260,25 @@ impl PartitionLog {
             }
             parts.push(WrittenPart { id, origin, origin_seqs, fingerprints });
         }
-        let file = FileId::PartitionLog(self.key);
-        let mut ios_left = 2;
-        if !self.file_exists {
-            self.outbox.push_back((PartIo::Commit, DiskOp::Create { file }));
-            self.file_exists = true;
-            ios_left += 1;
-        }
         let data = Bytes::from(data);
+        let (stage, ios_left) = if self.file_exists {
+            self.emit_write(&data);
+            (Stage::Persisting, 2)
+        } else {
+            let file = FileId::PartitionLog(self.key);
+            self.outbox.push_back((PartIo::Commit, DiskOp::Create { file }));
+            (Stage::Creating, 1)
+        };
+        self.state =
+            LogState::Committing(Commit { data, count, parts, stage, ios_left, error: None });
+    }
+
+    fn emit_write(&mut self, data: &Bytes) {
+        let file = FileId::PartitionLog(self.key);
         let write = DiskOp::Write { file, offset: self.size, data: data.clone() };
         self.outbox.push_back((PartIo::Commit, write));
         self.outbox.push_back((PartIo::Commit, DiskOp::Sync { file }));
         self.fsyncs += 1;
-        let stage = Stage::Persisting;
-        self.state =
-            LogState::Committing(Commit { data, count, parts, stage, ios_left, error: None });
     }
 
     /// Handles a completion; returns the outcome of every part once the commit is decided.
@@ -305,6 +312,15 @@ impl PartitionLog {
             return self.fail_commit(error);
         }
         match commit.stage {
+            Stage::Creating => {
+                self.file_exists = true;
+                let data = commit.data.clone();
+                let LogState::Committing(commit) = &mut self.state else { unreachable!("above") };
+                commit.stage = Stage::Persisting;
+                commit.ios_left = 2;
+                self.emit_write(&data);
+                Vec::new()
+            }
             Stage::Persisting => {
                 let file = FileId::PartitionLog(self.key);
                 let len = commit.data.len() as u64;
@@ -357,11 +373,12 @@ impl PartitionLog {
     fn fail_commit(&mut self, error: String) -> Vec<CommitOutcome> {
         let state = std::mem::replace(&mut self.state, LogState::Idle);
         let LogState::Committing(commit) = state else { unreachable!("checked by caller") };
-        if self.size == 0 {
-            // Nothing committed yet: the next commit re-creates the file, which truncates it, so
-            // whatever this one left behind can never be read or re-synced.
+        if matches!(commit.stage, Stage::Creating) {
+            // Nothing was written: create the file again next time.
             self.file_exists = false;
         } else {
+            // Cut whatever the failed commit left past the high watermark, durably, before
+            // anything else is written (never re-sync the same dirty pages).
             self.start_repair();
         }
         let reason = format!("{}: {error}", self.key);

@@ -8,9 +8,14 @@ struct MemDisk {
     file: Vec<u8>,
     fail_sync: bool,
     corrupt_reads: bool,
+    fail_create: bool,
 }
 
 impl MemDisk {
+    fn healthy() -> MemDisk {
+        MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false, fail_create: false }
+    }
+
     fn run(&mut self, log: &mut PartitionLog) -> Option<CommitOutcome> {
         let mut outcomes = Vec::new();
         while let Some((io, op)) = log.poll_io() {
@@ -23,7 +28,12 @@ impl MemDisk {
 
     fn execute(&mut self, op: DiskOp) -> Result<DiskDone, DiskError> {
         match op {
-            DiskOp::Create { .. } | DiskOp::Delete { .. } => Ok(DiskDone::Done),
+            DiskOp::Create { .. } if self.fail_create => Err(DiskError::NoSpace),
+            DiskOp::Create { .. } => {
+                self.file.clear();
+                Ok(DiskDone::Done)
+            }
+            DiskOp::Delete { .. } => Ok(DiskDone::Done),
             DiskOp::Write { offset, data, .. } => {
                 let end = offset as usize + data.len();
                 if self.file.len() < end {
@@ -87,7 +97,7 @@ fn key() -> PartitionKey {
 
 #[test]
 fn commit_becomes_visible_only_after_verified_read_back() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk::healthy();
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(3)).unwrap();
     assert_eq!(log.high_watermark(), 0, "nothing visible before the commit completes");
@@ -109,7 +119,7 @@ fn commit_becomes_visible_only_after_verified_read_back() {
 
 #[test]
 fn failed_read_back_leaves_nothing_visible_and_truncates() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk::healthy();
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(2)).unwrap();
     disk.run(&mut log).unwrap();
@@ -134,7 +144,7 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
 
 #[test]
 fn fsync_failure_fails_the_commit_and_repair_failure_poisons() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk::healthy();
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(1)).unwrap();
     disk.run(&mut log).unwrap().result.unwrap();
@@ -151,21 +161,36 @@ fn fsync_failure_fails_the_commit_and_repair_failure_poisons() {
 }
 
 #[test]
-fn a_failed_first_commit_recreates_the_file_instead_of_repairing() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: true, corrupt_reads: false };
+fn nothing_is_written_before_the_file_is_created_and_a_failed_create_is_retried() {
+    let file = b"old leftover bytes".to_vec();
+    let mut disk = MemDisk { file, fail_sync: false, corrupt_reads: false, fail_create: true };
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(2)).unwrap();
     assert!(disk.run(&mut log).unwrap().result.is_err());
-    assert!(log.is_idle(), "nothing to repair in a log with no committed record");
-    disk.fail_sync = false;
+    assert_eq!(disk.file, b"old leftover bytes", "no write after a failed create");
+    assert!(log.is_idle());
+    disk.fail_create = false;
     begin(&mut log, 2, 1, records(2)).unwrap();
-    let ops: Vec<DiskOp> = std::iter::from_fn(|| log.poll_io().map(|(_, op)| op)).collect();
-    assert!(matches!(ops[0], DiskOp::Create { .. }), "{ops:?}");
+    assert_eq!(disk.run(&mut log).unwrap().result.unwrap().first_offset, 0);
+    assert_eq!(PartitionLog::recover(key(), &disk.file).unwrap().high_watermark(), 2);
+}
+
+#[test]
+fn a_failed_first_commit_is_truncated_away_before_the_next() {
+    let mut disk = MemDisk { corrupt_reads: true, ..MemDisk::healthy() };
+    let mut log = PartitionLog::new(key());
+    begin(&mut log, 1, 1, records(2)).unwrap();
+    assert!(disk.run(&mut log).unwrap().result.is_err(), "the read-back caught the damage");
+    assert!(disk.file.is_empty(), "the rolled-back bytes are cut, not left for a later create");
+    disk.corrupt_reads = false;
+    begin(&mut log, 2, 1, records(1)).unwrap();
+    disk.run(&mut log).unwrap().result.unwrap();
+    assert_eq!(PartitionLog::recover(key(), &disk.file).unwrap().high_watermark(), 1);
 }
 
 #[test]
 fn recovery_truncates_a_torn_tail() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk::healthy();
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(3)).unwrap();
     disk.run(&mut log).unwrap();
@@ -181,7 +206,7 @@ fn recovery_truncates_a_torn_tail() {
 
 #[test]
 fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk::healthy();
     let mut log = PartitionLog::new(key());
     begin(&mut log, 1, 1, records(3)).unwrap();
     disk.run(&mut log).unwrap();
@@ -201,7 +226,7 @@ fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
 
 #[test]
 fn concurrent_requests_share_one_write_and_fsync() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk::healthy();
     let mut log = PartitionLog::new(key());
     let part = |id: u64, origin: u32, seqs: std::ops::Range<u64>| CommitPart {
         id: CommitId(id),
@@ -230,7 +255,7 @@ fn concurrent_requests_share_one_write_and_fsync() {
 
 #[test]
 fn a_replay_arriving_with_the_original_in_one_group_lands_once() {
-    let mut disk = MemDisk { file: Vec::new(), fail_sync: false, corrupt_reads: false };
+    let mut disk = MemDisk::healthy();
     let mut log = PartitionLog::new(key());
     let part = |id: u64| CommitPart {
         id: CommitId(id),
