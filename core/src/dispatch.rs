@@ -90,6 +90,13 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// A dispatcher resuming at the durable checkpoint.
     pub fn new(checkpoint: u64) -> Dispatcher {
+        Dispatcher::with_first_commit_id(checkpoint, 1)
+    }
+
+    /// A dispatcher whose commit ids start at `first_commit_id`. A node picks a fresh range at
+    /// every start, so a late answer to a commit of an earlier incarnation can never be taken for
+    /// the answer to a new commit that happens to reuse its id.
+    pub fn with_first_commit_id(checkpoint: u64, first_commit_id: u64) -> Dispatcher {
         Dispatcher {
             checkpoint,
             read_upto: checkpoint,
@@ -99,7 +106,7 @@ impl Dispatcher {
             in_flight: BTreeMap::new(),
             orphans: BTreeMap::new(),
             confirm_asked_at: BTreeMap::new(),
-            next_commit: 1,
+            next_commit: first_commit_id,
             next_start: None,
             counters: DispatchCounters::default(),
         }

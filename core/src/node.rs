@@ -224,18 +224,19 @@ impl Node {
             segments = recovered.segments.len(),
             "recovered ingress WAL"
         );
+        let id_base = incarnation_id_base(config.seed, now);
         let mut node = Node {
             resolver: Resolver::new(config.seed),
             config,
             now,
-            dispatcher: Dispatcher::new(recovered.checkpoint),
+            dispatcher: Dispatcher::with_first_commit_id(recovered.checkpoint, id_base),
             wal: Wal::from_recovered(recovered),
             meta,
             partitions: BTreeMap::new(),
             jobs: BTreeMap::new(),
             commit_queue: BTreeMap::new(),
             next_job: 1,
-            remote: Remote::default(),
+            remote: Remote::starting_at(id_base),
             io: BTreeMap::new(),
             next_token: 1,
             effects: VecDeque::new(),
@@ -483,4 +484,12 @@ impl Node {
         }
         self.events.push_back(event);
     }
+}
+
+/// The first id of this incarnation's commits and peer requests: the high 32 bits differ from
+/// one start to the next (they mix the seed with the start time), so answers meant for an
+/// earlier incarnation of this node never match a request of this one.
+fn incarnation_id_base(seed: u64, now: Instant) -> u64 {
+    let mixed = (now.0 ^ seed.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    (mixed & !0xFFFF_FFFF) | 1
 }

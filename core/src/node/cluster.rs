@@ -70,6 +70,11 @@ pub(super) struct Settling {
 }
 
 impl Remote {
+    /// Request ids of this incarnation start at `base` (see `incarnation_id_base`).
+    pub(super) fn starting_at(base: u64) -> Remote {
+        Remote { next_id: base, ..Remote::default() }
+    }
+
     /// A fresh id for a message that expects an answer.
     pub(super) fn next_id(&mut self) -> u64 {
         self.next_id += 1;
