@@ -136,6 +136,7 @@ impl Driver {
     /// Drives the node until `shutdown` turns true and the node reports it has shut down.
     pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Stats {
         self.after_input(); // Recovery may have queued repairs (torn-tail truncation).
+        self.submit_deferred(); // and start-up syncs: nothing else may wake us before they end
         let mut timer = pin!(tokio::time::sleep(Duration::ZERO));
         let mut shutting_down = false;
         let mut clients_open = true;
@@ -170,7 +171,9 @@ impl Driver {
                         self.node.handle_input(now, input);
                     }
                 }
-                n = self.peers_in.recv_many(&mut peer_inputs, INPUTS_PER_WAKEUP), if peers_open => {
+                // Held until the node serves: before, it would drop them (see `submit_deferred`).
+                n = self.peers_in.recv_many(&mut peer_inputs, INPUTS_PER_WAKEUP),
+                    if peers_open && self.node.is_serving() => {
                     peers_open = n > 0; // 0: no transport (a cluster of one)
                     let now = self.clock.now();
                     for input in peer_inputs.drain(..n) {
@@ -201,12 +204,20 @@ impl Driver {
                 // a disk thread: the 202s are on the clients' critical path, partition commits
                 // are not.
                 tokio::task::yield_now().await;
-                for (token, op) in self.deferred.drain(..) {
-                    self.disk.submit(token, op);
-                }
+                self.submit_deferred();
             }
         }
         self.finish()
+    }
+
+    /// Submits the disk work `after_input` deferred. Before the loop, that includes the
+    /// start-up syncs: until they are done the node serves nothing, peer messages wait (a node
+    /// that is not serving would drop them, and a dropped commit costs its sender the 30 s
+    /// commit timeout), so no input may come to wake the loop and submit them later.
+    fn submit_deferred(&mut self) {
+        for (token, op) in self.deferred.drain(..) {
+            self.disk.submit(token, op);
+        }
     }
 
     fn on_command(&mut self, command: Command) {

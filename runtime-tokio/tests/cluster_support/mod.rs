@@ -88,7 +88,7 @@ impl TestCluster {
             .arg("--data-dir")
             .arg(&node.data_dir)
             .env("NARAD_CLUSTER_SECRET", secret)
-            .env("RUST_LOG", "info")
+            .env("RUST_LOG", std::env::var("NARAD_TEST_LOG").unwrap_or_else(|_| "info".into()))
             .stdin(Stdio::null())
             .stdout(Stdio::null())
             .stderr(log)
