@@ -128,10 +128,10 @@ pub enum Input {
     /// Bytes from another node (a `peer::PeerMessage`), over an authenticated connection: the
     /// transport, not the message, says who sent it.
     Peer { from: NodeId, bytes: Bytes },
-    /// The transport dropped a message to `to` without ever handing it to a live connection
-    /// (no authenticated connection, or its queue was full). The node fails what it awaits from
-    /// `to` now (commits retry after their backoff, forwarded requests answer 503) instead of
-    /// waiting out the timeouts.
+    /// The transport could not deliver to `to`: it dropped a message for want of a connection
+    /// (or a full queue), or the connection was lost. The node fails what it awaits from `to`
+    /// now (commits retry after their backoff; idempotent commits make a retry of a commit that
+    /// did land harmless; forwarded requests answer 503) instead of waiting out the timeouts.
     PeerUnreachable { to: NodeId },
     /// Stop accepting produces, finish in-flight group commits, flush the checkpoint. The runtime
     /// keeps driving the node until `Node::is_shut_down` is true.

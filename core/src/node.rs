@@ -137,6 +137,16 @@ enum ConsumeAsker {
     Peer { from: NodeId, id: u64 },
 }
 
+/// An input held until the node serves (see `Node::deferred`).
+#[derive(Debug)]
+enum Deferred {
+    Client(RequestId, ClientOp),
+    Peer(NodeId, Bytes),
+}
+
+/// Most peer messages held during the start-up syncs.
+const DEFERRED_PEER_MAX: usize = 4_096;
+
 /// Bound on undrained events: the oldest are dropped past it.
 const EVENT_QUEUE_MAX: usize = 65_536;
 
@@ -162,8 +172,9 @@ pub struct Node {
     orphan_files_asked: BTreeMap<TopicId, Instant>,
     /// Start-up syncs still running; nothing found on disk is used before they are done.
     startup_syncs_left: usize,
-    /// Client requests that arrived during the start-up syncs.
-    deferred: VecDeque<(RequestId, ClientOp)>,
+    /// Inputs that arrived during the start-up syncs: client requests, and peer messages (at
+    /// most `DEFERRED_PEER_MAX`; Raft tolerates the loss of the rest, commits retry).
+    deferred: VecDeque<Deferred>,
     /// Why the node cannot go on (a start-up sync failed); the runtime must stop it.
     fatal: Option<String>,
     shutting_down: bool,
@@ -284,7 +295,14 @@ impl Node {
         self.now = self.now.max(now);
         match input {
             Input::Client { request, op } if self.startup_syncs_left > 0 => {
-                self.deferred.push_back((request, op));
+                self.deferred.push_back(Deferred::Client(request, op));
+            }
+            Input::Peer { from, bytes } if self.startup_syncs_left > 0 => {
+                let peers =
+                    self.deferred.iter().filter(|d| matches!(d, Deferred::Peer(..))).count();
+                if peers < DEFERRED_PEER_MAX {
+                    self.deferred.push_back(Deferred::Peer(from, bytes));
+                }
             }
             Input::Client { request, op } => self.handle_client(request, op),
             Input::Disk { token, result } => self.handle_disk(token, result),

@@ -65,8 +65,8 @@ pub struct ServeArgs {
     /// Address the HTTP API listens on.
     #[arg(long, value_name = "ADDR", env = "NARAD_HTTP", default_value = "127.0.0.1:7942")]
     pub http: SocketAddr,
-    /// Directory holding the ingress WAL (<data-dir>/wal/), the topic catalogue and the
-    /// partition logs. Created if missing; locked against a second process.
+    /// Directory holding the ingress WAL (<data-dir>/wal/), the metastore (<data-dir>/meta/)
+    /// and the partition logs. Created if missing; locked against a second process.
     #[arg(long, value_name = "DIR", env = "NARAD_DATA_DIR", default_value = "./narad-data")]
     pub data_dir: PathBuf,
     /// This node's id (1 for a single node); in a cluster, its id in --peers.

@@ -1,6 +1,6 @@
 //! Routing of disk completions back to the component whose operation it was.
 
-use super::{IoPurpose, Node};
+use super::{Deferred, IoPurpose, Node};
 use crate::ids::{IoToken, PartitionKey};
 use crate::io::{DiskDone, DiskError, FileId, NodeEvent};
 use crate::partition::PartIo;
@@ -98,8 +98,11 @@ impl Node {
         }
         if self.startup_syncs_left == 0 && self.fatal.is_none() {
             tracing::info!(deferred = self.deferred.len(), "start-up syncs done; serving");
-            while let Some((request, op)) = self.deferred.pop_front() {
-                self.handle_client(request, op);
+            while let Some(deferred) = self.deferred.pop_front() {
+                match deferred {
+                    Deferred::Client(request, op) => self.handle_client(request, op),
+                    Deferred::Peer(from, bytes) => self.handle_peer(from, &bytes),
+                }
             }
         }
     }
