@@ -9,12 +9,12 @@
 //! hot path is one positional syscall per operation. Completions travel back to the driver as
 //! `Input::Disk` over an unbounded channel (sending never blocks a disk thread).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, ErrorKind};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
-use std::sync::mpsc;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, mpsc};
 use std::thread;
 
 use bytes::Bytes;
@@ -34,6 +34,9 @@ const PREFILL_LOW_WATER_BYTES: u64 = 128 * 1024;
 /// The core seals a segment past 64 MiB; nothing is pre-written beyond that (plus one chunk).
 const PREFILL_LIMIT_BYTES: u64 = 64 * 1024 * 1024 + PREFILL_CHUNK_BYTES;
 
+/// A job that only wakes the WAL thread to pre-write (never executed, never answered).
+const NUDGE: IoToken = IoToken(u64::MAX);
+
 /// One operation queued on a disk thread.
 struct Job {
     token: IoToken,
@@ -43,6 +46,10 @@ struct Job {
 /// Handle to the disk threads. Dropping it lets each thread finish its queue and exit.
 pub struct DiskExecutor {
     wal: mpsc::Sender<Job>,
+    /// The WAL thread's state, shared so that the driver may run a WAL operation itself.
+    wal_worker: Arc<Mutex<Worker>>,
+    /// WAL operations submitted whose completion the driver has not been handed yet.
+    wal_pending: HashSet<IoToken>,
     pool: Vec<mpsc::Sender<Job>>,
 }
 
@@ -51,20 +58,50 @@ impl DiskExecutor {
     pub fn start(data_dir: &Path, done: UnboundedSender<Input>) -> io::Result<DiskExecutor> {
         // NARAD_WAL_PREFILL=0 turns pre-writing off (for measuring what it buys).
         let prefill = std::env::var("NARAD_WAL_PREFILL").map_or(true, |v| v != "0");
-        let wal = spawn_worker("narad-disk-wal".to_string(), data_dir, done.clone(), prefill)?;
+        let (wal, wal_worker) =
+            spawn_worker("narad-disk-wal".to_string(), data_dir, done.clone(), prefill)?;
         let pool = (0..POOL_THREADS)
             .map(|i| spawn_worker(format!("narad-disk-{i}"), data_dir, done.clone(), false))
+            .map(|spawned| spawned.map(|(lane, _)| lane))
             .collect::<io::Result<Vec<_>>>()?;
-        Ok(DiskExecutor { wal, pool })
+        Ok(DiskExecutor { wal, wal_worker, wal_pending: HashSet::new(), pool })
     }
 
     /// Queues `op`; its completion arrives later as `Input::Disk { token, .. }`.
-    pub fn submit(&self, token: IoToken, op: DiskOp) {
+    pub fn submit(&mut self, token: IoToken, op: DiskOp) {
         let lane = match op.file() {
-            FileId::WalSegment { .. } => &self.wal,
+            FileId::WalSegment { .. } => {
+                self.wal_pending.insert(token);
+                &self.wal
+            }
             other => &self.pool[pool_index(other, self.pool.len())],
         };
         lane.send(Job { token, op }).expect("invariant: disk threads live as long as the executor");
+    }
+
+    /// The driver was handed the completion of `token`.
+    pub fn completed(&mut self, token: IoToken) {
+        self.wal_pending.remove(&token);
+    }
+
+    /// Runs a WAL operation on the calling thread and returns its completion, if no WAL
+    /// operation is queued, running or unanswered and the WAL thread is not pre-writing: the
+    /// operation is then next in its file's order either way. Otherwise hands `op` back (submit
+    /// it). Blocks the caller for the operation (an fdatasync): the driver does this only when
+    /// it has nothing else to do, and saves two thread handoffs on the acknowledgement's path.
+    pub fn run_wal_inline(&mut self, token: IoToken, op: DiskOp) -> Result<Input, DiskOp> {
+        if !matches!(op.file(), FileId::WalSegment { .. }) || !self.wal_pending.is_empty() {
+            return Err(op);
+        }
+        let Ok(mut worker) = self.wal_worker.try_lock() else {
+            return Err(op);
+        };
+        let result = worker.run_op(&op);
+        if worker.prefill_wanted() {
+            // Wake the WAL thread so that it pre-writes while we serve (it does so when idle).
+            let _ = self.wal.send(Job { token: NUDGE, op: DiskOp::Sync { file: op.file() } });
+        }
+        Ok(Input::Disk { token, result })
     }
 }
 
@@ -79,26 +116,78 @@ fn pool_index(file: FileId, threads: usize) -> usize {
     usize::try_from(hash % threads as u64).expect("invariant: index below the thread count")
 }
 
+type Spawned = (mpsc::Sender<Job>, Arc<Mutex<Worker>>);
+
 fn spawn_worker(
     name: String,
     data_dir: &Path,
     done: UnboundedSender<Input>,
     prefill: bool,
-) -> io::Result<mpsc::Sender<Job>> {
+) -> io::Result<Spawned> {
     let (tx, rx) = mpsc::channel();
     let prefill = prefill.then(Prefill::default);
-    let worker = Worker { data_dir: data_dir.to_path_buf(), files: HashMap::new(), done, prefill };
-    thread::Builder::new().name(name).spawn(move || worker.run(rx))?;
-    Ok(tx)
+    let worker = Worker { data_dir: data_dir.to_path_buf(), files: HashMap::new(), prefill };
+    let worker = Arc::new(Mutex::new(worker));
+    let shared = Arc::clone(&worker);
+    thread::Builder::new().name(name).spawn(move || run(&shared, &rx, &done))?;
+    Ok((tx, worker))
 }
 
-/// One disk thread: executes its jobs in arrival order.
+/// A disk thread's files and state; locked by the thread for each operation (and by the driver
+/// when it runs a WAL operation itself).
 struct Worker {
     data_dir: PathBuf,
     files: HashMap<FileId, File>,
-    done: UnboundedSender<Input>,
     /// The WAL thread's pre-writing state (`None` on the pool threads).
     prefill: Option<Prefill>,
+}
+
+fn lock(worker: &Mutex<Worker>) -> MutexGuard<'_, Worker> {
+    worker.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Executes jobs in arrival order. Completions are held back while the next queued job is for
+/// the same file and sent together when the run ends: the core acts only once every operation of
+/// a group commit (write, fdatasync) or partition commit (write, fdatasync, read-back) is done,
+/// so waking the driver for each one costs context switches and buys nothing. A job for another
+/// file, or an empty queue, flushes what is held.
+fn run(worker: &Mutex<Worker>, jobs: &mpsc::Receiver<Job>, done: &UnboundedSender<Input>) {
+    let mut held: Vec<Input> = Vec::with_capacity(4);
+    let mut next = jobs.recv().ok();
+    while let Some(Job { token, op }) = next.take() {
+        if token == NUDGE {
+            next = jobs.try_recv().ok().or_else(|| idle(worker, jobs));
+            continue;
+        }
+        let file = op.file();
+        let result = lock(worker).run_op(&op);
+        held.push(Input::Disk { token, result });
+        next = jobs.try_recv().ok();
+        let same_file = next.as_ref().is_some_and(|job| job.op.file() == file);
+        if held.len() >= MAX_HELD_COMPLETIONS || !same_file {
+            for input in held.drain(..) {
+                if done.send(input).is_err() {
+                    return; // The driver is gone: nobody waits for completions any more.
+                }
+            }
+        }
+        if next.is_none() {
+            next = idle(worker, jobs);
+        }
+    }
+}
+
+/// Waits for the next job, pre-writing the active WAL segment meanwhile (bounded: at most until
+/// the pre-written space reaches its high water).
+fn idle(worker: &Mutex<Worker>, jobs: &mpsc::Receiver<Job>) -> Option<Job> {
+    while lock(worker).prefill_step() {
+        match jobs.try_recv() {
+            Ok(job) => return Some(job),
+            Err(mpsc::TryRecvError::Disconnected) => return None,
+            Err(mpsc::TryRecvError::Empty) => {}
+        }
+    }
+    jobs.recv().ok()
 }
 
 /// Pre-writing of the active WAL segment (PERF-NOTES.md: an fdatasync that overwrites allocated,
@@ -133,48 +222,25 @@ impl ActiveSegment {
 }
 
 impl Worker {
-    /// Executes jobs in arrival order. Completions are held back while the next queued job is
-    /// for the same file and sent together when the run ends: the core acts only once every
-    /// operation of a group commit (write, fdatasync) or partition commit (write, fdatasync,
-    /// read-back) is done, so waking the driver for each one costs context switches and buys
-    /// nothing. A job for another file, or an empty queue, flushes what is held.
-    fn run(mut self, jobs: mpsc::Receiver<Job>) {
-        let mut held: Vec<Input> = Vec::with_capacity(4);
-        let mut next = jobs.recv().ok();
-        while let Some(Job { token, op }) = next.take() {
-            let file = op.file();
-            let result = self.execute(&op).map_err(|e| self.describe(&op, &e));
-            self.track(&op, result.is_ok());
-            if let Err(error) = &result {
-                tracing::warn!(token = token.0, %error, "disk operation failed");
-            }
-            held.push(Input::Disk { token, result });
-            next = jobs.try_recv().ok();
-            let same_file = next.as_ref().is_some_and(|job| job.op.file() == file);
-            if held.len() >= MAX_HELD_COMPLETIONS || !same_file {
-                for input in held.drain(..) {
-                    if self.done.send(input).is_err() {
-                        return; // The driver is gone: nobody waits for completions any more.
-                    }
-                }
-            }
-            if next.is_none() {
-                next = self.idle(&jobs);
-            }
+    /// Executes one operation, with the bookkeeping of pre-writing.
+    fn run_op(&mut self, op: &DiskOp) -> Result<DiskDone, DiskError> {
+        let result = self.execute(op).map_err(|e| self.describe(op, &e));
+        if let Err(error) = &result {
+            tracing::warn!(%error, "disk operation failed");
         }
+        self.track(op, result.is_ok());
+        result
     }
 
-    /// Waits for the next job, pre-writing the active WAL segment meanwhile (bounded: at most
-    /// until the pre-written space reaches its high water).
-    fn idle(&mut self, jobs: &mpsc::Receiver<Job>) -> Option<Job> {
-        while self.prefill_step() {
-            match jobs.try_recv() {
-                Ok(job) => return Some(job),
-                Err(mpsc::TryRecvError::Disconnected) => return None,
-                Err(mpsc::TryRecvError::Empty) => {}
-            }
-        }
-        jobs.recv().ok()
+    /// True when the active WAL segment is due for pre-writing.
+    fn prefill_wanted(&self) -> bool {
+        let active = self.prefill.as_ref().and_then(|p| p.active.as_ref());
+        active.is_some_and(|a| {
+            !a.dirty
+                && !a.stopped
+                && a.physical.saturating_sub(a.written_end) < PREFILL_LOW_WATER_BYTES
+                && a.physical < PREFILL_LIMIT_BYTES
+        })
     }
 
     /// Pre-writes one chunk if the active segment needs it; false when there is nothing to do.
@@ -493,6 +559,45 @@ mod tests {
         assert_eq!(h.run(DiskOp::Sync { file: log }), Ok(DiskDone::Done));
         thread::sleep(Duration::from_millis(50));
         assert_eq!(fs::metadata(h.root.join(log.relative_path())).expect("log").len(), 1);
+    }
+
+    #[test]
+    fn wal_operations_run_inline_only_when_nothing_of_the_wal_is_pending() {
+        let mut h = Harness::new();
+        let seg = FileId::WalSegment { first_seq: 9 };
+        let done = h.disk.run_wal_inline(IoToken(100), DiskOp::Create { file: seg });
+        assert!(matches!(
+            done,
+            Ok(Input::Disk { token: IoToken(100), result: Ok(DiskDone::Done) })
+        ));
+        // Submitted and not yet handed to the driver: later WAL operations queue behind it.
+        h.disk.submit(IoToken(101), DiskOp::Sync { file: seg });
+        assert!(h.disk.run_wal_inline(IoToken(102), DiskOp::Sync { file: seg }).is_err());
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            match h.done.try_recv() {
+                Ok(Input::Disk { token: IoToken(101), result }) => break assert!(result.is_ok()),
+                Ok(other) => panic!("unexpected input {other:?}"),
+                Err(_) if std::time::Instant::now() < deadline => {
+                    thread::sleep(Duration::from_millis(1))
+                }
+                Err(e) => panic!("no completion: {e}"),
+            }
+        }
+        h.disk.completed(IoToken(101));
+        // Now it may run here again (unless the WAL thread is busy pre-writing: retry).
+        let op = DiskOp::Sync { file: seg };
+        let ran = (0..1_000).any(|_| {
+            let ok = h.disk.run_wal_inline(IoToken(103), op.clone()).is_ok();
+            if !ok {
+                thread::sleep(Duration::from_millis(2));
+            }
+            ok
+        });
+        assert!(ran, "the WAL thread never went idle");
+        // Other files always go to their thread.
+        let log = FileId::PartitionLog(PartitionKey { topic: TopicId(1), partition: 0 });
+        assert!(h.disk.run_wal_inline(IoToken(104), DiskOp::Create { file: log }).is_err());
     }
 
     #[test]

@@ -25,6 +25,8 @@ const COMMAND_QUEUE: usize = 4_096;
 /// wakeup finds many produces (or disk completions) waiting, and handling them together costs one
 /// drain pass instead of one each, while the bound keeps replies and disk submissions flowing.
 const INPUTS_PER_WAKEUP: usize = 256;
+/// Largest group-commit write the driver runs itself on a quiet node (see `Driver::wal_op`).
+const INLINE_WRITE_BYTES: usize = 64 * 1024;
 
 /// A request to the driver task.
 enum Command {
@@ -82,6 +84,11 @@ pub struct Driver {
     waiters: BTreeMap<RequestId, oneshot::Sender<ClientReply>>,
     /// Disk operations held until the replies of this pass are written.
     deferred: Vec<(IoToken, DiskOp)>,
+    /// Completions of WAL operations the driver ran itself (see `wal_op`), not yet handed over.
+    inline_done: Vec<Input>,
+    /// Client requests taken in this pass, and whether it has answered one yet.
+    pass_commands: usize,
+    pass_replied: bool,
     next_request: u64,
     deadline: Option<Instant>,
     ready: Arc<AtomicBool>,
@@ -114,6 +121,9 @@ impl Driver {
             commands,
             waiters: BTreeMap::new(),
             deferred: Vec::new(),
+            inline_done: Vec::new(),
+            pass_commands: 0,
+            pass_replied: false,
             next_request: 0,
             deadline: None,
             ready,
@@ -166,10 +176,7 @@ impl Driver {
                 biased;
                 n = self.disk_done.recv_many(&mut disk_inputs, INPUTS_PER_WAKEUP), if disk_open => {
                     disk_open = n > 0; // 0: every disk thread is gone (cannot happen while we live).
-                    let now = self.clock.now();
-                    for input in disk_inputs.drain(..n) {
-                        self.node.handle_input(now, input);
-                    }
+                    self.on_disk_inputs(&mut disk_inputs);
                 }
                 // Held until the node serves: before, it would drop them (see `submit_deferred`).
                 n = self.peers_in.recv_many(&mut peer_inputs, INPUTS_PER_WAKEUP),
@@ -182,6 +189,7 @@ impl Driver {
                 }
                 n = self.commands.recv_many(&mut commands, INPUTS_PER_WAKEUP), if clients_open => {
                     clients_open = n > 0;
+                    self.pass_commands = n;
                     for command in commands.drain(..n) {
                         self.on_command(command);
                     }
@@ -199,6 +207,7 @@ impl Driver {
                 }
             }
             self.after_input();
+            self.pass_commands = 0;
             if !self.deferred.is_empty() {
                 // Let the handlers just answered write their responses before we pay for waking
                 // a disk thread: the 202s are on the clients' critical path, partition commits
@@ -220,6 +229,17 @@ impl Driver {
         }
     }
 
+    /// Disk completions: the executor learns which WAL operations are answered, then the node.
+    fn on_disk_inputs(&mut self, inputs: &mut Vec<Input>) {
+        let now = self.clock.now();
+        for input in inputs.drain(..) {
+            if let Input::Disk { token, .. } = &input {
+                self.disk.completed(*token);
+            }
+            self.node.handle_input(now, input);
+        }
+    }
+
     fn on_command(&mut self, command: Command) {
         match command {
             Command::Client { op, reply } => {
@@ -237,24 +257,17 @@ impl Driver {
 
     /// The drain rule: effects to `None`, then events, then the next deadline.
     fn after_input(&mut self) {
-        while let Some(effect) = self.node.poll_effect() {
-            match effect {
-                // The WAL's group commit goes at once (produces wait on it); other disk work
-                // (partition commits, reads, the checkpoint) after the replies (see `run`).
-                Effect::Disk { token, op } => match op.file() {
-                    FileId::WalSegment { .. } => self.disk.submit(token, op),
-                    _ => self.deferred.push((token, op)),
-                },
-                Effect::Reply { request, reply } => match self.waiters.remove(&request) {
-                    // A client that hung up no longer listens; its request still ran to the end.
-                    Some(waiter) => drop(waiter.send(reply)),
-                    None => tracing::warn!(request = request.0, "reply to an unknown request"),
-                },
-                Effect::Send { to, bytes } => match &self.peers_out {
-                    Some(outbox) => outbox.send(to, bytes),
-                    // A cluster of one never sends.
-                    None => tracing::warn!(to = to.0, "no transport to other nodes; dropped"),
-                },
+        self.pass_replied = false;
+        loop {
+            self.drain_effects();
+            if self.inline_done.is_empty() {
+                break;
+            }
+            // Ends: once these completions are in, the node answers, and a pass that answered
+            // runs no more WAL operations itself.
+            let now = self.clock.now();
+            for input in std::mem::take(&mut self.inline_done) {
+                self.node.handle_input(now, input);
             }
         }
         while let Some(event) = self.node.poll_event() {
@@ -262,6 +275,54 @@ impl Driver {
         }
         self.deadline = self.node.poll_timeout();
         self.ready.store(self.node.is_ready(), Ordering::Relaxed);
+    }
+
+    /// A WAL operation: to the WAL thread, or run right here when the pass is a lone request on
+    /// an otherwise quiet node (one client request taken, none waiting, nothing answered yet, a
+    /// small write). The driver would only wait for the fsync anyway, and running it here saves
+    /// the two thread handoffs (wake the WAL thread, wake us back) on a lone producer's round
+    /// trip. Under load requests arrive in groups and the WAL thread keeps the group commit off
+    /// this thread.
+    fn wal_op(&mut self, token: IoToken, op: DiskOp) {
+        let small = match &op {
+            DiskOp::Write { data, .. } => data.len() <= INLINE_WRITE_BYTES,
+            _ => true,
+        };
+        let quiet = self.pass_commands == 1 && !self.pass_replied && self.commands.is_empty();
+        if !(quiet && small) {
+            return self.disk.submit(token, op);
+        }
+        match self.disk.run_wal_inline(token, op) {
+            Ok(done) => self.inline_done.push(done),
+            Err(op) => self.disk.submit(token, op),
+        }
+    }
+
+    fn drain_effects(&mut self) {
+        while let Some(effect) = self.node.poll_effect() {
+            match effect {
+                // The WAL's group commit goes at once (produces wait on it); other disk work
+                // (partition commits, reads, the checkpoint) after the replies (see `run`).
+                Effect::Disk { token, op } => match op.file() {
+                    FileId::WalSegment { .. } => self.wal_op(token, op),
+                    _ => self.deferred.push((token, op)),
+                },
+                Effect::Reply { request, reply } => {
+                    self.pass_replied = true;
+                    match self.waiters.remove(&request) {
+                        // A client that hung up no longer listens; its request still ran to the
+                        // end.
+                        Some(waiter) => drop(waiter.send(reply)),
+                        None => tracing::warn!(request = request.0, "reply to an unknown request"),
+                    }
+                }
+                Effect::Send { to, bytes } => match &self.peers_out {
+                    Some(outbox) => outbox.send(to, bytes),
+                    // A cluster of one never sends.
+                    None => tracing::warn!(to = to.0, "no transport to other nodes; dropped"),
+                },
+            }
+        }
     }
 
     fn finish(self) -> Stats {
