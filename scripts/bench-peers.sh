@@ -181,4 +181,4 @@ MACHINE="$WORK/machine.txt"
 mkdir -p "$(dirname "$OUT")"
 python3 "$ROOT/scripts/bench_report.py" "$RESULTS" "$MACHINE" "$MICRO_FILE" "$OUT" "$COMMAND" \
     "$CLIENTS"
-log "wrote $OUT and ${OUT%.md}-throughput.svg"
+log "wrote $OUT, ${OUT%.md}-throughput.svg and ${OUT%.md}-results.jsonl"

@@ -16,6 +16,8 @@ import sys
 
 MICRO_BEGIN = "<!-- micro:begin -->"
 MICRO_END = "<!-- micro:end -->"
+NOTES_BEGIN = "<!-- notes:begin -->"
+NOTES_END = "<!-- notes:end -->"
 
 
 def load(path):
@@ -210,6 +212,17 @@ def details(results):
             f"(narad bench at 64: {num(get(results, 'healthz-64', 'msgs_per_sec'))} req/s).")
 
 
+def kept_block(out_path, begin, end, default):
+    """The block between `begin` and `end` of the existing doc (hand-written), or `default`."""
+    if os.path.exists(out_path):
+        with open(out_path) as f:
+            old = f.read()
+        m = re.search(re.escape(begin) + r".*?" + re.escape(end), old, re.S)
+        if m:
+            return m.group(0)
+    return f"{begin}\n{default}\n{end}"
+
+
 def micro_section(micro_path, out_path):
     text = ""
     if micro_path and os.path.exists(micro_path):
@@ -218,14 +231,9 @@ def micro_section(micro_path, out_path):
     if text:
         return (f"{MICRO_BEGIN}\nOutput of `cargo bench -p narad-core --bench hot_paths` "
                 f"(divan, same machine):\n\n```\n{text}\n```\n{MICRO_END}")
-    if os.path.exists(out_path):
-        with open(out_path) as f:
-            old = f.read()
-        m = re.search(re.escape(MICRO_BEGIN) + r".*?" + re.escape(MICRO_END), old, re.S)
-        if m:
-            return m.group(0)
-    return (f"{MICRO_BEGIN}\nNot run yet: `MICRO=1 scripts/bench-peers.sh`, or "
-            f"`cargo bench -p narad-core --bench hot_paths`.\n{MICRO_END}")
+    return kept_block(out_path, MICRO_BEGIN, MICRO_END,
+                      "Not run yet: `MICRO=1 scripts/bench-peers.sh`, or "
+                      "`cargo bench -p narad-core --bench hot_paths`.")
 
 
 def main():
@@ -234,7 +242,10 @@ def main():
     results = load(results_path)
     with open(machine_path) as f:
         machine = f.read().strip()
-    svg_path = out_path[:-3] + "-throughput.svg" if out_path.endswith(".md") else out_path + ".svg"
+    stem = out_path[:-3] if out_path.endswith(".md") else out_path
+    svg_path, raw_path = stem + "-throughput.svg", stem + "-results.jsonl"
+    with open(results_path) as src, open(raw_path, "w") as dst:
+        dst.write(src.read())
     with open(svg_path, "w") as f:
         f.write(svg_chart(results, clients))
     doc = f"""# Benchmarks
@@ -275,6 +286,12 @@ Command: `{command}`
 ## Microbenchmarks of the core's hot paths
 
 {micro_section(micro_path, out_path)}
+
+## What moved the numbers, and what is left
+
+{kept_block(out_path, NOTES_BEGIN, NOTES_END, "(hand-written; kept across runs)")}
+
+Raw results of this run (one JSON object per measurement): `{os.path.basename(raw_path)}`.
 """
     with open(out_path, "w") as f:
         f.write(doc)
