@@ -66,4 +66,26 @@ fn fresh_cluster_seeds_pass_every_invariant() {
     for nodes in [3, 5] {
         assert!(report.by_nodes.get(&nodes).is_some_and(|t| t.seeds > 0), "no {nodes}-node seed");
     }
+    assert!(report.remote_commits > 0 && report.rerouted > 0, "no remote commit or no reroute");
+}
+
+/// Duplicates are allowed, so no invariant catches a dedupe that stopped working: compare the
+/// same seeds with the owners' idempotent commits on and off.
+#[test]
+fn idempotent_commits_prevent_same_partition_duplicates() {
+    let (from, to) = (DEFAULT_BASE, DEFAULT_BASE + 300);
+    let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let on = RunOptions { nodes: NodesChoice::Cluster, idempotent_commits: true };
+    let off = RunOptions { idempotent_commits: false, ..on };
+    let with = sweep(from, to, jobs, &on, &|_| {});
+    let without = sweep(from, to, jobs, &off, &|_| {});
+    eprintln!(
+        "duplicates on the same partition: {} with idempotent commits, {} without ({} acked)",
+        with.duplicates_same_partition, without.duplicates_same_partition, with.acked
+    );
+    assert!(without.duplicates_same_partition > 100, "dedupe off made no duplicates to compare");
+    assert!(
+        with.duplicates_same_partition * 100 <= without.duplicates_same_partition,
+        "idempotent commits prevented less than 99 % of same-partition duplicates"
+    );
 }
