@@ -44,26 +44,9 @@ pub fn find_resume(bytes: &[u8], after: u64, before: u64) -> Option<(usize, u64)
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::TopicId;
-    use bytes::Bytes;
 
     fn records(first: u64, count: u64) -> (Vec<u8>, Vec<usize>) {
-        let mut out = Vec::new();
-        let mut starts = Vec::new();
-        for seq in first..first + count {
-            starts.push(out.len());
-            let record = WalRecord {
-                seq,
-                timestamp_ms: 1,
-                topic: "t".into(),
-                topic_id: TopicId(1),
-                partition: 0,
-                key: None,
-                payload: Bytes::from(vec![seq as u8; 40]),
-            };
-            record.encode_into(&mut out);
-        }
-        (out, starts)
+        super::super::record::test_segment(first, count, 40)
     }
 
     #[test]

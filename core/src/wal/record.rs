@@ -72,6 +72,28 @@ impl WalRecord {
     }
 }
 
+/// Encoded WAL records for tests: `count` records from sequence `first` with `payload_len`-byte
+/// payloads, and the byte position where each starts.
+#[cfg(test)]
+pub(crate) fn test_segment(first: u64, count: u64, payload_len: usize) -> (Vec<u8>, Vec<usize>) {
+    let mut out = Vec::new();
+    let mut starts = Vec::new();
+    for seq in first..first + count {
+        starts.push(out.len());
+        let record = WalRecord {
+            seq,
+            timestamp_ms: 1,
+            topic: "t".into(),
+            topic_id: TopicId(1),
+            partition: 0,
+            key: None,
+            payload: Bytes::from(vec![seq as u8; payload_len]),
+        };
+        record.encode_into(&mut out);
+    }
+    (out, starts)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -157,23 +157,9 @@ fn inconsistent(first_seq: u64, what: String) -> RecoveryError {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::TopicId;
 
     fn segment(first: u64, count: u64) -> Vec<u8> {
-        let mut out = Vec::new();
-        for seq in first..first + count {
-            let record = WalRecord {
-                seq,
-                timestamp_ms: 1,
-                topic: "t".into(),
-                topic_id: TopicId(1),
-                partition: 0,
-                key: None,
-                payload: Bytes::from(vec![seq as u8; 100]),
-            };
-            record.encode_into(&mut out);
-        }
-        out
+        super::super::record::test_segment(first, count, 100).0
     }
 
     fn files(parts: &[(u64, Vec<u8>)]) -> BTreeMap<u64, Bytes> {
