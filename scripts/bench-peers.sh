@@ -18,7 +18,8 @@
 # Knobs (environment): DURATION (s per run, 5), VISIBLE_DURATION (s, 60), CLIENTS ("1 16 64 256"),
 # BENCH_DIR (where the data lives; must be on the disk you want to measure, default /var/tmp),
 # OUT (docs/benchmarks.md), MICRO=1 (also run the core's divan microbenchmarks into the doc),
-# FSYNC_MIN (probe rate below which we wait for the disk to recover, 2000/s; waits ≤ 60 s).
+# FSYNC_MIN (probe rate below which we wait for the disk to recover, 2000/s; waits ≤ 90 s, then
+# REST more seconds, 10).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -92,15 +93,20 @@ probe() { # serialized write(256 B)+fdatasync rate on the benchmark disk, as JSO
     "$NARAD" bench --fsync-probe "$WORK" --duration "$1" --json
 }
 
-wait_disk() { # the host may throttle the disk for a while: wait (≤ 60 s) until it recovers
-    local rate
-    for _ in $(seq 12); do
+wait_disk() { # the host may throttle the disk for a while: wait (≤ 90 s) until it recovers
+    local rate waited=0
+    for _ in $(seq 18); do
         rate="$(probe 0.3s | python3 -c 'import json,sys; print(int(json.load(sys.stdin)["ops_per_sec"]))')"
-        ((rate >= FSYNC_MIN)) && return 0
+        if ((rate >= FSYNC_MIN)); then
+            # Just recovered: give the throttle's budget a moment to refill before measuring.
+            if ((waited)); then sleep "${REST:-10}"; fi
+            return 0
+        fi
+        waited=1
         log "disk throttled ($rate fsync/s < $FSYNC_MIN): waiting"
         sleep 5
     done
-    log "disk still throttled after 60 s; measuring anyway (see the probe column)"
+    log "disk still throttled after 90 s; measuring anyway (see the probe column)"
 }
 
 narad_bench() { # narad_bench KEY ARGS...
