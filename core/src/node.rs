@@ -170,6 +170,8 @@ pub struct Node {
     wal_read_retry_at: Option<Instant>,
     /// When we last asked whether the topic of leftover partition files is gone.
     orphan_files_asked: BTreeMap<TopicId, Instant>,
+    /// When partition logs are next scanned for topics the replica does not know.
+    next_orphan_scan: Instant,
     /// Start-up syncs still running; nothing found on disk is used before they are done.
     startup_syncs_left: usize,
     /// Inputs that arrived during the start-up syncs: client requests, and peer messages (at
@@ -254,6 +256,7 @@ impl Node {
             events: VecDeque::new(),
             wal_read_retry_at: None,
             orphan_files_asked: BTreeMap::new(),
+            next_orphan_scan: now,
             startup_syncs_left: 0,
             deferred: VecDeque::new(),
             fatal: None,

@@ -23,8 +23,13 @@ impl Node {
     }
 
     /// Topics of partition logs on our disk that the local replica does not know (left over
-    /// from a deletion we did not see applied, e.g. while down).
+    /// from a deletion we did not see applied, e.g. while down). Scanned at most once per pass,
+    /// not on every input: the scan visits every partition log.
     fn orphan_partition_topics(&mut self) -> Vec<TopicId> {
+        if self.now < self.next_orphan_scan {
+            return Vec::new();
+        }
+        self.next_orphan_scan = self.now.plus_millis(crate::constants::FAILURE_BACKOFF_MS);
         let unknown: Vec<TopicId> = self
             .partitions
             .keys()
