@@ -29,6 +29,9 @@ const MAX_CATCH_UP_TICKS: u32 = 50;
 /// A read barrier without an answer is re-asked this often (a new leader drops read requests
 /// until it has committed an entry of its term).
 const BARRIER_RETRY_TICKS: u64 = 3;
+/// A timed-out proposal is ambiguous: it may sit in the leader's log and commit later.
+const PROPOSAL_TIMED_OUT: &str =
+    "metastore proposal timed out (no quorum?); it may still take effect once a majority is back";
 
 impl<W> Metastore<W> {
     /// Everything that follows any input: the ready loop, role changes, compaction, barriers,
@@ -128,7 +131,7 @@ impl<W> Metastore<W> {
             .collect();
         for index in expired {
             let proposal = self.proposals.remove(&index).expect("listed above");
-            self.fail_waiter(proposal.waiter, "metastore proposal timed out (no quorum?)");
+            self.fail_waiter(proposal.waiter, PROPOSAL_TIMED_OUT);
         }
         let expired: Vec<u64> =
             self.barriers.iter().filter(|(_, b)| b.deadline <= now).map(|(id, _)| *id).collect();

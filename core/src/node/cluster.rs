@@ -457,7 +457,9 @@ impl Node {
         let Some((forwarded, to, _)) = self.remote.forwards.remove(&id) else { return };
         let message = match forwarded {
             Forwarded::Admin { .. } => {
-                "the metastore leader did not answer (no quorum?)".to_string()
+                "the metastore leader did not answer (no quorum?); the change may still take effect \
+                 once a majority is back"
+                    .to_string()
             }
             _ => format!("node {} did not answer", to.0),
         };
