@@ -4,15 +4,18 @@
 
 use crate::api::TopicInfo;
 use crate::codec::Reader;
-use crate::ids::NodeId;
+use crate::ids::{NodeId, TopicId};
 
 /// A change to the replicated state, proposed through Raft.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MetaCommand {
     /// Create a topic; its partitions are assigned round-robin over the live members.
     CreateTopic { name: String, partitions: Option<u32>, retention_ms: Option<u64>, now_ms: u64 },
-    /// Delete a topic (its incarnation id is never reused).
-    DeleteTopic { name: String },
+    /// Delete incarnation `id` of topic `name` (ids are never reused). The node that received
+    /// the client's request resolved the name to `id` on its replica; the command is applied
+    /// only while `id` is still the name's current incarnation, so a delete that reaches the log
+    /// late (a held or duplicated forward) cannot remove a later incarnation of the same name.
+    DeleteTopic { name: String, id: TopicId },
     /// A member says it is alive (and where it listens). Makes it alive if it was dead.
     Heartbeat { node: NodeId, http_addr: String, cluster_addr: String, now_ms: u64 },
     /// Proposed by the leader: the member stopped heartbeating. Applied only if no heartbeat of
@@ -82,9 +85,10 @@ pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
             put_u64(&mut out, retention_ms.unwrap_or(NONE_U64));
             put_u64(&mut out, *now_ms);
         }
-        MetaCommand::DeleteTopic { name } => {
+        MetaCommand::DeleteTopic { name, id } => {
             out.push(CMD_DELETE);
             put_str(&mut out, name);
+            put_u64(&mut out, id.0);
         }
         MetaCommand::Heartbeat { node, http_addr, cluster_addr, now_ms } => {
             out.push(CMD_HEARTBEAT);
@@ -119,7 +123,7 @@ pub fn decode_command(bytes: &[u8]) -> Option<MetaCommand> {
             retention_ms: Some(r.u64()?).filter(|&v| v != NONE_U64),
             now_ms: r.u64()?,
         },
-        CMD_DELETE => MetaCommand::DeleteTopic { name: get_str(&mut r)? },
+        CMD_DELETE => MetaCommand::DeleteTopic { name: get_str(&mut r)?, id: TopicId(r.u64()?) },
         CMD_HEARTBEAT => MetaCommand::Heartbeat {
             node: NodeId(r.u32()?),
             http_addr: get_str(&mut r)?,

@@ -134,7 +134,7 @@ impl MetaState {
             MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms } => {
                 self.create(name, partitions, retention_ms, now_ms)
             }
-            MetaCommand::DeleteTopic { name } => self.delete(&name),
+            MetaCommand::DeleteTopic { name, id } => self.delete(&name, id),
             MetaCommand::Heartbeat { node, http_addr, cluster_addr, now_ms } => {
                 Ok(self.heartbeat(node, http_addr, cluster_addr, now_ms))
             }
@@ -184,11 +184,22 @@ impl MetaState {
         Ok(Applied::Created(info))
     }
 
-    fn delete(&mut self, name: &str) -> Result<Applied, ClientError> {
-        let topic = self
-            .topics
-            .remove(name)
-            .ok_or_else(|| ClientError::NotFound(format!("topic `{name}` not found")))?;
+    /// Deletes incarnation `id` of `name` if it is still the current one. Anything else (the
+    /// name is gone, or now holds a later incarnation than the proposer saw) changes nothing and
+    /// answers "not found": that incarnation no longer exists.
+    fn delete(&mut self, name: &str, id: TopicId) -> Result<Applied, ClientError> {
+        match self.topics.get(name) {
+            Some(topic) if topic.info.id == id => {}
+            Some(topic) => {
+                return Err(ClientError::NotFound(format!(
+                    "topic `{name}` (incarnation {}) not found: it was already deleted; the name \
+                     now holds incarnation {}",
+                    id.0, topic.info.id.0
+                )));
+            }
+            None => return Err(ClientError::NotFound(format!("topic `{name}` not found"))),
+        }
+        let topic = self.topics.remove(name).expect("invariant: matched just above");
         self.names.remove(&topic.info.id);
         Ok(Applied::Deleted(topic.info))
     }
@@ -376,12 +387,45 @@ mod tests {
         state.apply(create("t", 1)).unwrap();
         assert!(matches!(state.apply(create("t", 1)), Err(ClientError::Conflict(_))));
         let gone = state.topic("t").unwrap().id;
-        let delete = MetaCommand::DeleteTopic { name: "t".into() };
+        let delete = MetaCommand::DeleteTopic { name: "t".into(), id: gone };
         assert!(matches!(state.apply(delete.clone()), Ok(Applied::Deleted(_))));
         assert!(matches!(state.apply(delete), Err(ClientError::NotFound(_))));
         assert!(state.is_gone(gone));
         assert!(!state.is_gone(TopicId(gone.0 + 1)), "never issued");
         assert!(!state.is_gone(TopicId(0)));
+    }
+
+    /// C4 (sim seeds 0x3fe5, 0x8e1c): a delete of `t` held on a clogged link reached the log
+    /// after the client's retry had deleted `t` and `t` had been created again; applied by name
+    /// it deleted the new incarnation. It names the incarnation now, and a stale one is a no-op.
+    #[test]
+    fn a_late_delete_of_an_earlier_incarnation_changes_nothing() {
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        state.apply(create("t", 2)).unwrap();
+        let first = state.topic("t").unwrap().id;
+        let delete_first = MetaCommand::DeleteTopic { name: "t".into(), id: first };
+        assert!(
+            matches!(state.apply(delete_first.clone()), Ok(Applied::Deleted(t)) if t.id == first)
+        );
+        state.apply(create("t", 3)).unwrap();
+        let second = state.topic("t").unwrap().id;
+        assert_ne!(first, second);
+        let before = state.clone();
+        // The late original and a duplicate of it: both refused, nothing changes.
+        for _ in 0..2 {
+            let late = state.apply(delete_first.clone());
+            assert!(matches!(late, Err(ClientError::NotFound(_))), "{late:?}");
+            assert_eq!(state, before);
+        }
+        assert_eq!(state.topic("t").map(|t| t.id), Some(second));
+        assert!(!state.is_gone(second));
+        // An id that was never issued is refused the same way.
+        let unknown = MetaCommand::DeleteTopic { name: "t".into(), id: TopicId(99) };
+        assert!(matches!(state.apply(unknown), Err(ClientError::NotFound(_))));
+        let current = MetaCommand::DeleteTopic { name: "t".into(), id: second };
+        assert!(matches!(state.apply(current), Ok(Applied::Deleted(t)) if t.id == second));
+        assert!(state.is_gone(first) && state.is_gone(second));
     }
 
     #[test]
@@ -405,7 +449,7 @@ mod tests {
                 retention_ms: Some(60_000),
                 now_ms: 1,
             },
-            MetaCommand::DeleteTopic { name: "x".into() },
+            MetaCommand::DeleteTopic { name: "x".into(), id: TopicId(1) },
             heartbeat(2),
             MetaCommand::MarkDead { node: NodeId(2), seen_heartbeats: 9 },
             MetaCommand::MarkAlive { node: NodeId(2) },
@@ -415,7 +459,12 @@ mod tests {
         for command in commands {
             let bytes = encode_command(&command);
             assert_eq!(decode_command(&bytes), Some(command.clone()));
-            assert_eq!(decode_command(&bytes[..bytes.len() - 1]), None);
+            for cut in 0..bytes.len() {
+                assert_eq!(decode_command(&bytes[..cut]), None, "{command:?} cut at {cut}");
+            }
+            let mut longer = bytes.clone();
+            longer.push(0);
+            assert_eq!(decode_command(&longer), None);
             let _ = state.apply(command);
         }
         let image = state.encode();
@@ -425,5 +474,9 @@ mod tests {
         }
         assert_eq!(decode_command(&[]), None);
         assert_eq!(decode_command(&[99]), None);
+        // A delete in the earlier format (name only, no incarnation) is refused, not guessed.
+        let mut by_name = vec![2];
+        put_str(&mut by_name, "x");
+        assert_eq!(decode_command(&by_name), None);
     }
 }

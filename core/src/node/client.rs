@@ -23,7 +23,13 @@ impl Node {
                 self.propose_admin(request, command);
             }
             ClientOp::DeleteTopic { name } => {
-                self.propose_admin(request, MetaCommand::DeleteTopic { name });
+                // Bind the name to the incarnation this replica knows now: the command may reach
+                // the log late (or twice), after the name was deleted and created again.
+                let Some(id) = self.meta.topic(&name).map(|topic| topic.id) else {
+                    let error = self.unknown_topic(&name);
+                    return self.reply(request, ClientReply::Error(error));
+                };
+                self.propose_admin(request, MetaCommand::DeleteTopic { name, id });
             }
             ClientOp::ListTopics => {
                 let topics = self.meta.topics().cloned().collect();

@@ -9,7 +9,7 @@ use super::{ConsumeAsker, IoPurpose, MetaWaiter, Node};
 use crate::api::{ClientError, ClientReply, ConsumedRecord};
 use crate::constants::{COMMIT_TIMEOUT_MS, MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::dispatch::CommitResult;
-use crate::ids::{Instant, NodeId, PartitionKey, RequestId};
+use crate::ids::{Instant, NodeId, PartitionKey, RequestId, TopicId};
 use crate::io::{DiskOp, FileId};
 use crate::meta::decode_command;
 use crate::partition::{CommitId, PartitionRecord};
@@ -25,8 +25,9 @@ const STATS_TIMEOUT_MS: u64 = 2_000;
 /// A client request forwarded to another node.
 #[derive(Clone, Debug)]
 pub(super) enum Forwarded {
-    /// A topic command sent to the metastore leader (`name`: the topic it creates or deletes).
-    Admin { request: RequestId, name: String },
+    /// A topic command sent to the metastore leader; `settle`: what our replica must show
+    /// before its answer goes out.
+    Admin { request: RequestId, settle: Settle },
     /// Our membership heartbeat sent to the leader (nobody waits).
     Heartbeat,
     /// A consume sent to the partition's owner.
@@ -63,10 +64,26 @@ pub(super) struct PendingTopicStats {
 pub(super) struct Settling {
     pub request: RequestId,
     pub reply: ClientReply,
-    /// The topic that must be present (`present`) or absent locally before we answer.
-    pub name: String,
-    pub present: bool,
+    pub until: Settle,
     pub deadline: Instant,
+}
+
+/// The effect of a topic command as our own replica will show it.
+#[derive(Clone, Debug)]
+pub(super) enum Settle {
+    /// A created topic: its name is present.
+    Present(String),
+    /// A deleted incarnation: it is absent (by id: the name may already hold a new one).
+    Absent(TopicId),
+}
+
+impl Settle {
+    pub(super) fn shown_by(&self, meta: &crate::meta::Metastore<MetaWaiter>) -> bool {
+        match self {
+            Settle::Present(name) => meta.topic(name).is_some(),
+            Settle::Absent(id) => meta.topic_by_id(*id).is_none(),
+        }
+    }
 }
 
 impl Remote {
@@ -214,30 +231,18 @@ impl Node {
         let Some((forwarded, _, _)) = self.remote.forwards.remove(&id) else {
             return;
         };
-        let Forwarded::Admin { request, name } = forwarded else {
+        let Forwarded::Admin { request, settle: until } = forwarded else {
             return;
         };
         let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
         match result {
             WireAdminResult::Created(topic) => {
                 let reply = ClientReply::TopicCreated(topic);
-                self.remote.settling.push(Settling {
-                    request,
-                    reply,
-                    name,
-                    present: true,
-                    deadline,
-                });
+                self.remote.settling.push(Settling { request, reply, until, deadline });
             }
             WireAdminResult::Done => {
                 let reply = ClientReply::TopicDeleted;
-                self.remote.settling.push(Settling {
-                    request,
-                    reply,
-                    name,
-                    present: false,
-                    deadline,
-                });
+                self.remote.settling.push(Settling { request, reply, until, deadline });
             }
             WireAdminResult::Error(error) => {
                 self.reply(request, ClientReply::Error(error.into_client()));

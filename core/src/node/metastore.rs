@@ -3,7 +3,7 @@
 //! waited for an applied command or a read barrier, and reacting to what was applied (a deleted
 //! topic's partitions are dropped, a dead owner's records are rerouted).
 
-use super::cluster::Forwarded;
+use super::cluster::{Forwarded, Settle};
 use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
 use crate::api::{ClientError, ClientReply};
 use crate::meta::{Applied, MetaCommand, MetaOutput, ProposeError, encode_command};
@@ -26,16 +26,15 @@ impl Node {
 
     /// A client's topic create or delete: proposed here if we lead, else forwarded.
     pub(super) fn propose_admin(&mut self, request: crate::ids::RequestId, command: MetaCommand) {
-        let name = match &command {
-            MetaCommand::CreateTopic { name, .. } | MetaCommand::DeleteTopic { name } => {
-                name.clone()
-            }
+        let settle = match &command {
+            MetaCommand::CreateTopic { name, .. } => Settle::Present(name.clone()),
+            MetaCommand::DeleteTopic { id, .. } => Settle::Absent(*id),
             _ => unreachable!("only topic commands come from clients"),
         };
         match self.meta.propose(self.now, command.clone(), MetaWaiter::Client(request)) {
             Ok(()) => {}
             Err(ProposeError::NotLeader { leader: Some(leader) }) => {
-                self.forward_command(leader, &command, Forwarded::Admin { request, name });
+                self.forward_command(leader, &command, Forwarded::Admin { request, settle });
             }
             Err(ProposeError::NotLeader { leader: None }) => {
                 let error = ClientError::Unavailable("no metastore leader (no quorum?)".into());
@@ -112,7 +111,7 @@ impl Node {
     pub(super) fn answer_settled_admin(&mut self) {
         let (done, waiting): (Vec<_>, Vec<_>) = std::mem::take(&mut self.remote.settling)
             .into_iter()
-            .partition(|s| self.meta.topic(&s.name).is_some() == s.present);
+            .partition(|s| s.until.shown_by(&self.meta));
         self.remote.settling = waiting;
         for settled in done {
             self.reply(settled.request, settled.reply);

@@ -214,3 +214,45 @@ fn deleted_topic_records_are_discarded_only_after_the_leaders_word() {
         "the new incarnation gets nothing old"
     );
 }
+
+/// C4 (sim seeds 0x3fe5, 0x8e1c): a DELETE forwarded to the leader over a stalled link times
+/// out; the client deletes through another node and creates the topic again; then the stall
+/// ends and the leader gets the old forward. It names the incarnation it was meant for, so the
+/// new one and its records survive.
+#[test]
+fn a_late_forwarded_delete_leaves_a_later_incarnation_alone() {
+    let mut c = Cluster::new(3);
+    let leader = (0..3).find(|&ix| c.node(ix).stats().meta_leader == 1).expect("a leader");
+    let stalled = (leader + 1) % 3;
+    let first = create(&mut c, leader, "t", 2);
+    c.run_for(500);
+    let known = c.call(stalled, ClientOp::GetTopic { name: "t".into() }, 5_000);
+    assert!(matches!(known, Some(ClientReply::Topic(t, _)) if t.id == first.id));
+    c.clogged.insert((stalled, leader));
+    let late = c.submit(stalled, ClientOp::DeleteTopic { name: "t".into() });
+    c.run_until(10_000, |c| c.replies.contains_key(&late));
+    assert!(
+        matches!(c.replies.remove(&late), Some(ClientReply::Error(ClientError::Unavailable(_)))),
+        "the held forward times out (ambiguous)"
+    );
+    let retry = c.call(leader, ClientOp::DeleteTopic { name: "t".into() }, 5_000);
+    assert_eq!(retry, Some(ClientReply::TopicDeleted));
+    let second = create(&mut c, leader, "t", 2);
+    assert_ne!(second.id, first.id);
+    for i in 0..10 {
+        let reply = produce(&mut c, leader, "t", format!("m{i}"), None);
+        assert_eq!(reply, ClientReply::Produced { accepted: 1 });
+    }
+    c.release();
+    c.run_until(10_000, |c| backlog(c) == 0);
+    c.run_for(2_000);
+    for ix in 0..3 {
+        let reply = c.call(ix, ClientOp::GetTopic { name: "t".into() }, 5_000);
+        let Some(ClientReply::Topic(topic, _)) = reply else { panic!("node {ix}: {reply:?}") };
+        assert_eq!(topic.id, second.id, "node {ix} still has the new incarnation");
+    }
+    let discarded: u64 = c.nodes.iter().flatten().map(|n| n.stats().records_discarded).sum();
+    assert_eq!(discarded, 0, "the new incarnation's records are never discarded");
+    let read = read_all(&mut c, leader, "t", 2);
+    assert_eq!(read.values().map(Vec::len).sum::<usize>(), 10);
+}

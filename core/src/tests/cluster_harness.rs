@@ -23,6 +23,10 @@ pub struct Cluster {
     pub replies: BTreeMap<RequestId, ClientReply>,
     /// One-way cuts: messages from `.0` to `.1` are dropped.
     pub cut: BTreeSet<(Ix, Ix)>,
+    /// One-way clogs: messages from `.0` to `.1` are held (no error to the sender) until
+    /// `release`, like a stalled stream that resumes.
+    pub clogged: BTreeSet<(Ix, Ix)>,
+    held: Vec<(Ix, Input)>,
     next_request: u64,
     size: usize,
 }
@@ -45,6 +49,8 @@ impl Cluster {
             pending: VecDeque::new(),
             replies: BTreeMap::new(),
             cut: BTreeSet::new(),
+            clogged: BTreeSet::new(),
+            held: Vec::new(),
             next_request: 1,
             size,
         };
@@ -86,6 +92,12 @@ impl Cluster {
 
     pub fn heal(&mut self) {
         self.cut.clear();
+    }
+
+    /// Unclogs every link and delivers what it held, in the order it was sent.
+    pub fn release(&mut self) {
+        self.clogged.clear();
+        self.pending.extend(self.held.drain(..));
     }
 
     /// Sends a client request to node `ix` (not run yet).
@@ -161,8 +173,10 @@ impl Cluster {
                 }
                 Effect::Send { to, bytes } => {
                     let peer = to.0 as usize - 1;
-                    if !self.cut.contains(&(ix, peer)) && self.nodes[peer].is_some() {
-                        let from = NodeId(ix as u32 + 1);
+                    let from = NodeId(ix as u32 + 1);
+                    if self.clogged.contains(&(ix, peer)) {
+                        self.held.push((peer, Input::Peer { from, bytes }));
+                    } else if !self.cut.contains(&(ix, peer)) && self.nodes[peer].is_some() {
                         self.pending.push_back((peer, Input::Peer { from, bytes }));
                     } else {
                         // Like the real transport: no connection, so the sender hears of it.

@@ -9,7 +9,7 @@ use std::collections::BTreeSet;
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
 
-use crate::ids::NodeId;
+use crate::ids::{NodeId, TopicId};
 use crate::meta::{Applied, MetaCommand};
 
 use super::harness::{World, config, create};
@@ -108,7 +108,12 @@ impl Run {
         };
         let (command, keep) = match self.rng.random_range(0..3) {
             0 => (create("churn", 2), false),
-            1 => (MetaCommand::DeleteTopic { name: "churn".into() }, false),
+            1 => {
+                // The incarnation the proposer's replica knows (0: none, refused at apply).
+                let meta = self.world.meta(leader);
+                let id = meta.topic("churn").map_or(TopicId(0), |t| t.id);
+                (MetaCommand::DeleteTopic { name: "churn".into(), id }, false)
+            }
             _ => (create(&format!("keep{step}"), 3), true),
         };
         if let (Ok(waiter), true) = (self.world.propose(leader, command), keep) {

@@ -75,13 +75,15 @@ fn topics_replicate_with_round_robin_owners_and_apply_time_validation() {
         world.propose_and_wait(create("bad/name", 1)),
         Err(ClientError::BadRequest(_))
     ));
-    let delete = MetaCommand::DeleteTopic { name: "orders".into() };
+    let delete = MetaCommand::DeleteTopic { name: "orders".into(), id: orders.id };
     assert!(matches!(world.propose_and_wait(delete.clone()), Ok(Applied::Deleted(_))));
-    assert!(matches!(world.propose_and_wait(delete), Err(ClientError::NotFound(_))));
+    assert!(matches!(world.propose_and_wait(delete.clone()), Err(ClientError::NotFound(_))));
     let Ok(Applied::Created(again)) = world.propose_and_wait(create("orders", 2)) else {
         panic!("recreate failed");
     };
     assert_ne!(again.id, orders.id, "a new incarnation");
+    // A late copy of the first delete names the first incarnation: it leaves the new one be.
+    assert!(matches!(world.propose_and_wait(delete), Err(ClientError::NotFound(_))));
     assert!(world.run_until(1_000, |w| {
         (1..=3).all(|n| w.meta(n).topic("orders").is_some_and(|t| t.id == again.id))
     }));
@@ -172,7 +174,9 @@ fn read_barriers_succeed_only_with_the_leaders_word() {
     };
     assert!(world.run_until(1_000, |w| w.meta(follower).topic("doomed").is_some()));
     world.isolate(follower);
-    world.propose_and_wait(MetaCommand::DeleteTopic { name: "doomed".into() }).unwrap();
+    world
+        .propose_and_wait(MetaCommand::DeleteTopic { name: "doomed".into(), id: topic.id })
+        .unwrap();
     let stale = world.read_barrier(follower);
     assert!(world.run_until(8_000, |w| w.barriers.contains_key(&stale)));
     assert!(!world.barriers[&stale], "a stale follower must not confirm");
