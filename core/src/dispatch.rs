@@ -9,9 +9,11 @@
 //! - **Skip-set, not head-of-line blocking.** A failing destination keeps its records; everything
 //!   else commits and is remembered in `done_ahead`, so nothing is committed twice while the
 //!   checkpoint waits at the first record not done.
-//! - **Reroute.** A destination whose owner is dead, or whose commits failed 3 passes in a row,
-//!   sends its records to the next live, healthy partition of the topic, keeping one record as a
-//!   probe so it gets its records back once it recovers.
+//! - **Reroute.** A destination whose commits failed 3 passes in a row sends its records to the
+//!   next live, healthy partition of the topic, keeping one record as a probe so it gets its
+//!   records back once it recovers. One whose owner membership says is dead sends them all at
+//!   once and keeps no probe; with no healthy sibling they wait there, and every failed pass
+//!   (and every membership change) looks again, so they move as soon as a sibling is healthy.
 //! - **Discard** only for incarnations the authority confirms gone (asked once per topic per pass).
 
 mod destination;
@@ -64,6 +66,15 @@ pub struct DispatchCounters {
     pub records_discarded: u64,
     /// Records found damaged at rest in the WAL and skipped (lost).
     pub records_lost: u64,
+}
+
+/// What a rerouted destination keeps.
+#[derive(Clone, Copy)]
+enum Keep {
+    /// One record, the probe (the owner is alive but its commits keep failing).
+    Probe,
+    /// Nothing (membership says the owner is dead).
+    Nothing,
 }
 
 struct InFlight {
@@ -285,8 +296,12 @@ impl Dispatcher {
             CommitResult::Failed(_) => {
                 self.counters.commits_failed += 1;
                 dest.on_failure(flight.seqs, now.plus_millis(FAILURE_BACKOFF_MS));
-                if dest.failed_passes >= REROUTE_AFTER_FAILED_PASSES {
-                    self.reroute_from(flight.target, now, placement);
+                if !placement.owner_alive(flight.target) {
+                    // Records wait on a dead owner's destination only while no sibling is
+                    // healthy: each of its failed passes looks again, and moves everything.
+                    self.reroute_queued(flight.target, Keep::Nothing, now, placement);
+                } else if dest.failed_passes >= REROUTE_AFTER_FAILED_PASSES {
+                    self.reroute_queued(flight.target, Keep::Probe, now, placement);
                 }
             }
             CommitResult::TopicGone => {
@@ -298,17 +313,54 @@ impl Dispatcher {
         self.garbage_collect(flight.target);
     }
 
-    /// Moves all but one queued record of a failing destination to a healthy sibling.
-    fn reroute_from(&mut self, from: PartitionKey, now: Instant, placement: &dyn Placement) {
+    /// Moves the queued records of `from` to a healthy sibling, if there is one. A failing
+    /// destination whose owner is alive keeps one record as a probe (it gets its records back
+    /// once a commit succeeds); a dead owner's destination keeps nothing.
+    fn reroute_queued(
+        &mut self,
+        from: PartitionKey,
+        keep: Keep,
+        now: Instant,
+        placement: &dyn Placement,
+    ) {
         let Some(to) = self.sibling(from, placement) else {
-            return;
+            if let Keep::Nothing = keep {
+                self.lend_probe(from, now, placement);
+            }
+            return; // they wait here; the next failed pass (or membership change) looks again
         };
-        let moved = self.destinations.get_mut(&from).expect("exists").drain_all_but_probe();
+        let dest = self.destinations.get_mut(&from).expect("invariant: rerouting a known key");
+        let moved = match keep {
+            Keep::Probe => dest.drain_all_but_probe(),
+            Keep::Nothing => dest.drain_all(),
+        };
         self.counters.records_rerouted += moved.len() as u64;
         let target = self.destinations.entry(to).or_default();
         for seq in moved {
             target.enqueue(seq, now);
         }
+    }
+
+    /// A dead owner's destination found no healthy sibling. A live sibling that is failing but
+    /// idle (its records moved away while its owner was down) has no probe, so nothing would
+    /// ever show it healthy again: one of our records becomes its probe. Once that commits, the
+    /// next failed pass here moves everything there.
+    fn lend_probe(&mut self, from: PartitionKey, now: Instant, placement: &dyn Placement) {
+        let Some(partitions) = placement.partitions(from.topic) else { return };
+        let idle = (1..partitions)
+            .map(|step| PartitionKey {
+                topic: from.topic,
+                partition: (from.partition + step) % partitions,
+            })
+            .find(|candidate| {
+                placement.owner_alive(*candidate)
+                    && self.destinations.get(candidate).is_some_and(Destination::is_idle_failing)
+            });
+        let Some(to) = idle else { return };
+        let dest = self.destinations.get_mut(&from).expect("invariant: rerouting a known key");
+        let Some(seq) = dest.take_front() else { return };
+        self.counters.records_rerouted += 1;
+        self.destinations.get_mut(&to).expect("found above").enqueue(seq, now);
     }
 
     /// Re-examines destinations whose owner died: their queued records move to a live sibling.
@@ -320,15 +372,7 @@ impl Dispatcher {
             .map(|(k, _)| *k)
             .collect();
         for key in dead {
-            let Some(to) = self.sibling(key, placement) else {
-                continue;
-            };
-            let moved = self.destinations.get_mut(&key).expect("exists").drain_all();
-            self.counters.records_rerouted += moved.len() as u64;
-            let target = self.destinations.entry(to).or_default();
-            for seq in moved {
-                target.enqueue(seq, now);
-            }
+            self.reroute_queued(key, Keep::Nothing, now, placement);
         }
     }
 

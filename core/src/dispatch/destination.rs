@@ -31,6 +31,12 @@ impl Destination {
         self.queue.push_back(seq);
     }
 
+    /// Records queued.
+    #[cfg(test)]
+    pub fn queue_len(&self) -> usize {
+        self.queue.len()
+    }
+
     /// Records are queued.
     pub fn has_queued(&self) -> bool {
         !self.queue.is_empty()
@@ -53,6 +59,11 @@ impl Destination {
 
     fn is_failing(&self) -> bool {
         self.failed_passes >= REROUTE_AFTER_FAILED_PASSES
+    }
+
+    /// Failing, with nothing queued or in flight: no probe tests it.
+    pub fn is_idle_failing(&self) -> bool {
+        self.is_failing() && self.is_empty()
     }
 
     fn linger_until(&self) -> Option<Instant> {
@@ -128,6 +139,15 @@ impl Destination {
             return Vec::new();
         }
         self.queue.drain(1..).collect()
+    }
+
+    /// Removes the first queued record.
+    pub fn take_front(&mut self) -> Option<u64> {
+        let seq = self.queue.pop_front();
+        if self.queue.is_empty() {
+            self.queued_since = None;
+        }
+        seq
     }
 
     /// Removes every queued record.

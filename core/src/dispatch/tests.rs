@@ -21,18 +21,45 @@ impl Placement for AllAlive {
     }
 }
 
+/// Topic 1 with 8 partitions; the owners of the listed partitions are dead per membership.
+struct Membership(BTreeSet<u32>);
+
+impl Placement for Membership {
+    fn partitions(&self, topic: TopicId) -> Option<u32> {
+        (topic == TopicId(1)).then_some(8)
+    }
+    fn owner_alive(&self, key: PartitionKey) -> bool {
+        !self.0.contains(&key.partition)
+    }
+}
+
 #[derive(Clone, Debug)]
 enum Op {
-    Arrive { count: u8, partition: u8 },
-    Complete { which: u8, ok: bool },
-    Tick { millis: u16 },
+    Arrive {
+        count: u8,
+        partition: u8,
+    },
+    Complete {
+        which: u8,
+        ok: bool,
+    },
+    Tick {
+        millis: u16,
+    },
+    /// Membership says the owner of `partition` died (or came back).
+    Owner {
+        partition: u8,
+        alive: bool,
+    },
 }
 
 fn op() -> impl Strategy<Value = Op> {
     prop_oneof![
-        (1u8..50, 0u8..8).prop_map(|(count, partition)| Op::Arrive { count, partition }),
-        (any::<u8>(), prop::bool::weighted(0.8)).prop_map(|(which, ok)| Op::Complete { which, ok }),
-        (0u16..2000).prop_map(|millis| Op::Tick { millis }),
+        6 => (1u8..50, 0u8..8).prop_map(|(count, partition)| Op::Arrive { count, partition }),
+        6 => (any::<u8>(), prop::bool::weighted(0.8))
+            .prop_map(|(which, ok)| Op::Complete { which, ok }),
+        6 => (0u16..2000).prop_map(|millis| Op::Tick { millis }),
+        1 => (0u8..8, any::<bool>()).prop_map(|(partition, alive)| Op::Owner { partition, alive }),
     ]
 }
 
@@ -52,8 +79,9 @@ struct Model {
     dispatcher: Dispatcher,
     now: Instant,
     next_seq: u64,
-    in_flight: BTreeMap<CommitId, Vec<u64>>,
+    in_flight: BTreeMap<CommitId, (PartitionKey, Vec<u64>)>,
     committed: BTreeSet<u64>,
+    membership: Membership,
 }
 
 impl Model {
@@ -64,6 +92,7 @@ impl Model {
             next_seq: 0,
             in_flight: BTreeMap::new(),
             committed: BTreeSet::new(),
+            membership: Membership(BTreeSet::new()),
         }
     }
 
@@ -75,7 +104,7 @@ impl Model {
                     .map(|i| record(self.next_seq + i, u32::from(partition)))
                     .collect();
                 self.next_seq += room as u64;
-                self.dispatcher.accept(records, self.now, &AllAlive);
+                self.dispatcher.accept(records, self.now, &self.membership);
             }
             Op::Complete { which, ok } => {
                 let Some(&id) =
@@ -83,7 +112,7 @@ impl Model {
                 else {
                     return;
                 };
-                let seqs = self.in_flight.remove(&id).unwrap();
+                let (_, seqs) = self.in_flight.remove(&id).unwrap();
                 let result = if ok {
                     for seq in &seqs {
                         assert!(self.committed.insert(*seq), "record {seq} committed twice");
@@ -92,14 +121,24 @@ impl Model {
                 } else {
                     CommitResult::Failed("injected".into())
                 };
-                self.dispatcher.on_commit(id, result, self.now, &AllAlive);
+                self.dispatcher.on_commit(id, result, self.now, &self.membership);
             }
             Op::Tick { millis } => self.now = self.now.plus_millis(u64::from(millis)),
+            Op::Owner { partition, alive } => {
+                let changed = if alive {
+                    self.membership.0.remove(&u32::from(partition))
+                } else {
+                    self.membership.0.insert(u32::from(partition))
+                };
+                if changed {
+                    self.dispatcher.reroute_dead_owners(self.now, &self.membership);
+                }
+            }
         }
         for request in self.dispatcher.poll_commits(self.now) {
             let seqs: Vec<u64> = request.records.iter().map(|r| r.seq).collect();
             assert!(seqs.iter().all(|s| !self.committed.contains(s)), "recommitting done records");
-            self.in_flight.insert(request.id, seqs);
+            self.in_flight.insert(request.id, (request.target, seqs));
         }
         self.check();
     }
@@ -115,15 +154,22 @@ impl Model {
         assert!(self.in_flight.len() <= COMMIT_FANOUT);
     }
 
+    /// Faults stop: commits to live owners succeed, to dead ones fail (unreachable). Owners
+    /// that stay dead never return, yet everything drains while one owner is alive.
     fn drain(&mut self) {
+        if self.membership.0.len() == 8 {
+            self.apply(Op::Owner { partition: 0, alive: true });
+        }
         for _ in 0..10_000 {
             if self.dispatcher.checkpoint() == self.next_seq {
                 return;
             }
-            if self.in_flight.is_empty() {
-                self.apply(Op::Tick { millis: 1_000 });
-            } else {
-                self.apply(Op::Complete { which: 0, ok: true });
+            match self.in_flight.first_key_value() {
+                None => self.apply(Op::Tick { millis: 1_000 }),
+                Some((_, (target, _))) => {
+                    let ok = self.membership.owner_alive(*target);
+                    self.apply(Op::Complete { which: 0, ok });
+                }
             }
         }
         panic!(
@@ -137,7 +183,7 @@ impl Model {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]
-    fn skip_set_window_and_checkpoint(ops in prop::collection::vec(op(), 1..300)) {
+    fn skip_set_window_checkpoint_and_reroute(ops in prop::collection::vec(op(), 1..300)) {
         let mut model = Model::new();
         for op in ops {
             model.apply(op);
@@ -192,4 +238,94 @@ fn lookahead_bounds_reading_past_a_stuck_record() {
     assert_eq!(dispatcher.checkpoint(), 0, "pinned by the stuck record");
     assert_eq!(dispatcher.read_upto(), limit, "reading stops at 16 windows past the checkpoint");
     dispatcher.check_invariants();
+}
+
+/// Topic 1 with two partitions; the owner of `dead` (if any) is dead per membership.
+struct Pair {
+    dead: Option<u32>,
+}
+
+impl Placement for Pair {
+    fn partitions(&self, topic: TopicId) -> Option<u32> {
+        (topic == TopicId(1)).then_some(2)
+    }
+    fn owner_alive(&self, key: PartitionKey) -> bool {
+        self.dead != Some(key.partition)
+    }
+}
+
+/// Runs `passes` dispatch passes one second apart: commits to a partition whose owner is dead
+/// fail (unreachable), all others succeed. Returns the partitions commits were sent to.
+fn run_passes(d: &mut Dispatcher, now: &mut Instant, passes: u32, placement: &Pair) -> Vec<u32> {
+    let mut targets = Vec::new();
+    for _ in 0..passes {
+        for request in d.poll_commits(*now) {
+            targets.push(request.target.partition);
+            let result = if placement.owner_alive(request.target) {
+                CommitResult::Committed { first_offset: 0 }
+            } else {
+                CommitResult::Failed("owner unreachable".into())
+            };
+            d.on_commit(request.id, result, *now, placement);
+            d.check_invariants();
+        }
+        *now = now.plus_millis(FAILURE_BACKOFF_MS);
+    }
+    targets
+}
+
+/// Fails partition 1's commits until it is failing (3 passes), keeping `record` as its probe.
+fn make_failing(d: &mut Dispatcher, now: &mut Instant, record: WalRecord, placement: &Pair) {
+    d.accept(vec![record], *now, placement);
+    for _ in 0..REROUTE_AFTER_FAILED_PASSES {
+        let requests = d.poll_commits(*now);
+        assert_eq!(requests.len(), 1);
+        d.on_commit(requests[0].id, CommitResult::Failed("disk".into()), *now, placement);
+        *now = now.plus_millis(FAILURE_BACKOFF_MS);
+    }
+}
+
+/// C5 (sim seeds 0x3f4a, 0x8356): records placed on a dead owner's destination while the only
+/// sibling was failing stayed there (one as a "probe") after the sibling became healthy again,
+/// sent to the dead owner every second, forever.
+#[test]
+fn records_parked_on_a_dead_owner_move_once_a_sibling_is_healthy_and_no_probe_stays() {
+    let mut d = Dispatcher::new(0);
+    let mut now = Instant(1_000_000);
+    let alive = Pair { dead: None };
+    make_failing(&mut d, &mut now, record(0, 1), &alive);
+    // Partition 0's owner is dead; partition 1 is failing: the records wait on partition 0.
+    let dead = Pair { dead: Some(0) };
+    d.accept((1..=5).map(|seq| record(seq, 0)).collect(), now, &dead);
+    d.reroute_dead_owners(now, &dead);
+    assert_eq!(d.destinations[&PartitionKey { topic: TopicId(1), partition: 0 }].queue_len(), 5);
+    // The sibling's probe commits (it is healthy again); partition 0's next failed pass moves
+    // everything there, and nothing is sent to the dead owner after that.
+    let targets = run_passes(&mut d, &mut now, 6, &dead);
+    assert_eq!(d.checkpoint(), 6, "every record committed on the live sibling: {targets:?}");
+    let last_to_dead = targets.iter().rposition(|&p| p == 0).expect("tried the dead owner once");
+    assert!(targets[last_to_dead + 1..].iter().all(|&p| p == 1));
+    assert!(targets.iter().filter(|&&p| p == 0).count() <= 2, "{targets:?}");
+    let parked = d.destinations.get(&PartitionKey { topic: TopicId(1), partition: 0 });
+    assert!(parked.is_none_or(Destination::is_empty), "no probe kept on a dead owner");
+}
+
+/// A sibling that is failing but idle (its records moved away while its owner was dead) has no
+/// probe, so nothing would show it healthy: a dead owner's parked record is lent as its probe.
+#[test]
+fn an_idle_failing_sibling_gets_a_probe_from_a_dead_owners_destination() {
+    let mut d = Dispatcher::new(0);
+    let mut now = Instant(1_000_000);
+    make_failing(&mut d, &mut now, record(0, 1), &Pair { dead: None });
+    // Partition 1's owner dies: its record moves to partition 0 and commits; 1 is idle, failing.
+    let one_dead = Pair { dead: Some(1) };
+    d.reroute_dead_owners(now, &one_dead);
+    run_passes(&mut d, &mut now, 1, &one_dead);
+    assert_eq!(d.checkpoint(), 1);
+    // It returns; partition 0's owner dies with records queued for it.
+    let zero_dead = Pair { dead: Some(0) };
+    d.accept((1..=5).map(|seq| record(seq, 0)).collect(), now, &zero_dead);
+    d.reroute_dead_owners(now, &zero_dead);
+    let targets = run_passes(&mut d, &mut now, 6, &zero_dead);
+    assert_eq!(d.checkpoint(), 6, "everything committed on partition 1: {targets:?}");
 }

@@ -69,9 +69,11 @@ impl Node {
                     tracing::info!(node = node.0, alive, "membership changed");
                     if !alive {
                         self.abandon_commits_to(node);
-                        let placement = ClusterPlacement(&self.meta);
-                        self.dispatcher.reroute_dead_owners(self.now, &placement);
                     }
+                    // A death moves that owner's records; a return may give records parked on
+                    // another dead owner a live sibling.
+                    let placement = ClusterPlacement(&self.meta);
+                    self.dispatcher.reroute_dead_owners(self.now, &placement);
                 }
             }
         }
