@@ -60,14 +60,17 @@ pub struct Landed {
     pub origin_seqs: Vec<u64>,
 }
 
+/// Operations of the persisting stage: write, sync, read-back.
+const WRITE_SYNC_READ: u32 = 3;
+
 enum Stage {
     /// The file is being created; nothing is written until that succeeded (a write after a
     /// failed create could land in an old file's leftover bytes).
     Creating,
-    /// Write and sync are running.
+    /// Write, sync and the read-back of the written bytes are running (queued together: a
+    /// file's operations complete in the order they were issued, so the read runs after the
+    /// sync returned, and the commit costs one round trip to the disk, not two).
     Persisting,
-    /// The read-back of the written bytes is running.
-    Verifying,
 }
 
 /// One part of a combined commit: the fresh records of one request.
@@ -85,6 +88,8 @@ struct Commit {
     stage: Stage,
     ios_left: u32,
     error: Option<String>,
+    /// What the read-back returned (checked once every operation of the stage completed).
+    read_back: Option<Bytes>,
 }
 
 enum LogState {
@@ -263,14 +268,21 @@ impl PartitionLog {
         let data = Bytes::from(data);
         let (stage, ios_left) = if self.file_exists {
             self.emit_write(&data);
-            (Stage::Persisting, 2)
+            (Stage::Persisting, WRITE_SYNC_READ)
         } else {
             let file = FileId::PartitionLog(self.key);
             self.outbox.push_back((PartIo::Commit, DiskOp::Create { file }));
             (Stage::Creating, 1)
         };
-        self.state =
-            LogState::Committing(Commit { data, count, parts, stage, ios_left, error: None });
+        self.state = LogState::Committing(Commit {
+            data,
+            count,
+            parts,
+            stage,
+            ios_left,
+            error: None,
+            read_back: None,
+        });
     }
 
     fn emit_write(&mut self, data: &Bytes) {
@@ -278,6 +290,8 @@ impl PartitionLog {
         let write = DiskOp::Write { file, offset: self.size, data: data.clone() };
         self.outbox.push_back((PartIo::Commit, write));
         self.outbox.push_back((PartIo::Commit, DiskOp::Sync { file }));
+        let read = DiskOp::Read { file, offset: self.size, len: data.len() as u64 };
+        self.outbox.push_back((PartIo::Commit, read));
         self.fsyncs += 1;
     }
 
@@ -297,14 +311,13 @@ impl PartitionLog {
             panic!("invariant: commit io only while committing");
         };
         commit.ios_left -= 1;
-        let data = match result {
+        match result {
             Err(error) => {
                 commit.error.get_or_insert(error.to_string());
-                None
             }
-            Ok(DiskDone::Data(bytes)) => Some(bytes),
-            Ok(DiskDone::Done) => None,
-        };
+            Ok(DiskDone::Data(bytes)) => commit.read_back = Some(bytes),
+            Ok(DiskDone::Done) => {}
+        }
         if commit.ios_left > 0 {
             return Vec::new();
         }
@@ -317,20 +330,14 @@ impl PartitionLog {
                 let data = commit.data.clone();
                 let LogState::Committing(commit) = &mut self.state else { unreachable!("above") };
                 commit.stage = Stage::Persisting;
-                commit.ios_left = 2;
+                commit.ios_left = WRITE_SYNC_READ;
                 self.emit_write(&data);
                 Vec::new()
             }
             Stage::Persisting => {
-                let file = FileId::PartitionLog(self.key);
-                let len = commit.data.len() as u64;
-                let read = DiskOp::Read { file, offset: self.size, len };
-                self.outbox.push_back((PartIo::Commit, read));
-                commit.stage = Stage::Verifying;
-                commit.ios_left = 1;
-                Vec::new()
+                let read = commit.read_back.take().unwrap_or_default();
+                self.verify_and_publish(&read)
             }
-            Stage::Verifying => self.verify_and_publish(&data.unwrap_or_default()),
         }
     }
 
