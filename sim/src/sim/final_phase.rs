@@ -90,26 +90,33 @@ impl Simulation {
             self.hosts[n].resume(now, &mut self.world);
             self.restart(n);
         }
-        let latched: Vec<usize> = (0..self.nodes())
+        // Each latched node with the incarnation we shut down: a graceful restart already under
+        // way may replace it meanwhile, and the fresh incarnation is not ours to wait for.
+        let latched: Vec<(usize, u32)> = (0..self.nodes())
             .filter(|&n| self.world.checker.is_latched(n as u32) && self.hosts[n].is_up())
+            .map(|n| (n, self.hosts[n].epoch()))
             .collect();
         if latched.is_empty() {
             return;
         }
-        for &n in &latched {
+        for &(n, _) in &latched {
             self.hosts[n].deliver(now, Input::BeginShutdown, &mut self.world);
         }
         let deadline = Instant(now.0 + 10_000_000);
         let shut = self.run_until(deadline, 1_000, |s| {
-            latched.iter().all(|&n| s.hosts[n].node().is_none_or(|n| n.is_shut_down()))
+            latched.iter().all(|&(n, epoch)| {
+                s.hosts[n].epoch() != epoch || s.hosts[n].node().is_none_or(|n| n.is_shut_down())
+            })
         });
         if !shut {
             let detail = "graceful shutdown did not finish in 10 s".into();
             self.world.checker.violation(inv::LIVENESS, detail);
         }
-        for &n in &latched {
-            self.crash(n, false, false);
-            self.restart(n);
+        for &(n, epoch) in &latched {
+            if self.hosts[n].epoch() == epoch {
+                self.crash(n, false, false);
+                self.restart(n);
+            }
         }
     }
 
