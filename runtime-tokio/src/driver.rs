@@ -27,6 +27,8 @@ const COMMAND_QUEUE: usize = 4_096;
 const INPUTS_PER_WAKEUP: usize = 256;
 /// Largest group-commit write the driver runs itself on a quiet node (see `Driver::wal_op`).
 const INLINE_WRITE_BYTES: usize = 64 * 1024;
+/// Longest partition work is held back for the next WAL group commit (see `Driver::wal_op`).
+const HOLD_FOR_WAL: Duration = Duration::from_millis(1);
 
 /// A request to the driver task.
 enum Command {
@@ -84,6 +86,12 @@ pub struct Driver {
     waiters: BTreeMap<RequestId, oneshot::Sender<ClientReply>>,
     /// Disk operations held until the replies of this pass are written.
     deferred: Vec<(IoToken, DiskOp)>,
+    /// The deferred work waits for the next WAL group commit (a lone producer: see `wal_op`),
+    /// at most until this.
+    held_until: Option<tokio::time::Instant>,
+    /// The driver ran a group commit itself this recently (a lone producer): partition work is
+    /// held for the next one until then.
+    lone_producer_until: Option<tokio::time::Instant>,
     /// Completions of WAL operations the driver ran itself (see `wal_op`), not yet handed over.
     inline_done: Vec<Input>,
     /// Client requests taken in this pass, and whether it has answered one yet.
@@ -121,6 +129,8 @@ impl Driver {
             commands,
             waiters: BTreeMap::new(),
             deferred: Vec::new(),
+            held_until: None,
+            lone_producer_until: None,
             inline_done: Vec::new(),
             pass_commands: 0,
             pass_replied: false,
@@ -200,6 +210,10 @@ impl Driver {
                     let now = self.clock.now();
                     self.node.handle_input(now, Input::BeginShutdown);
                 }
+                () = sleep_until_some(self.held_until), if self.held_until.is_some() => {
+                    // No group commit came to share a disk flush with: go on alone.
+                    self.submit_deferred();
+                }
                 () = &mut timer, if armed.is_some() => {
                     let deadline = armed.take().expect("invariant: guarded by is_some");
                     let now = self.clock.now_at_least(deadline);
@@ -208,7 +222,10 @@ impl Driver {
             }
             self.after_input();
             self.pass_commands = 0;
-            if !self.deferred.is_empty() {
+            if !self.deferred.is_empty() && self.held_until.is_none() {
+                self.held_until = self.lone_producer_until.filter(|&until| now() < until);
+            }
+            if !self.deferred.is_empty() && self.held_until.is_none() {
                 // Let the handlers just answered write their responses before we pay for waking
                 // a disk thread: the 202s are on the clients' critical path, partition commits
                 // are not.
@@ -224,6 +241,7 @@ impl Driver {
     /// that is not serving would drop them, and a dropped commit costs its sender the 30 s
     /// commit timeout), so no input may come to wake the loop and submit them later.
     fn submit_deferred(&mut self) {
+        self.held_until = None;
         for (token, op) in self.deferred.drain(..) {
             self.disk.submit(token, op);
         }
@@ -283,7 +301,16 @@ impl Driver {
     /// the two thread handoffs (wake the WAL thread, wake us back) on a lone producer's round
     /// trip. Under load requests arrive in groups and the WAL thread keeps the group commit off
     /// this thread.
+    ///
+    /// A lone producer's records reach their partitions one commit each, and a partition fsync
+    /// running on its own delays the next group commit's fsync by a whole device flush (measured:
+    /// 1 client, 4.2-5.0k msg/s with, 6.0-6.7k without partition fsyncs). So on a quiet node the
+    /// partition work of a pass waits (≤ `HOLD_FOR_WAL`) for the next WAL operation and is
+    /// submitted just before it: both fsyncs then reach the disk together and can share a flush.
     fn wal_op(&mut self, token: IoToken, op: DiskOp) {
+        if self.held_until.is_some() {
+            self.submit_deferred();
+        }
         let small = match &op {
             DiskOp::Write { data, .. } => data.len() <= INLINE_WRITE_BYTES,
             _ => true,
@@ -293,7 +320,10 @@ impl Driver {
             return self.disk.submit(token, op);
         }
         match self.disk.run_wal_inline(token, op) {
-            Ok(done) => self.inline_done.push(done),
+            Ok(done) => {
+                self.inline_done.push(done);
+                self.lone_producer_until = Some(now() + HOLD_FOR_WAL);
+            }
             Err(op) => self.disk.submit(token, op),
         }
     }
@@ -357,5 +387,16 @@ fn log_event(event: NodeEvent) {
         NodeEvent::CommitFailed { key, reason } => {
             tracing::warn!(%key, reason, "partition commit failed and was rolled back");
         }
+    }
+}
+
+fn now() -> tokio::time::Instant {
+    tokio::time::Instant::now()
+}
+
+/// Sleeps until `deadline` (a branch guarded by `is_some`).
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    if let Some(deadline) = deadline {
+        tokio::time::sleep_until(deadline).await;
     }
 }
