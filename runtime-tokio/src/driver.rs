@@ -222,18 +222,23 @@ impl Driver {
             }
             self.after_input();
             self.pass_commands = 0;
-            if !self.deferred.is_empty() && self.held_until.is_none() {
-                self.held_until = self.lone_producer_until.filter(|&until| now() < until);
-            }
-            if !self.deferred.is_empty() && self.held_until.is_none() {
-                // Let the handlers just answered write their responses before we pay for waking
-                // a disk thread: the 202s are on the clients' critical path, partition commits
-                // are not.
-                tokio::task::yield_now().await;
-                self.submit_deferred();
-            }
+            self.submit_or_hold().await;
         }
         self.finish()
+    }
+
+    /// After a pass: partition work waits for the next group commit while a lone producer is
+    /// active (see `wal_op`); otherwise it goes once the handlers just answered wrote their
+    /// responses (the 202s are on the clients' critical path, partition commits are not).
+    async fn submit_or_hold(&mut self) {
+        if self.deferred.is_empty() || self.held_until.is_some() {
+            return;
+        }
+        self.held_until = self.lone_producer_until.filter(|&until| now() < until);
+        if self.held_until.is_none() {
+            tokio::task::yield_now().await;
+            self.submit_deferred();
+        }
     }
 
     /// Submits the disk work `after_input` deferred. Before the loop, that includes the
