@@ -77,6 +77,10 @@ pub struct ServeArgs {
     /// the clock when absent. Pin it to make a run reproducible.
     #[arg(long, value_name = "N", env = "NARAD_SEED")]
     pub seed: Option<u64>,
+    /// Shut down gracefully (as on SIGTERM) once the process that started this one exits, even
+    /// by SIGKILL: `narad dev` starts its nodes so, and they never outlive it.
+    #[arg(long, hide = true)]
+    pub exit_with_parent: bool,
     /// Threads serving HTTP and driving the node. 1 (the default) runs everything but disk I/O
     /// on one thread, which on a small machine costs the fewest context switches per request;
     /// more spreads HTTP parsing over that many threads (a machine with cores to spare).

@@ -116,6 +116,8 @@ fn spawn(
         .arg(dir.join(format!("node-{id}")))
         .arg("--cluster-secret-file")
         .arg(secret)
+        // They stop (gracefully) when we die, however we die.
+        .arg("--exit-with-parent")
         .env_remove("NARAD_CLUSTER_SECRET")
         .stdin(Stdio::null())
         .stdout(Stdio::null())

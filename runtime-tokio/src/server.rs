@@ -72,7 +72,7 @@ async fn run(
     node: Node,
     clock: Clock,
 ) -> anyhow::Result<()> {
-    let mut signals = Signals::register()?;
+    let mut signals = Signals::register(args.exit_with_parent)?;
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let disk = DiskExecutor::start(&args.data_dir, done_tx).context("starting disk threads")?;
     let (driver, handle) = Driver::new(node, clock, disk, done_rx);
@@ -150,25 +150,44 @@ async fn stopped(mut stop: watch::Receiver<bool>) {
 }
 
 /// SIGTERM and SIGINT (Ctrl-C) listeners, registered before the node serves anything so that an
-/// early signal is never handled by the default action (instant death).
+/// early signal is never handled by the default action (instant death); with `--exit-with-parent`
+/// also the death of the parent process, which counts as a SIGTERM.
 struct Signals {
     term: Signal,
     int: Signal,
+    /// The parent process id to watch (it changes when the parent dies and we are re-parented).
+    parent: Option<u32>,
 }
 
+/// How often a node started with `--exit-with-parent` checks that its parent is alive.
+const PARENT_POLL: Duration = Duration::from_millis(250);
+
 impl Signals {
-    fn register() -> anyhow::Result<Signals> {
+    fn register(exit_with_parent: bool) -> anyhow::Result<Signals> {
         let term = signal(SignalKind::terminate()).context("handling SIGTERM")?;
         let int = signal(SignalKind::interrupt()).context("handling SIGINT")?;
-        Ok(Signals { term, int })
+        let parent = exit_with_parent.then(std::os::unix::process::parent_id);
+        Ok(Signals { term, int, parent })
     }
 
-    /// Resolves with the name of the next signal.
+    /// Resolves with the name of the next signal (the parent's exit counts once).
     async fn next(&mut self) -> &'static str {
         tokio::select! {
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
+            () = parent_exit(self.parent) => {
+                self.parent = None;
+                "parent process exited"
+            }
         }
+    }
+}
+
+/// Resolves once the process's parent is no longer `parent` (never, for `None`).
+async fn parent_exit(parent: Option<u32>) {
+    let Some(parent) = parent else { return std::future::pending().await };
+    while std::os::unix::process::parent_id() == parent {
+        tokio::time::sleep(PARENT_POLL).await;
     }
 }
 

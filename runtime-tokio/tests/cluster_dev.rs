@@ -4,7 +4,9 @@
 
 mod common;
 
+use std::fs;
 use std::io::{BufRead, BufReader};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
 use std::time::Duration;
@@ -30,13 +32,12 @@ impl Drop for Dev {
     }
 }
 
-#[test]
-fn dev_starts_a_three_node_cluster_and_stops_it_on_ctrl_c() {
-    let tmp = tempfile::tempdir().expect("temp dir");
-    let dir = tmp.path().join("narad-dev");
+/// Starts `narad dev --nodes 3` in `dir` and waits for its readiness report: the running dev,
+/// its remaining output lines, and the nodes' URLs.
+fn start_dev(dir: &Path) -> (Dev, mpsc::Receiver<String>, Vec<String>) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_narad"))
         .args(["dev", "--nodes", "3", "--dir"])
-        .arg(&dir)
+        .arg(dir)
         .env("RUST_LOG", "info")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -44,7 +45,7 @@ fn dev_starts_a_three_node_cluster_and_stops_it_on_ctrl_c() {
         .spawn()
         .expect("spawn narad dev");
     let stdout = child.stdout.take().expect("piped stdout");
-    let mut dev = Dev(Some(child));
+    let dev = Dev(Some(child));
     let (lines_tx, lines) = mpsc::channel();
     std::thread::spawn(move || {
         for line in BufReader::new(stdout).lines().map_while(Result::ok) {
@@ -66,6 +67,14 @@ fn dev_starts_a_three_node_cluster_and_stops_it_on_ctrl_c() {
         .map(str::to_string)
         .collect();
     assert_eq!(urls.len(), 3, "one URL per node: {printed:?}");
+    (dev, lines, urls)
+}
+
+#[test]
+fn dev_starts_a_three_node_cluster_and_stops_it_on_ctrl_c() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("narad-dev");
+    let (mut dev, lines, urls) = start_dev(&dir);
     let secret = std::fs::metadata(dir.join("cluster-secret")).expect("secret file");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(secret.permissions().mode() & 0o777, 0o600, "the secret is private");
@@ -98,4 +107,29 @@ fn dev_starts_a_three_node_cluster_and_stops_it_on_ctrl_c() {
     }
     let stops = rest.iter().filter(|l| l.contains("stopped (exit status: 0)")).count();
     assert_eq!(stops, 3, "every node stopped cleanly");
+}
+
+#[test]
+fn dev_nodes_stop_when_dev_is_killed() {
+    let tmp = tempfile::tempdir().expect("temp dir");
+    let dir = tmp.path().join("narad-dev");
+    let (mut dev, _lines, urls) = start_dev(&dir);
+    let mut child = dev.0.take().expect("running");
+    child.kill().expect("SIGKILL narad dev"); // no chance to stop its nodes itself
+    child.wait().expect("reap");
+    let all_down =
+        wait_until(STOP_BOUND, || urls.iter().all(|url| Client::new(url).get("/healthz").0 == 0));
+    let read_logs = || -> Vec<String> {
+        (1..=3)
+            .map(|id| fs::read_to_string(dir.join(format!("node-{id}.log"))).unwrap_or_default())
+            .collect()
+    };
+    // The HTTP listener closes first; the node then finishes its work and says so.
+    wait_until(STOP_BOUND, || read_logs().iter().all(|log| log.contains("shut down cleanly")));
+    let logs = read_logs();
+    assert!(all_down, "nodes outlived a killed narad dev; logs:\n{}", logs.join("\n---\n"));
+    for (id, log) in logs.iter().enumerate() {
+        assert!(log.contains("parent process exited"), "node {}: {log}", id + 1);
+        assert!(log.contains("node shut down cleanly"), "node {}: {log}", id + 1);
+    }
 }
