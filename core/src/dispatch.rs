@@ -221,18 +221,13 @@ impl Dispatcher {
     /// The next partition of the same topic (wrapping) whose owner is alive and not failing.
     fn sibling(&self, of: PartitionKey, placement: &dyn Placement) -> Option<PartitionKey> {
         let partitions = placement.partitions(of.topic)?;
-        (1..partitions)
-            .map(|step| PartitionKey {
-                topic: of.topic,
-                partition: (of.partition + step) % partitions,
-            })
-            .find(|candidate| {
-                let healthy = self
-                    .destinations
-                    .get(candidate)
-                    .is_none_or(|d| d.failed_passes < REROUTE_AFTER_FAILED_PASSES);
-                healthy && placement.owner_alive(*candidate)
-            })
+        siblings(of, partitions).find(|candidate| {
+            let healthy = self
+                .destinations
+                .get(candidate)
+                .is_none_or(|d| d.failed_passes < REROUTE_AFTER_FAILED_PASSES);
+            healthy && placement.owner_alive(*candidate)
+        })
     }
 
     /// Commits to start now (round-robin over destinations, at most 16 in flight).
@@ -347,15 +342,10 @@ impl Dispatcher {
     /// next failed pass here moves everything there.
     fn lend_probe(&mut self, from: PartitionKey, now: Instant, placement: &dyn Placement) {
         let Some(partitions) = placement.partitions(from.topic) else { return };
-        let idle = (1..partitions)
-            .map(|step| PartitionKey {
-                topic: from.topic,
-                partition: (from.partition + step) % partitions,
-            })
-            .find(|candidate| {
-                placement.owner_alive(*candidate)
-                    && self.destinations.get(candidate).is_some_and(Destination::is_idle_failing)
-            });
+        let idle = siblings(from, partitions).find(|candidate| {
+            placement.owner_alive(*candidate)
+                && self.destinations.get(candidate).is_some_and(Destination::is_idle_failing)
+        });
         let Some(to) = idle else { return };
         let dest = self.destinations.get_mut(&from).expect("invariant: rerouting a known key");
         let Some(seq) = dest.take_front() else { return };
@@ -459,6 +449,14 @@ impl Dispatcher {
         let lookahead = (LOOKAHEAD_WINDOWS * WINDOW_MAX_RECORDS) as u64;
         assert!(self.read_upto - self.checkpoint <= lookahead);
     }
+}
+
+/// The other partitions of `of`'s topic, starting after it and wrapping around.
+fn siblings(of: PartitionKey, partitions: u32) -> impl Iterator<Item = PartitionKey> {
+    (1..partitions).map(move |step| PartitionKey {
+        topic: of.topic,
+        partition: (of.partition + step) % partitions,
+    })
 }
 
 #[cfg(test)]
