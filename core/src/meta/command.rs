@@ -10,7 +10,17 @@ use crate::ids::{NodeId, TopicId};
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum MetaCommand {
     /// Create a topic; its partitions are assigned round-robin over the live members.
-    CreateTopic { name: String, partitions: Option<u32>, retention_ms: Option<u64>, now_ms: u64 },
+    /// `seen_next_id` is the next incarnation id on the replica of the node that received the
+    /// client's request, when it did: an incarnation of `name` deleted since (id ≥ it) means the
+    /// command reached the log late (a held or duplicated forward) or that replica was behind,
+    /// and it is refused rather than bringing back a name the client may have deleted since.
+    CreateTopic {
+        name: String,
+        partitions: Option<u32>,
+        retention_ms: Option<u64>,
+        now_ms: u64,
+        seen_next_id: u64,
+    },
     /// Delete incarnation `id` of topic `name` (ids are never reused). The node that received
     /// the client's request resolved the name to `id` on its replica; the command is applied
     /// only while `id` is still the name's current incarnation, so a delete that reaches the log
@@ -78,12 +88,13 @@ pub(super) fn get_u8(reader: &mut Reader<'_>) -> Option<u8> {
 pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
     let mut out = Vec::new();
     match command {
-        MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms } => {
+        MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms, seen_next_id } => {
             out.push(CMD_CREATE);
             put_str(&mut out, name);
             put_u64(&mut out, partitions.map_or(NONE_U64, u64::from));
             put_u64(&mut out, retention_ms.unwrap_or(NONE_U64));
             put_u64(&mut out, *now_ms);
+            put_u64(&mut out, *seen_next_id);
         }
         MetaCommand::DeleteTopic { name, id } => {
             out.push(CMD_DELETE);
@@ -122,6 +133,7 @@ pub fn decode_command(bytes: &[u8]) -> Option<MetaCommand> {
             },
             retention_ms: Some(r.u64()?).filter(|&v| v != NONE_U64),
             now_ms: r.u64()?,
+            seen_next_id: r.u64()?,
         },
         CMD_DELETE => MetaCommand::DeleteTopic { name: get_str(&mut r)?, id: TopicId(r.u64()?) },
         CMD_HEARTBEAT => MetaCommand::Heartbeat {

@@ -329,6 +329,11 @@ impl<W> Metastore<W> {
         self.state.topic_by_id(id)
     }
 
+    /// The id the next topic created will get, as far as this replica knows.
+    pub fn next_topic_id(&self) -> u64 {
+        self.state.next_topic_id()
+    }
+
     pub fn topics(&self) -> impl Iterator<Item = &TopicInfo> {
         self.state.topics()
     }

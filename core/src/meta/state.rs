@@ -60,7 +60,17 @@ pub struct MetaState {
     /// Where the round-robin over live members continues at the next topic creation.
     cursor: u64,
     members: BTreeMap<NodeId, Member>,
+    /// The last deleted incarnation of each name, so that a create can tell whether the name
+    /// changed after its proposer looked (see `MetaCommand::CreateTopic`). At most
+    /// `MAX_TOMBSTONES`, the oldest dropped first; `tombstone_floor` is the newest id dropped.
+    tombstones: BTreeMap<String, TopicId>,
+    tombstone_names: BTreeMap<TopicId, String>,
+    tombstone_floor: u64,
 }
+
+/// Deleted incarnations remembered for refusing late creates (a bounded memory: a create whose
+/// proposer looked before the oldest one remembered is refused with "retry").
+const MAX_TOMBSTONES: usize = 1_024;
 
 impl MetaState {
     pub fn new() -> MetaState {
@@ -69,6 +79,11 @@ impl MetaState {
 
     pub fn topic(&self, name: &str) -> Option<&TopicInfo> {
         self.topics.get(name).map(|t| &t.info)
+    }
+
+    /// The id the next topic created will get.
+    pub fn next_topic_id(&self) -> u64 {
+        self.next_topic_id
     }
 
     pub fn topic_by_id(&self, id: TopicId) -> Option<&TopicInfo> {
@@ -131,7 +146,8 @@ impl MetaState {
     /// result on every replica.
     pub fn apply(&mut self, command: MetaCommand) -> Result<Applied, ClientError> {
         match command {
-            MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms } => {
+            MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms, seen_next_id } => {
+                self.refuse_late_create(&name, seen_next_id)?;
                 self.create(name, partitions, retention_ms, now_ms)
             }
             MetaCommand::DeleteTopic { name, id } => self.delete(&name, id),
@@ -184,6 +200,37 @@ impl MetaState {
         Ok(Applied::Created(info))
     }
 
+    /// A create whose proposer looked before an incarnation of `name` was deleted (or before
+    /// the oldest deletion remembered) is stale: answered "retry", nothing changes. A name that
+    /// exists is left to `create` (409 either way).
+    fn refuse_late_create(&self, name: &str, seen_next_id: u64) -> Result<(), ClientError> {
+        if self.topics.contains_key(name) {
+            return Ok(());
+        }
+        let deleted_since = self.tombstones.get(name).is_some_and(|id| id.0 >= seen_next_id);
+        if deleted_since || seen_next_id <= self.tombstone_floor {
+            return Err(ClientError::Unavailable(format!(
+                "topic `{name}` was created and deleted after the node that took this request \
+                 last looked (its catalogue was behind, or the request reached the log late); \
+                 nothing was created: retry"
+            )));
+        }
+        Ok(())
+    }
+
+    /// Remembers that incarnation `id` of `name` was deleted (bounded, oldest dropped first).
+    fn bury(&mut self, name: &str, id: TopicId) {
+        if let Some(older) = self.tombstones.insert(name.to_string(), id) {
+            self.tombstone_names.remove(&older);
+        }
+        self.tombstone_names.insert(id, name.to_string());
+        while self.tombstone_names.len() > MAX_TOMBSTONES {
+            let (oldest, name) = self.tombstone_names.pop_first().expect("over the bound");
+            self.tombstones.remove(&name);
+            self.tombstone_floor = self.tombstone_floor.max(oldest.0);
+        }
+    }
+
     /// Deletes incarnation `id` of `name` if it is still the current one. Anything else (the
     /// name is gone, or now holds a later incarnation than the proposer saw) changes nothing and
     /// answers "not found": that incarnation no longer exists.
@@ -201,6 +248,7 @@ impl MetaState {
         }
         let topic = self.topics.remove(name).expect("invariant: matched just above");
         self.names.remove(&topic.info.id);
+        self.bury(name, topic.info.id);
         Ok(Applied::Deleted(topic.info))
     }
 
@@ -250,7 +298,7 @@ impl MetaState {
 
 // ---- Image encoding ------------------------------------------------------------------------
 
-const IMAGE_VERSION: u8 = 1;
+const IMAGE_VERSION: u8 = 2;
 
 impl MetaState {
     /// The whole state as bytes (a snapshot image).
@@ -280,6 +328,12 @@ impl MetaState {
             put_u64(&mut out, m.last_heartbeat_ms);
             put_u64(&mut out, m.heartbeats);
         }
+        put_u64(&mut out, self.tombstone_floor);
+        put_u32(&mut out, self.tombstone_names.len() as u32);
+        for (id, name) in &self.tombstone_names {
+            put_u64(&mut out, id.0);
+            put_str(&mut out, name);
+        }
         out
     }
 
@@ -307,6 +361,13 @@ impl MetaState {
                 heartbeats: r.u64()?,
             };
             state.members.insert(id, member);
+        }
+        state.tombstone_floor = r.u64()?;
+        for _ in 0..r.u32()? {
+            let id = TopicId(r.u64()?);
+            let name = get_str(&mut r)?;
+            state.tombstones.insert(name.clone(), id);
+            state.tombstone_names.insert(id, name);
         }
         r.rest().is_empty().then_some(state)
     }
@@ -345,12 +406,14 @@ mod tests {
         }
     }
 
+    /// A create whose proposer had seen every incarnation so far (never stale).
     fn create(name: &str, partitions: u32) -> MetaCommand {
         MetaCommand::CreateTopic {
             name: name.into(),
             partitions: Some(partitions),
             retention_ms: None,
             now_ms: 7,
+            seen_next_id: u64::MAX,
         }
     }
 
@@ -428,6 +491,81 @@ mod tests {
         assert!(state.is_gone(first) && state.is_gone(second));
     }
 
+    /// The mirror of C4: a create held on a clogged link (or duplicated) reaches the log after
+    /// the name was created through another node and deleted again; applied as is, it would
+    /// bring back a name the client deleted. Its proposer's view predates that incarnation.
+    #[test]
+    fn a_late_create_does_not_bring_back_a_deleted_name() {
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        let seen_then = state.next_topic_id();
+        let late = MetaCommand::CreateTopic {
+            name: "t".into(),
+            partitions: Some(2),
+            retention_ms: None,
+            now_ms: 3,
+            seen_next_id: seen_then,
+        };
+        state.apply(create("t", 1)).unwrap(); // the client's retry through another node
+        let id = state.topic("t").unwrap().id;
+        state.apply(MetaCommand::DeleteTopic { name: "t".into(), id }).unwrap();
+        let before = state.clone();
+        for _ in 0..2 {
+            let refused = state.apply(late.clone());
+            assert!(matches!(refused, Err(ClientError::Unavailable(_))), "{refused:?}");
+            assert_eq!(state, before, "nothing changes");
+        }
+        assert!(state.topic("t").is_none());
+        // A create proposed after the delete was seen goes through.
+        let fresh = MetaCommand::CreateTopic {
+            name: "t".into(),
+            partitions: Some(2),
+            retention_ms: None,
+            now_ms: 4,
+            seen_next_id: state.next_topic_id(),
+        };
+        assert!(matches!(state.apply(fresh), Ok(Applied::Created(_))));
+        // Another name is not affected by t's history.
+        let other = MetaCommand::CreateTopic {
+            name: "u".into(),
+            partitions: None,
+            retention_ms: None,
+            now_ms: 5,
+            seen_next_id: seen_then,
+        };
+        assert!(matches!(state.apply(other), Ok(Applied::Created(_))));
+        let image = state.encode();
+        assert_eq!(MetaState::decode(&image).as_ref(), Some(&state), "tombstones are in the image");
+    }
+
+    #[test]
+    fn tombstones_are_bounded_and_creates_older_than_the_oldest_are_refused() {
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        let seen_at_start = state.next_topic_id();
+        for i in 0..(MAX_TOMBSTONES + 10) {
+            let name = format!("t{i}");
+            state.apply(create(&name, 1)).unwrap();
+            let id = state.topic(&name).unwrap().id;
+            state.apply(MetaCommand::DeleteTopic { name, id }).unwrap();
+        }
+        assert_eq!(state.tombstones.len(), MAX_TOMBSTONES);
+        assert_eq!(state.tombstone_names.len(), MAX_TOMBSTONES);
+        let ancient = |name: &str| MetaCommand::CreateTopic {
+            name: name.into(),
+            partitions: None,
+            retention_ms: None,
+            now_ms: 9,
+            seen_next_id: seen_at_start,
+        };
+        // t0's tombstone was dropped; the floor still refuses its late create, and any other
+        // create whose proposer looked that long ago.
+        assert!(!state.tombstones.contains_key("t0"));
+        assert!(matches!(state.apply(ancient("t0")), Err(ClientError::Unavailable(_))));
+        assert!(matches!(state.apply(ancient("never-used")), Err(ClientError::Unavailable(_))));
+        assert!(matches!(state.apply(create("never-used", 1)), Ok(Applied::Created(_))));
+    }
+
     #[test]
     fn a_heartbeat_racing_a_dead_verdict_wins() {
         let mut state = MetaState::new();
@@ -448,6 +586,7 @@ mod tests {
                 partitions: None,
                 retention_ms: Some(60_000),
                 now_ms: 1,
+                seen_next_id: 4,
             },
             MetaCommand::DeleteTopic { name: "x".into(), id: TopicId(1) },
             heartbeat(2),

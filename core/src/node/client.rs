@@ -19,7 +19,15 @@ impl Node {
         match op {
             ClientOp::CreateTopic { name, partitions, retention_ms } => {
                 let now_ms = self.now.as_millis();
-                let command = MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms };
+                // What this replica has seen: the command may reach the log late (see there).
+                let seen_next_id = self.meta.next_topic_id();
+                let command = MetaCommand::CreateTopic {
+                    name,
+                    partitions,
+                    retention_ms,
+                    now_ms,
+                    seen_next_id,
+                };
                 self.propose_admin(request, command);
             }
             ClientOp::DeleteTopic { name } => {

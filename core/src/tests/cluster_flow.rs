@@ -256,3 +256,37 @@ fn a_late_forwarded_delete_leaves_a_later_incarnation_alone() {
     let read = read_all(&mut c, leader, "t", 2);
     assert_eq!(read.values().map(Vec::len).sum::<usize>(), 10);
 }
+
+/// The mirror of the test above: a create held on a clogged link reaches the leader after the
+/// client's retry created the name through another node and then deleted it. Applied as is, it
+/// would bring the deleted name back; it is refused and the name stays deleted everywhere.
+#[test]
+fn a_late_forwarded_create_does_not_bring_back_a_deleted_name() {
+    let mut c = Cluster::new(3);
+    let leader = (0..3).find(|&ix| c.node(ix).stats().meta_leader == 1).expect("a leader");
+    let stalled = (leader + 1) % 3;
+    c.clogged.insert((stalled, leader));
+    let create_op =
+        || ClientOp::CreateTopic { name: "t".into(), partitions: Some(2), retention_ms: None };
+    let late = c.submit(stalled, create_op());
+    c.run_until(10_000, |c| c.replies.contains_key(&late));
+    assert!(
+        matches!(c.replies.remove(&late), Some(ClientReply::Error(ClientError::Unavailable(_)))),
+        "the held forward times out (ambiguous)"
+    );
+    let retry = create(&mut c, leader, "t", 2);
+    let deleted = c.call(leader, ClientOp::DeleteTopic { name: "t".into() }, 5_000);
+    assert_eq!(deleted, Some(ClientReply::TopicDeleted));
+    c.release();
+    c.run_for(3_000);
+    for ix in 0..3 {
+        let reply = c.call(ix, ClientOp::GetTopic { name: "t".into() }, 5_000);
+        assert!(
+            matches!(reply, Some(ClientReply::Error(ClientError::NotFound(_)))),
+            "node {ix}: the deleted name came back: {reply:?}"
+        );
+    }
+    // A create made now, after the delete, works.
+    let again = create(&mut c, leader, "t", 2);
+    assert!(again.id > retry.id);
+}

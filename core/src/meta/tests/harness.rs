@@ -403,11 +403,13 @@ pub fn heartbeat(node: u32) -> MetaCommand {
     }
 }
 
+/// A create whose proposer had seen every incarnation so far (never refused as late).
 pub fn create(name: &str, partitions: u32) -> MetaCommand {
     MetaCommand::CreateTopic {
         name: name.into(),
         partitions: Some(partitions),
         retention_ms: None,
         now_ms: 1,
+        seen_next_id: u64::MAX,
     }
 }
