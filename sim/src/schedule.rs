@@ -46,6 +46,9 @@ pub enum FaultAction {
         target: FileMatch,
         power: bool,
     },
+    /// Power fails right after the next write to a matching file lands in the page cache,
+    /// before its sync (with torn writes on, the file keeps a torn prefix of it).
+    PowerLossAfterNextWrite(FileMatch),
     /// The admin client deletes this topic.
     DeleteTopic(String),
     /// The admin client creates this topic (again).

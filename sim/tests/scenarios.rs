@@ -49,6 +49,7 @@ scenarios!(
     partition_log_lies_about_fsync,
     bit_flip_at_rest,
     new_files_vanish_without_dir_fsync,
+    torn_tails_at_power_loss,
     leader_isolated_during_load,
     owner_dies_and_its_share_is_rerouted,
     topic_deleted_while_a_node_is_cut_off,

@@ -10,11 +10,12 @@ use narad_core::partition::PartitionRecord;
 use narad_core::{FileId, Input, Instant};
 use narad_sim_runtime::FaultClass;
 
+use super::world::ArmedCrash;
 use super::{Event, Simulation};
 use crate::checker::inv;
 use crate::payload::ids_in;
 use crate::schedule::FaultAction;
-use crate::trace::What;
+use crate::trace::{OpKind, What};
 
 impl Simulation {
     pub(super) fn apply_fault(&mut self, node: u32, action: FaultAction) {
@@ -53,7 +54,12 @@ impl Simulation {
                 self.collect_damage(n);
             }
             FaultAction::CrashAfterNextSync { target, power } => {
-                self.world.crash_after_sync = Some((node, target, power));
+                let after = OpKind::Sync;
+                self.world.armed_crash = Some(ArmedCrash { node, target, power, after });
+            }
+            FaultAction::PowerLossAfterNextWrite(target) => {
+                let (power, after) = (true, OpKind::Write);
+                self.world.armed_crash = Some(ArmedCrash { node, target, power, after });
             }
             FaultAction::DeleteTopic(name) => {
                 self.world.workload.request_delete(&name);
@@ -214,6 +220,7 @@ pub fn action_name(action: &FaultAction) -> &'static str {
         FaultAction::Failing(None) => "files-unstuck",
         FaultAction::BitFlip => "bit-flip",
         FaultAction::CrashAfterNextSync { .. } => "arm-crash-after-sync",
+        FaultAction::PowerLossAfterNextWrite(_) => "arm-power-loss-after-write",
         FaultAction::DeleteTopic(_) => "delete-topic",
         FaultAction::CreateTopic(_) => "create-topic",
         FaultAction::Route { .. } => "route-clients",

@@ -79,7 +79,7 @@ impl Simulation {
 
     fn heal(&mut self) {
         self.world.healed = true;
-        self.world.crash_after_sync = None;
+        self.world.armed_crash = None;
         self.world.workload.stop();
         for disk in &mut self.world.disks {
             disk.heal();

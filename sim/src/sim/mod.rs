@@ -101,7 +101,7 @@ impl Simulation {
             healed: false,
             restart_on_latch: cfg.faults.restart_on_latch,
             latch_restart_pending: vec![false; nodes as usize],
-            crash_after_sync: None,
+            armed_crash: None,
             harness_request: None,
             harness_reply: None,
             next_harness: world::HARNESS_REQUEST_BASE,
@@ -252,15 +252,19 @@ impl Simulation {
             What::DiskDone { token: token.0, kind, file, result: DoneCode::of(&result) },
         );
         self.collect_damage(n);
-        if let Some((target, m, power)) = self.world.crash_after_sync
-            && target == node
-            && kind == OpKind::Sync
+        if let Some(armed) = self.world.armed_crash
+            && armed.node == node
+            && kind == armed.after
             && result.is_ok()
-            && m.matches(&file)
+            && armed.target.matches(&file)
         {
-            self.world.crash_after_sync = None;
-            self.world.record(node, What::Fault { action: "crash-after-sync" });
-            self.crash(n, power, true);
+            self.world.armed_crash = None;
+            let action = match kind {
+                OpKind::Sync => "crash-after-sync",
+                _ => "crash-after-write",
+            };
+            self.world.record(node, What::Fault { action });
+            self.crash(n, armed.power, true);
             let down = self.world.fault_rng.random_range(1_000..800_000);
             let action = FaultAction::Restart;
             self.world.queue.push_after(down, Event::Fault { node, action, scheduled: true });

@@ -105,8 +105,8 @@ pub struct World {
     pub restart_on_latch: bool,
     /// Per node: a graceful restart after a WAL latch is already scheduled.
     pub latch_restart_pending: Vec<bool>,
-    /// Crash `node` right after the next successful sync of a matching file.
-    pub crash_after_sync: Option<(u32, FileMatch, bool)>,
+    /// A crash armed to strike right after an operation lands (see `ArmedCrash`).
+    pub armed_crash: Option<ArmedCrash>,
     pub harness_request: Option<RequestId>,
     pub harness_reply: Option<ClientReply>,
     pub next_harness: u64,
@@ -305,4 +305,14 @@ impl HostRuntime for World {
     fn arm_timer(&mut self, node: u32, at: Instant, generation: u64) {
         self.queue.push_at(at, Event::Timer { node, generation });
     }
+}
+
+/// Crash `node` right after the next successful operation of kind `after` on a file matching
+/// `target` lands, before the node hears of it (`power`: a power loss, else a process kill).
+#[derive(Clone, Copy, Debug)]
+pub struct ArmedCrash {
+    pub node: u32,
+    pub target: FileMatch,
+    pub power: bool,
+    pub after: OpKind,
 }
