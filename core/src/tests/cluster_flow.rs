@@ -154,7 +154,7 @@ fn without_a_quorum_produce_is_accepted_and_admin_fails_fast() {
 #[test]
 fn a_stale_owner_makes_nobody_discard_and_records_land_once_it_catches_up() {
     let mut c = Cluster::new(3);
-    let leader = (0..3).find(|&ix| c.node(ix).stats().meta_leader == 1).expect("a leader");
+    let leader = c.leader();
     let stale = (leader + 1) % 3;
     let other = (leader + 2) % 3;
     // The stale node hears nothing from the others while the topic is created.
@@ -179,7 +179,7 @@ fn a_stale_owner_makes_nobody_discard_and_records_land_once_it_catches_up() {
 #[test]
 fn deleted_topic_records_are_discarded_only_after_the_leaders_word() {
     let mut c = Cluster::new(3);
-    let leader = (0..3).find(|&ix| c.node(ix).stats().meta_leader == 1).expect("a leader");
+    let leader = c.leader();
     let acceptor = (leader + 1) % 3;
     create(&mut c, leader, "t", 3);
     c.run_for(300);
@@ -222,7 +222,7 @@ fn deleted_topic_records_are_discarded_only_after_the_leaders_word() {
 #[test]
 fn a_late_forwarded_delete_leaves_a_later_incarnation_alone() {
     let mut c = Cluster::new(3);
-    let leader = (0..3).find(|&ix| c.node(ix).stats().meta_leader == 1).expect("a leader");
+    let leader = c.leader();
     let stalled = (leader + 1) % 3;
     let first = create(&mut c, leader, "t", 2);
     c.run_for(500);
@@ -263,7 +263,7 @@ fn a_late_forwarded_delete_leaves_a_later_incarnation_alone() {
 #[test]
 fn a_late_forwarded_create_does_not_bring_back_a_deleted_name() {
     let mut c = Cluster::new(3);
-    let leader = (0..3).find(|&ix| c.node(ix).stats().meta_leader == 1).expect("a leader");
+    let leader = c.leader();
     let stalled = (leader + 1) % 3;
     c.clogged.insert((stalled, leader));
     let create_op =

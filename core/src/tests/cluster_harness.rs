@@ -70,6 +70,12 @@ impl Cluster {
         self.nodes[ix].as_ref().expect("node is up")
     }
 
+    /// The node that leads the metastore now.
+    pub fn leader(&self) -> Ix {
+        let leads = |ix: &Ix| self.nodes[*ix].as_ref().is_some_and(|n| n.stats().meta_leader == 1);
+        (0..self.nodes.len()).find(leads).expect("a leader")
+    }
+
     /// Starts (or restarts) node `ix` from its files.
     pub fn start(&mut self, ix: Ix) {
         let snapshot = self.files[ix].iter().map(|(f, b)| (*f, Bytes::from(b.clone()))).collect();
