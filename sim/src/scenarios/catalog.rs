@@ -242,12 +242,16 @@ fn new_files_vanish_without_dir_fsync() -> Scenario {
 
 fn torn_tails_at_power_loss() -> Scenario {
     // Power fails right after a write lands and before its sync, alternately on the WAL and on
-    // a partition log; the node comes back 40 ms later each time.
+    // a partition log; the node comes back soon after, and the power fails once more shortly
+    // after that, while the torn file is still in use (a tail kept by mistake would now sit
+    // before good frames).
     let mut schedule = Vec::new();
     for i in 0..8 {
         let class = if i % 2 == 0 { FileClass::Wal } else { FileClass::Partition };
         let arm = 100 + i * 220;
         schedule.push(at(arm, A::PowerLossAfterNextWrite(FileMatch::class(class))));
+        schedule.push(at(arm + 60, A::Restart));
+        schedule.push(at(arm + 120, A::PowerLoss));
         schedule.push(at(arm + 150, A::Restart));
     }
     Scenario {
