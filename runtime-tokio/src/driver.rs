@@ -87,8 +87,8 @@ pub struct Driver {
     /// Disk operations held until the replies of this pass are written.
     deferred: Vec<(IoToken, DiskOp)>,
     /// The deferred work waits for the next WAL group commit (a lone producer: see `wal_op`),
-    /// at most until this.
-    held_until: Option<tokio::time::Instant>,
+    /// at most until `lone_producer_until`.
+    holding: bool,
     /// The driver ran a group commit itself this recently (a lone producer): partition work is
     /// held for the next one until then.
     lone_producer_until: Option<tokio::time::Instant>,
@@ -129,7 +129,7 @@ impl Driver {
             commands,
             waiters: BTreeMap::new(),
             deferred: Vec::new(),
-            held_until: None,
+            holding: false,
             lone_producer_until: None,
             inline_done: Vec::new(),
             pass_commands: 0,
@@ -210,7 +210,7 @@ impl Driver {
                     let now = self.clock.now();
                     self.node.handle_input(now, Input::BeginShutdown);
                 }
-                () = sleep_until_some(self.held_until), if self.held_until.is_some() => {
+                () = sleep_until_some(self.lone_producer_until), if self.holding => {
                     // No group commit came to share a disk flush with: go on alone.
                     self.submit_deferred();
                 }
@@ -231,11 +231,11 @@ impl Driver {
     /// active (see `wal_op`); otherwise it goes once the handlers just answered wrote their
     /// responses (the 202s are on the clients' critical path, partition commits are not).
     async fn submit_or_hold(&mut self) {
-        if self.deferred.is_empty() || self.held_until.is_some() {
+        if self.deferred.is_empty() || self.holding {
             return;
         }
-        self.held_until = self.lone_producer_until.filter(|&until| now() < until);
-        if self.held_until.is_none() {
+        self.holding = self.lone_producer_until.is_some_and(|until| now() < until);
+        if !self.holding {
             tokio::task::yield_now().await;
             self.submit_deferred();
         }
@@ -246,7 +246,7 @@ impl Driver {
     /// that is not serving would drop them, and a dropped commit costs its sender the 30 s
     /// commit timeout), so no input may come to wake the loop and submit them later.
     fn submit_deferred(&mut self) {
-        self.held_until = None;
+        self.holding = false;
         for (token, op) in self.deferred.drain(..) {
             self.disk.submit(token, op);
         }
@@ -313,7 +313,7 @@ impl Driver {
     /// partition work of a pass waits (≤ `HOLD_FOR_WAL`) for the next WAL operation and is
     /// submitted just before it: both fsyncs then reach the disk together and can share a flush.
     fn wal_op(&mut self, token: IoToken, op: DiskOp) {
-        if self.held_until.is_some() {
+        if self.holding {
             self.submit_deferred();
         }
         let small = match &op {
