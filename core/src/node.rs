@@ -48,6 +48,9 @@ pub struct Config {
     /// Owners skip records a partition already holds (per origin node and WAL sequence). On by
     /// default; the simulator turns it off to measure the duplicates it prevents.
     pub idempotent_commits: bool,
+    /// Bytes of partition log per in-memory index entry (`PARTITION_INDEX_INTERVAL_BYTES`);
+    /// the simulator makes it small so that its short runs read across many entries.
+    pub partition_index_interval_bytes: u64,
 }
 
 impl Config {
@@ -68,6 +71,7 @@ impl Config {
             heartbeat_ms: 1_000,
             dead_after_ms: 5_000,
             idempotent_commits: true,
+            partition_index_interval_bytes: crate::constants::PARTITION_INDEX_INTERVAL_BYTES,
         }
     }
 
@@ -274,7 +278,8 @@ impl Node {
     fn recover_partitions(&mut self, files: &BTreeMap<FileId, Bytes>) -> Result<(), RecoveryError> {
         for (file, bytes) in files {
             if let FileId::PartitionLog(key) = file {
-                let mut log = PartitionLog::recover(*key, bytes)?;
+                let mut log =
+                    PartitionLog::recover(*key, bytes, self.config.partition_index_interval_bytes)?;
                 log.idempotent = self.config.idempotent_commits;
                 self.partitions.insert(*key, log);
             }

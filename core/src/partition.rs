@@ -7,17 +7,20 @@
 
 mod dedup;
 pub mod frame;
+mod index;
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::codec::{ScanEnd, frame_at, scan};
+use crate::codec::{FRAME_HEADER_BYTES, MAX_FRAME_BODY_BYTES, ScanEnd, frame_at, scan};
+use crate::constants::PARTITION_INDEX_INTERVAL_BYTES;
 use crate::ids::{NodeId, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 use crate::node::RecoveryError;
 use dedup::OriginIndex;
 pub use frame::PartitionRecord;
+use index::SparseIndex;
 
 /// Identifies a commit so its outcome can be matched to the dispatcher's request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -107,8 +110,8 @@ enum LogState {
 /// One partition log.
 pub struct PartitionLog {
     key: PartitionKey,
-    /// Byte position of every committed offset; `len()` is the high watermark.
-    positions: Vec<u64>,
+    /// Where committed offsets start (sparse); its record count is the high watermark.
+    index: SparseIndex,
     size: u64,
     file_exists: bool,
     state: LogState,
@@ -121,21 +124,33 @@ pub struct PartitionLog {
     pub fsyncs: u64,
 }
 
-/// A committed range to read: byte range and how many records it holds.
+/// A committed range to read for a consume: the byte range (whole frames, starting with the
+/// record at `start_offset`) and what to return from it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ReadPlan {
+    /// The first record to return.
     pub first_offset: u64,
+    /// Records to return at most.
+    pub max: u64,
+    /// Frame bytes to return at most (at least one record is returned).
+    pub max_bytes: u64,
+    /// The record the range starts with (at or before `first_offset`).
+    pub start_offset: u64,
     pub pos: u64,
     pub len: u64,
-    pub count: u64,
 }
 
 impl PartitionLog {
     /// A new, empty partition log (its file is created with the first commit).
     pub fn new(key: PartitionKey) -> PartitionLog {
+        PartitionLog::with_index_interval(key, PARTITION_INDEX_INTERVAL_BYTES)
+    }
+
+    /// A new, empty partition log indexing one entry per `index_interval` bytes.
+    pub fn with_index_interval(key: PartitionKey, index_interval: u64) -> PartitionLog {
         PartitionLog {
             key,
-            positions: Vec::new(),
+            index: SparseIndex::new(index_interval),
             size: 0,
             file_exists: false,
             state: LogState::Idle,
@@ -148,19 +163,23 @@ impl PartitionLog {
 
     /// Rebuilds a partition log from its file's bytes. A torn tail (a commit that never became
     /// visible) is truncated; corruption before valid frames is an error.
-    pub fn recover(key: PartitionKey, bytes: &[u8]) -> Result<PartitionLog, RecoveryError> {
+    pub fn recover(
+        key: PartitionKey,
+        bytes: &[u8],
+        index_interval: u64,
+    ) -> Result<PartitionLog, RecoveryError> {
         let file = FileId::PartitionLog(key).relative_path();
         let scanned = scan(bytes);
         if let ScanEnd::Corrupt { bad_pos, next_valid_pos } = scanned.end {
             let (bad_pos, next_valid_pos) = (bad_pos as u64, next_valid_pos as u64);
             return Err(RecoveryError::CorruptLog { file, bad_pos, next_valid_pos });
         }
-        let mut log = PartitionLog::new(key);
+        let mut log = PartitionLog::with_index_interval(key, index_interval);
         log.file_exists = true;
         for (expected, found) in scanned.frames.iter().enumerate() {
             match PartitionRecord::decode(found.body(bytes)) {
                 Some(record) if record.offset == expected as u64 => {
-                    log.positions.push(found.pos as u64);
+                    log.index.push(found.pos as u64);
                     log.origins.insert(record.origin_node, record.origin_seq, record.fingerprint());
                 }
                 _ => {
@@ -179,7 +198,7 @@ impl PartitionLog {
 
     /// The high watermark: offsets below it are visible.
     pub fn high_watermark(&self) -> u64 {
-        self.positions.len() as u64
+        self.index.records()
     }
 
     /// Committed bytes.
@@ -349,16 +368,18 @@ impl PartitionLog {
             return self.fail_commit("read-back differs from the bytes written".to_string());
         }
         let mut pos = 0;
-        let mut positions = Vec::with_capacity(commit.count as usize);
+        let mut starts = Vec::with_capacity(commit.count as usize);
         while let Some(found) = frame_at(read, pos) {
-            positions.push(self.size + pos as u64);
+            starts.push(self.size + pos as u64);
             pos = found.end();
         }
-        if positions.len() as u64 != commit.count || pos != read.len() {
+        if starts.len() as u64 != commit.count || pos != read.len() {
             return self.fail_commit("read-back CRC check failed".to_string());
         }
         let mut first_offset = self.high_watermark();
-        self.positions.extend(positions);
+        for start in starts {
+            self.index.push(start);
+        }
         self.size += read.len() as u64;
         let LogState::Committing(commit) = std::mem::replace(&mut self.state, LogState::Idle)
         else {
@@ -417,46 +438,71 @@ impl PartitionLog {
         }
     }
 
-    /// The committed byte range holding up to `max` records from `offset`, at most `max_bytes`
-    /// long (at least one record). `None` when `offset` is at or past the high watermark.
+    /// The committed byte range to read for up to `max` records from `offset`, at most
+    /// `max_bytes` of them (at least one record). `None` when `offset` is at or past the high
+    /// watermark. The range may start a little before `offset` and end a little past what is
+    /// returned (the index is sparse): `decode_read` skips and cuts.
     pub fn read_plan(&self, offset: u64, max: u64, max_bytes: u64) -> Option<ReadPlan> {
-        let hwm = self.high_watermark();
-        if offset >= hwm {
+        if offset >= self.high_watermark() || max == 0 {
             return None;
         }
-        let start = usize::try_from(offset).ok()?;
-        let pos = self.positions[start];
-        let mut count = 0u64;
-        let mut end = pos;
-        while count < max && offset + count < hwm {
-            let next = offset + count + 1;
-            let next_end = if next < hwm { self.positions[next as usize] } else { self.size };
-            if count > 0 && next_end - pos > max_bytes {
-                break;
-            }
-            end = next_end;
-            count += 1;
-        }
-        Some(ReadPlan { first_offset: offset, pos, len: end - pos, count })
+        let span = self.index.span(offset, max, max_bytes, self.size);
+        Some(ReadPlan {
+            first_offset: offset,
+            max,
+            max_bytes,
+            start_offset: span.start.offset,
+            pos: span.start.pos,
+            len: span.end - span.start.pos,
+        })
     }
 
-    /// Decodes the bytes of a `read_plan` read; errors name what was damaged.
+    /// Decodes the bytes of a `read_plan` read: skips the frames before the wanted offset, then
+    /// returns records up to the plan's count and byte limits. The range holds whole frames only,
+    /// so a frame that does not decode (or carries a wrong offset) is damage. Damage costs only
+    /// itself where it can: a damaged frame before the wanted offset is stepped over by its
+    /// length field (the next frame must then be intact and carry the next offset), and damage
+    /// after some wanted records ends the answer there (the next read reports it). An error
+    /// names the damaged offset.
     pub fn decode_read(
         &self,
         plan: ReadPlan,
         bytes: &[u8],
     ) -> Result<Vec<PartitionRecord>, String> {
-        let mut records = Vec::with_capacity(plan.count as usize);
+        let damaged = |offset: u64| format!("{}: damaged record at offset {offset}", self.key);
+        let mut records = Vec::new();
         let mut pos = 0;
-        for expected in plan.first_offset..plan.first_offset + plan.count {
-            let record = frame_at(bytes, pos)
-                .and_then(|found| {
-                    pos = found.end();
-                    PartitionRecord::decode(found.body(bytes))
-                })
-                .filter(|record| record.offset == expected)
-                .ok_or_else(|| format!("{}: damaged record at offset {expected}", self.key))?;
-            records.push(record);
+        let mut expected = plan.start_offset;
+        let mut returned_bytes = 0u64;
+        while pos < bytes.len() && (records.len() as u64) < plan.max {
+            let wanted = expected >= plan.first_offset;
+            let decoded = frame_at(bytes, pos).and_then(|found| {
+                let record = PartitionRecord::decode(found.body(bytes))?;
+                (record.offset == expected).then_some((found, record))
+            });
+            let Some((found, record)) = decoded else {
+                if !wanted {
+                    let next_intact = |&end: &usize| frame_at(bytes, end).is_some();
+                    let next = claimed_frame_end(bytes, pos).filter(next_intact);
+                    pos = next.ok_or_else(|| damaged(expected))?;
+                    expected += 1;
+                    continue;
+                }
+                return if records.is_empty() { Err(damaged(expected)) } else { Ok(records) };
+            };
+            let frame_bytes = (found.end() - pos) as u64;
+            if wanted {
+                if !records.is_empty() && returned_bytes + frame_bytes > plan.max_bytes {
+                    break;
+                }
+                returned_bytes += frame_bytes;
+                records.push(record);
+            }
+            pos = found.end();
+            expected += 1;
+        }
+        if records.is_empty() {
+            return Err(damaged(plan.first_offset));
         }
         Ok(records)
     }
@@ -465,6 +511,14 @@ impl PartitionLog {
     pub fn poll_io(&mut self) -> Option<(PartIo, DiskOp)> {
         self.outbox.pop_front()
     }
+}
+
+/// Where a frame whose content is damaged ends, by its length field, if that is plausible.
+fn claimed_frame_end(bytes: &[u8], pos: usize) -> Option<usize> {
+    let len_bytes: [u8; 4] = bytes.get(pos..pos + 4)?.try_into().ok()?;
+    let body_len = u32::from_le_bytes(len_bytes) as usize;
+    let end = pos + FRAME_HEADER_BYTES + body_len;
+    (body_len > 0 && body_len <= MAX_FRAME_BODY_BYTES && end <= bytes.len()).then_some(end)
 }
 
 #[cfg(test)]

@@ -60,7 +60,11 @@ impl Node {
         for key in ready {
             let parts = self.commit_queue.remove(&key).unwrap_or_default();
             let ids: Vec<CommitId> = parts.iter().map(|part| part.id).collect();
-            let log = self.partitions.entry(key).or_insert_with(|| PartitionLog::new(key));
+            let interval = self.config.partition_index_interval_bytes;
+            let log = self
+                .partitions
+                .entry(key)
+                .or_insert_with(|| PartitionLog::with_index_interval(key, interval));
             log.idempotent = self.config.idempotent_commits;
             match log.begin_commit(parts) {
                 Ok(decided) => {

@@ -2,6 +2,7 @@
 //! not match (a torn or misdirected write caught before visibility), and an fsync failure.
 
 use super::*;
+use crate::constants::PARTITION_INDEX_INTERVAL_BYTES;
 use crate::ids::{NodeId, TopicId};
 
 struct MemDisk {
@@ -138,7 +139,8 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
     let landed = disk.run(&mut log).unwrap().result.unwrap();
     assert_eq!(landed.first_offset, 2, "a retry lands one copy");
     assert_eq!(log.high_watermark(), 6);
-    let recovered = PartitionLog::recover(key(), &disk.file).unwrap();
+    let recovered =
+        PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES).unwrap();
     assert_eq!(recovered.high_watermark(), 6);
 }
 
@@ -172,7 +174,12 @@ fn nothing_is_written_before_the_file_is_created_and_a_failed_create_is_retried(
     disk.fail_create = false;
     begin(&mut log, 2, 1, records(2)).unwrap();
     assert_eq!(disk.run(&mut log).unwrap().result.unwrap().first_offset, 0);
-    assert_eq!(PartitionLog::recover(key(), &disk.file).unwrap().high_watermark(), 2);
+    assert_eq!(
+        PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES)
+            .unwrap()
+            .high_watermark(),
+        2
+    );
 }
 
 #[test]
@@ -185,7 +192,12 @@ fn a_failed_first_commit_is_truncated_away_before_the_next() {
     disk.corrupt_reads = false;
     begin(&mut log, 2, 1, records(1)).unwrap();
     disk.run(&mut log).unwrap().result.unwrap();
-    assert_eq!(PartitionLog::recover(key(), &disk.file).unwrap().high_watermark(), 1);
+    assert_eq!(
+        PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES)
+            .unwrap()
+            .high_watermark(),
+        1
+    );
 }
 
 #[test]
@@ -196,7 +208,8 @@ fn recovery_truncates_a_torn_tail() {
     disk.run(&mut log).unwrap();
     let mut bytes = disk.file.clone();
     bytes.truncate(bytes.len() - 3);
-    let mut recovered = PartitionLog::recover(key(), &bytes).unwrap();
+    let mut recovered =
+        PartitionLog::recover(key(), &bytes, PARTITION_INDEX_INTERVAL_BYTES).unwrap();
     assert_eq!(recovered.high_watermark(), 2);
     assert!(!recovered.is_idle(), "the torn tail is being truncated");
     disk.file = bytes;
@@ -214,7 +227,7 @@ fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
     begin(&mut log, 2, 1, records_from(1, 3)).unwrap();
     let landed = disk.run(&mut log).unwrap().result.unwrap();
     assert_eq!(landed, Landed { first_offset: 3, origin_seqs: vec![3] });
-    let mut log = PartitionLog::recover(key(), &disk.file).unwrap();
+    let mut log = PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES).unwrap();
     let done = begin(&mut log, 3, 1, records(4)).unwrap();
     assert_eq!(done.unwrap().result.unwrap().origin_seqs, Vec::<u64>::new(), "all known: no write");
     assert_eq!(log.high_watermark(), 4);
@@ -272,4 +285,78 @@ fn a_replay_arriving_with_the_original_in_one_group_lands_once() {
     assert_eq!(log.high_watermark(), 3, "three copies of the same records land once");
     assert_eq!(outcomes.len(), 3);
     assert!(outcomes.iter().all(|o| o.result.is_ok()), "every request is answered with the write");
+}
+
+/// Reads records from `offset` the way a consume does: plan, read the planned bytes, decode.
+fn consume(
+    log: &PartitionLog,
+    disk: &MemDisk,
+    offset: u64,
+    max: u64,
+    max_bytes: u64,
+) -> Result<Vec<PartitionRecord>, String> {
+    let plan = log.read_plan(offset, max, max_bytes).expect("offset below the high watermark");
+    let bytes = &disk.file[plan.pos as usize..(plan.pos + plan.len) as usize];
+    log.decode_read(plan, bytes)
+}
+
+#[test]
+fn consumes_from_any_offset_of_a_log_spanning_many_index_intervals() {
+    let mut disk = MemDisk::healthy();
+    let mut log = PartitionLog::new(key());
+    // 3,000 records of ~300 bytes in commits of 100: about 14 index intervals.
+    for commit in 0..30 {
+        let mut batch = records_from(commit * 100, 100);
+        for record in &mut batch {
+            record.payload = Bytes::from(vec![record.origin_seq as u8; 280]);
+        }
+        begin(&mut log, commit + 1, 1, batch).unwrap();
+        assert!(disk.run(&mut log).unwrap().result.is_ok());
+    }
+    assert_eq!(log.high_watermark(), 3_000);
+    let recovered =
+        PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES).unwrap();
+    for log in [&log, &recovered] {
+        for offset in [0, 1, 217, 218, 219, 1_499, 2_999] {
+            for max in [1, 7, 1_000] {
+                let got = consume(log, &disk, offset, max, 1 << 20).unwrap();
+                let want = max.min(3_000 - offset);
+                let offsets: Vec<u64> = got.iter().map(|r| r.offset).collect();
+                assert_eq!(offsets, (offset..offset + want).collect::<Vec<_>>());
+                assert!(got.iter().all(|r| r.payload[..] == [r.origin_seq as u8; 280]));
+            }
+        }
+        // The byte limit: whole records only, at least one.
+        let got = consume(log, &disk, 100, 1_000, 10_000).unwrap();
+        let frame = 10_000 / got.len();
+        assert!(got.len() > 1 && (got.len() + 1) * frame > 10_000, "{}", got.len());
+        assert_eq!(consume(log, &disk, 100, 1_000, 1).unwrap().len(), 1);
+    }
+}
+
+#[test]
+fn a_damaged_record_costs_only_itself() {
+    let mut disk = MemDisk::healthy();
+    let mut log = PartitionLog::new(key());
+    begin(&mut log, 1, 1, records(10)).unwrap();
+    disk.run(&mut log).unwrap();
+    let frame = disk.file.len() / 10;
+    let plan = log.read_plan(5, 1, 1 << 20).unwrap();
+    assert_eq!(plan.pos, 0, "the sparse index starts the read at the log's first frame");
+    disk.file[3 * frame + 12] ^= 0x01; // inside record 3's body
+    let offsets = |got: Vec<PartitionRecord>| got.iter().map(|r| r.offset).collect::<Vec<_>>();
+    // Skipped over on the way to a later offset.
+    assert_eq!(offsets(consume(&log, &disk, 5, 2, 1 << 20).unwrap()), vec![5, 6]);
+    assert_eq!(
+        offsets(consume(&log, &disk, 4, 100, 1 << 20).unwrap()),
+        (4..10).collect::<Vec<_>>()
+    );
+    // Ends an answer that reached it; reported when it is the first wanted record.
+    assert_eq!(offsets(consume(&log, &disk, 1, 100, 1 << 20).unwrap()), vec![1, 2]);
+    let err = consume(&log, &disk, 3, 100, 1 << 20).unwrap_err();
+    assert!(err.contains("damaged record at offset 3"), "{err}");
+    // A damaged length field cannot be stepped over: later reads of that interval fail loudly.
+    disk.file[3 * frame] ^= 0x40;
+    let err = consume(&log, &disk, 5, 1, 1 << 20).unwrap_err();
+    assert!(err.contains("damaged record at offset 3"), "{err}");
 }

@@ -30,6 +30,8 @@ pub const START: Instant = Instant(1_767_225_600_000_000);
 /// The active phase ends after this long even if clients are not done (clusters: twice that,
 /// so long deaths and network windows play out).
 const ACTIVE_CAP_MICROS: u64 = 30_000_000;
+/// Partition-log bytes per in-memory index entry in simulated nodes (production: 64 KiB).
+const SIM_PARTITION_INDEX_INTERVAL_BYTES: u64 = 512;
 /// A run with more events than this is stopped as a livelock.
 const MAX_EVENTS: u64 = 5_000_000;
 /// Events at one instant beyond this are a livelock (a timer re-armed in the past forever).
@@ -386,6 +388,9 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
         config
     };
     config.idempotent_commits = cfg.idempotent_commits;
+    // Small index intervals: a run's partitions hold kilobytes, and reads should still start
+    // at an entry well before the wanted offset and skip frames (as production reads do).
+    config.partition_index_interval_bytes = SIM_PARTITION_INDEX_INTERVAL_BYTES;
     config
 }
 
