@@ -76,20 +76,33 @@ impl Scan {
 /// Scans `bytes` from the start; see `ScanEnd` for how the end is classified.
 pub fn scan(bytes: &[u8]) -> Scan {
     let mut frames = Vec::new();
+    let walked = walk(bytes, |frame| {
+        frames.push(frame);
+        Ok::<(), std::convert::Infallible>(())
+    });
+    let Ok(walked) = walked;
+    Scan { frames, end: walked.end }
+}
+
+/// What `walk` found: how the buffer ends and the length of its valid prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Walked {
+    pub end: ScanEnd,
+    pub valid_len: usize,
+}
+
+/// `scan` without collecting: hands each valid frame to `each` in order (an error from it stops
+/// the walk), then classifies the end. Memory stays constant however many frames `bytes` holds.
+pub fn walk<E>(bytes: &[u8], mut each: impl FnMut(FrameAt) -> Result<(), E>) -> Result<Walked, E> {
     let mut pos = 0;
     while pos < bytes.len() {
-        match frame_at(bytes, pos) {
-            Some(frame) => {
-                frames.push(frame);
-                pos = frame.end();
-            }
-            None => {
-                let end = classify_bad(bytes, pos);
-                return Scan { frames, end };
-            }
-        }
+        let Some(frame) = frame_at(bytes, pos) else {
+            return Ok(Walked { end: classify_bad(bytes, pos), valid_len: pos });
+        };
+        each(frame)?;
+        pos = frame.end();
     }
-    Scan { frames, end: ScanEnd::Clean }
+    Ok(Walked { end: ScanEnd::Clean, valid_len: pos })
 }
 
 /// The valid frame starting at `pos`, if there is one.
@@ -105,8 +118,20 @@ pub fn frame_at(bytes: &[u8], pos: usize) -> Option<FrameAt> {
     (frame_crc(&len_bytes, body) == crc).then_some(FrameAt { pos, body_len })
 }
 
+/// True when the bytes from `pos` may be the start of a valid frame that runs past the end of
+/// `bytes` (a shorter header, or a plausible length reaching further): more bytes can tell.
+pub fn frame_incomplete(bytes: &[u8], pos: usize) -> bool {
+    let Some(len_bytes) = bytes.get(pos..pos + 4) else {
+        return true;
+    };
+    let body_len = u32::from_le_bytes(len_bytes.try_into().expect("4 bytes")) as usize;
+    body_len > 0
+        && body_len <= MAX_FRAME_BODY_BYTES
+        && pos + FRAME_HEADER_BYTES + body_len > bytes.len()
+}
+
 /// Decides whether the bad bytes at `bad_pos` are a torn tail or corruption of acknowledged data.
-fn classify_bad(bytes: &[u8], bad_pos: usize) -> ScanEnd {
+pub fn classify_bad(bytes: &[u8], bad_pos: usize) -> ScanEnd {
     if bytes[bad_pos..].iter().all(|&b| b == 0) {
         // Zero fill (preallocated or never written): the log simply ends here.
         return ScanEnd::Clean;
@@ -194,6 +219,29 @@ pub fn put_optional_bytes(out: &mut Vec<u8>, value: Option<&[u8]>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn walk_hands_over_each_frame_and_stops_on_the_callers_error() {
+        let mut bytes = Vec::new();
+        for body in [&b"one"[..], b"two", b"three"] {
+            put_frame(&mut bytes, body);
+        }
+        let clean_len = bytes.len();
+        bytes.extend_from_slice(&[0; 16]);
+        let mut seen = Vec::new();
+        let walked = walk(&bytes, |frame| {
+            seen.push(frame.body(&bytes).to_vec());
+            Ok::<(), ()>(())
+        });
+        assert_eq!(walked, Ok(Walked { end: ScanEnd::Clean, valid_len: clean_len }));
+        assert_eq!(seen, [b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]);
+        let mut calls = 0;
+        let stopped = walk(&bytes, |_| {
+            calls += 1;
+            if calls == 2 { Err("stop") } else { Ok(()) }
+        });
+        assert_eq!((stopped, calls), (Err("stop"), 2));
+    }
     use proptest::prelude::*;
 
     fn log_of(bodies: &[Vec<u8>]) -> Vec<u8> {

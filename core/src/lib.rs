@@ -32,3 +32,4 @@ pub use api::{
 pub use ids::{Instant, IoToken, Lsn, NodeId, PartitionKey, RequestId, TopicId};
 pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent};
 pub use node::{Config, Node, RecoveryError};
+pub use partition::{PartitionLog, PartitionScan};

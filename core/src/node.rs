@@ -220,6 +220,18 @@ impl Node {
         now: Instant,
         files: BTreeMap<FileId, Bytes>,
     ) -> Result<Node, RecoveryError> {
+        Node::recover_scanned(config, now, files, Vec::new())
+    }
+
+    /// `recover` for a runtime that recovered some partition logs itself with `PartitionScan`
+    /// (a chunk at a time, so that no log has to fit in memory): `partitions` holds those logs,
+    /// `files` every other file (and any partition log still to recover from its bytes).
+    pub fn recover_scanned(
+        config: Config,
+        now: Instant,
+        files: BTreeMap<FileId, Bytes>,
+        partitions: Vec<PartitionLog>,
+    ) -> Result<Node, RecoveryError> {
         let meta = Metastore::recover(
             config.meta_config(),
             now,
@@ -268,7 +280,13 @@ impl Node {
             counters: NodeCounters::default(),
         };
         node.recover_partitions(&files)?;
-        node.sync_found_files(&files);
+        let scanned: Vec<FileId> =
+            partitions.iter().map(|log| FileId::PartitionLog(log.key())).collect();
+        for mut log in partitions {
+            log.idempotent = node.config.idempotent_commits;
+            node.partitions.insert(log.key(), log);
+        }
+        node.sync_found_files(files.keys().chain(&scanned));
         node.pump();
         Ok(node)
     }
@@ -291,8 +309,8 @@ impl Node {
     /// previous process crashed before syncing them). We may trust them only once they are
     /// durable, so every file is synced before the node uses anything it read: otherwise a later
     /// power loss could take back a record we already dispatched, committed or served.
-    fn sync_found_files(&mut self, files: &BTreeMap<FileId, Bytes>) {
-        for file in files.keys() {
+    fn sync_found_files<'a>(&mut self, files: impl Iterator<Item = &'a FileId>) {
+        for file in files {
             self.startup_syncs_left += 1;
             self.emit(IoPurpose::StartupSync(*file), DiskOp::Sync { file: *file });
         }

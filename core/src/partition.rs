@@ -8,12 +8,13 @@
 mod dedup;
 pub mod frame;
 mod index;
+mod recovery;
 
 use std::collections::VecDeque;
 
 use bytes::Bytes;
 
-use crate::codec::{FRAME_HEADER_BYTES, MAX_FRAME_BODY_BYTES, ScanEnd, frame_at, scan};
+use crate::codec::{FRAME_HEADER_BYTES, MAX_FRAME_BODY_BYTES, frame_at};
 use crate::constants::PARTITION_INDEX_INTERVAL_BYTES;
 use crate::ids::{NodeId, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
@@ -21,6 +22,7 @@ use crate::node::RecoveryError;
 use dedup::OriginIndex;
 pub use frame::PartitionRecord;
 use index::SparseIndex;
+pub use recovery::PartitionScan;
 
 /// Identifies a commit so its outcome can be matched to the dispatcher's request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -161,39 +163,22 @@ impl PartitionLog {
         }
     }
 
-    /// Rebuilds a partition log from its file's bytes. A torn tail (a commit that never became
-    /// visible) is truncated; corruption before valid frames is an error.
+    /// Rebuilds a partition log from its file's bytes (all of them at once: the runtime feeds a
+    /// `PartitionScan` chunk by chunk instead). A torn tail (a commit that never became visible)
+    /// is truncated; corruption before valid frames is an error.
     pub fn recover(
         key: PartitionKey,
         bytes: &[u8],
         index_interval: u64,
     ) -> Result<PartitionLog, RecoveryError> {
-        let file = FileId::PartitionLog(key).relative_path();
-        let scanned = scan(bytes);
-        if let ScanEnd::Corrupt { bad_pos, next_valid_pos } = scanned.end {
-            let (bad_pos, next_valid_pos) = (bad_pos as u64, next_valid_pos as u64);
-            return Err(RecoveryError::CorruptLog { file, bad_pos, next_valid_pos });
-        }
-        let mut log = PartitionLog::with_index_interval(key, index_interval);
-        log.file_exists = true;
-        for (expected, found) in scanned.frames.iter().enumerate() {
-            match PartitionRecord::decode(found.body(bytes)) {
-                Some(record) if record.offset == expected as u64 => {
-                    log.index.push(found.pos as u64);
-                    log.origins.insert(record.origin_node, record.origin_seq, record.fingerprint());
-                }
-                _ => {
-                    let what = format!("frame at byte {} is not offset {expected}", found.pos);
-                    return Err(RecoveryError::Inconsistent { file, what });
-                }
-            }
-        }
-        log.origins.prune_to_horizon();
-        log.size = scanned.valid_len() as u64;
-        if log.size < bytes.len() as u64 {
-            log.start_repair();
-        }
-        Ok(log)
+        let mut scan = PartitionScan::new(key, index_interval);
+        scan.feed(bytes)?;
+        scan.finish(&[])
+    }
+
+    /// The partition this log holds.
+    pub fn key(&self) -> PartitionKey {
+        self.key
     }
 
     /// The high watermark: offsets below it are visible.

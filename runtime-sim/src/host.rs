@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use narad_core::{
     ClientReply, Config, DiskDone, DiskError, DiskOp, Effect, FileId, Input, Instant, IoToken,
-    Node, NodeEvent, RecoveryError, RequestId,
+    Node, NodeEvent, PartitionLog, PartitionScan, RecoveryError, RequestId,
 };
 
 /// What a host asks of the simulation around it.
@@ -144,7 +144,8 @@ impl NodeHost {
         assert!(self.node.is_none(), "invariant: start only a stopped process");
         let now = self.skew.node_time(now);
         let _span = tracing::info_span!("node", id = self.index).entered();
-        self.node = Some(Node::recover(self.config.clone(), now, files)?);
+        let (files, partitions) = scan_partition_logs(files, &self.config)?;
+        self.node = Some(Node::recover_scanned(self.config.clone(), now, files, partitions)?);
         self.paused = false;
         self.ready = false;
         self.drain(rt);
@@ -258,6 +259,35 @@ impl NodeHost {
             }
         }
     }
+}
+
+/// Bytes fed to a `PartitionScan` at a time: small and odd, so that frames straddle chunks the
+/// way they do in the production runtime (which reads 8 MiB chunks of far larger logs).
+const SCAN_CHUNK_BYTES: usize = 997;
+
+/// Recovers the partition logs among `files` chunk by chunk, as the production runtime does;
+/// returns the other files and the recovered logs.
+fn scan_partition_logs(
+    mut files: BTreeMap<FileId, Bytes>,
+    config: &Config,
+) -> Result<(BTreeMap<FileId, Bytes>, Vec<PartitionLog>), RecoveryError> {
+    let keys: Vec<FileId> =
+        files.keys().filter(|f| matches!(f, FileId::PartitionLog(_))).copied().collect();
+    let mut logs = Vec::with_capacity(keys.len());
+    for file in keys {
+        let FileId::PartitionLog(key) = file else { unreachable!("filtered above") };
+        let bytes = files.remove(&file).expect("listed above");
+        let mut scan = PartitionScan::new(key, config.partition_index_interval_bytes);
+        for chunk in bytes.chunks(SCAN_CHUNK_BYTES) {
+            if scan.stopped() {
+                break;
+            }
+            scan.feed(chunk)?;
+        }
+        let fed = usize::try_from(scan.fed()).expect("invariant: fed bytes fit in memory");
+        logs.push(scan.finish(&bytes[fed..])?);
+    }
+    Ok((files, logs))
 }
 
 #[cfg(test)]

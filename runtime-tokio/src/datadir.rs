@@ -1,14 +1,17 @@
 //! The data directory at start-up: take an exclusive lock on it (two processes writing the same
-//! WAL would destroy it), then read every file the node owns so `Node::recover` can rebuild its
-//! state from their bytes. Files the core does not recognise are left alone.
+//! WAL would destroy it), then read every file the node owns so `Node::recover_scanned` can
+//! rebuild its state: the small ones whole, the partition logs (which may be larger than memory)
+//! a chunk at a time through the core's `PartitionScan`. Files the core does not recognise are
+//! left alone.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions, TryLockError};
-use std::path::Path;
+use std::io::Read;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use narad_core::FileId;
+use narad_core::{FileId, PartitionKey, PartitionLog, PartitionScan, RecoveryError};
 
 use crate::disk::create_dirs_durable;
 
@@ -43,16 +46,33 @@ pub fn lock(data_dir: &Path) -> anyhow::Result<DataDirLock> {
     }
 }
 
-/// Reads every file below `data_dir` that `FileId::parse` recognises, after making every directory
-/// entry durable (the core's contract: the files it is handed must not vanish on a power loss; it
-/// syncs their contents itself before trusting them).
-pub fn load(data_dir: &Path) -> anyhow::Result<BTreeMap<FileId, Bytes>> {
-    let mut files = BTreeMap::new();
-    walk(data_dir, "", &mut files)?;
-    Ok(files)
+/// What start-up found in the data directory.
+#[derive(Debug, Default)]
+pub struct Found {
+    /// Every recognised file but the partition logs, read whole (they are small: the WAL is
+    /// compacted behind its checkpoint, the metastore behind its snapshot).
+    pub files: BTreeMap<FileId, Bytes>,
+    /// The partition logs, which may be far larger than memory: scanned by `recover_partitions`.
+    pub partition_logs: Vec<(PartitionKey, PathBuf)>,
 }
 
-fn walk(dir: &Path, prefix: &str, files: &mut BTreeMap<FileId, Bytes>) -> anyhow::Result<()> {
+impl Found {
+    /// Bytes read whole (for the start-up log line).
+    pub fn bytes(&self) -> usize {
+        self.files.values().map(Bytes::len).sum()
+    }
+}
+
+/// Finds every file below `data_dir` that `FileId::parse` recognises, after making every
+/// directory entry durable (the core's contract: the files it is handed must not vanish on a
+/// power loss; it syncs their contents itself before trusting them).
+pub fn load(data_dir: &Path) -> anyhow::Result<Found> {
+    let mut found = Found::default();
+    walk(data_dir, "", &mut found)?;
+    Ok(found)
+}
+
+fn walk(dir: &Path, prefix: &str, found: &mut Found) -> anyhow::Result<()> {
     fs::File::open(dir)
         .and_then(|handle| handle.sync_all())
         .with_context(|| format!("syncing directory {}", dir.display()))?;
@@ -66,16 +86,55 @@ fn walk(dir: &Path, prefix: &str, files: &mut BTreeMap<FileId, Bytes>) -> anyhow
         let relative = if prefix.is_empty() { name } else { format!("{prefix}/{name}") };
         let kind = entry.file_type().with_context(|| format!("stat {relative}"))?;
         if kind.is_dir() {
-            walk(&entry.path(), &relative, files)?;
+            walk(&entry.path(), &relative, found)?;
+        } else if let Some(FileId::PartitionLog(key)) = FileId::parse(&relative) {
+            found.partition_logs.push((key, entry.path()));
         } else if let Some(file) = FileId::parse(&relative) {
             let bytes = fs::read(entry.path())
                 .with_context(|| format!("reading {}", entry.path().display()))?;
-            files.insert(file, Bytes::from(bytes));
+            found.files.insert(file, Bytes::from(bytes));
         } else if relative != LOCK_FILE {
             tracing::debug!(path = relative, "ignoring unrecognised file in the data directory");
         }
     }
     Ok(())
+}
+
+/// Bytes of partition log read and checked at a time during recovery.
+const SCAN_CHUNK_BYTES: usize = 8 * 1024 * 1024;
+
+/// Recovers every partition log a chunk at a time (`PartitionScan`), so that memory holds one
+/// chunk and each log's sparse index, however large the logs are. The outer error is I/O; the
+/// inner one is damage recovery refuses to repair.
+pub fn recover_partitions(
+    logs: &[(PartitionKey, PathBuf)],
+    index_interval: u64,
+) -> anyhow::Result<Result<Vec<PartitionLog>, RecoveryError>> {
+    let mut recovered = Vec::with_capacity(logs.len());
+    let mut chunk = vec![0u8; SCAN_CHUNK_BYTES];
+    for (key, path) in logs {
+        let read = |e| anyhow::Error::new(e).context(format!("reading {}", path.display()));
+        let mut file = File::open(path).map_err(read)?;
+        let mut scan = PartitionScan::new(*key, index_interval);
+        while !scan.stopped() {
+            let n = file.read(&mut chunk).map_err(read)?;
+            if n == 0 {
+                break;
+            }
+            if let Err(damage) = scan.feed(&chunk[..n]) {
+                return Ok(Err(damage));
+            }
+        }
+        // Past a frame that is not intact: the rest of the file, whole (a torn tail is at
+        // most the commit that was being written).
+        let mut rest = Vec::new();
+        file.read_to_end(&mut rest).map_err(read)?;
+        match scan.finish(&rest) {
+            Ok(log) => recovered.push(log),
+            Err(damage) => return Ok(Err(damage)),
+        }
+    }
+    Ok(Ok(recovered))
 }
 
 #[cfg(test)]
@@ -93,17 +152,16 @@ mod tests {
         fs::write(root.join("partitions/00000000000000000001/00002.log"), b"p").expect("write");
         fs::write(root.join("wal/stray.tmp"), b"x").expect("write");
         let _lock = lock(root).expect("lock");
-        let files = load(root).expect("load");
-        let names: Vec<String> = files.keys().map(FileId::relative_path).collect();
-        assert_eq!(
-            names,
-            [
-                "wal/00000000000000000000.wal",
-                "wal/checkpoint",
-                "partitions/00000000000000000001/00002.log"
-            ]
-        );
-        assert_eq!(files[&FileId::WalCheckpoint], Bytes::from_static(b"cp"));
+        let found = load(root).expect("load");
+        let names: Vec<String> = found.files.keys().map(FileId::relative_path).collect();
+        assert_eq!(names, ["wal/00000000000000000000.wal", "wal/checkpoint"]);
+        assert_eq!(found.files[&FileId::WalCheckpoint], Bytes::from_static(b"cp"));
+        let logs: Vec<_> = found.partition_logs.iter().map(|(key, _)| *key).collect();
+        let key = PartitionKey { topic: narad_core::TopicId(1), partition: 2 };
+        assert_eq!(logs, [key]);
+        // One stray byte: a torn tail, truncated by the recovered log's first effects.
+        let logs = recover_partitions(&found.partition_logs, 64).expect("io").expect("no damage");
+        assert_eq!((logs[0].high_watermark(), logs[0].size_bytes()), (0, 0));
     }
 
     #[test]

@@ -34,13 +34,21 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = StdListener::bind(args.http)
         .with_context(|| format!("binding the HTTP API to {}", args.http))?;
     listener.set_nonblocking(true)?;
-    let files = datadir::load(&args.data_dir)?;
-    let bytes: usize = files.values().map(|b| b.len()).sum();
-    tracing::info!(data_dir = %args.data_dir.display(), files = files.len(), bytes, "recovering");
+    let found = datadir::load(&args.data_dir)?;
+    tracing::info!(
+        data_dir = %args.data_dir.display(),
+        files = found.files.len(),
+        bytes = found.bytes(),
+        partition_logs = found.partition_logs.len(),
+        "recovering"
+    );
     let seed = args.seed.unwrap_or_else(clock_seed);
     let config = plan.node_config(args.node_id, seed, args.http);
     let mut clock = Clock::default();
-    let node = match Node::recover(config, clock.now(), files) {
+    let interval = config.partition_index_interval_bytes;
+    let recovered = datadir::recover_partitions(&found.partition_logs, interval)?
+        .and_then(|partitions| Node::recover_scanned(config, clock.now(), found.files, partitions));
+    let node = match recovered {
         Ok(node) => node,
         Err(error) => {
             tracing::error!(

@@ -23,6 +23,8 @@ const DEDUP_HORIZON: u64 = (LOOKAHEAD_WINDOWS * WINDOW_MAX_RECORDS) as u64;
 #[derive(Debug, Default)]
 pub struct OriginIndex {
     by_origin: BTreeMap<NodeId, BTreeMap<u64, u32>>,
+    /// Insertions by recovery since it last pruned (see `insert_recovered`).
+    recovered_since_prune: u64,
 }
 
 impl OriginIndex {
@@ -36,6 +38,18 @@ impl OriginIndex {
         self.by_origin.entry(origin).or_default().insert(seq, fingerprint);
     }
 
+    /// Remembers a record found by recovery, pruning to the horizon as it goes (every
+    /// `DEDUP_HORIZON` insertions) so that recovering a long log holds no more than about twice
+    /// what the final `prune_to_horizon` keeps. Pruning early drops nothing the final pruning
+    /// would keep: an origin's newest sequence only grows.
+    pub fn insert_recovered(&mut self, origin: NodeId, seq: u64, fingerprint: u32) {
+        self.insert(origin, seq, fingerprint);
+        self.recovered_since_prune += 1;
+        if self.recovered_since_prune >= DEDUP_HORIZON {
+            self.prune_to_horizon();
+        }
+    }
+
     /// Forgets sequences of `origin` below its durable checkpoint: it never re-sends them.
     pub fn prune_below(&mut self, origin: NodeId, checkpoint: u64) {
         if let Some(seqs) = self.by_origin.get_mut(&origin) {
@@ -45,6 +59,7 @@ impl OriginIndex {
 
     /// After recovery: keep only what a replay could still reach.
     pub fn prune_to_horizon(&mut self) {
+        self.recovered_since_prune = 0;
         for seqs in self.by_origin.values_mut() {
             if let Some((&newest, _)) = seqs.last_key_value() {
                 *seqs = seqs.split_off(&newest.saturating_sub(DEDUP_HORIZON));
@@ -80,5 +95,25 @@ mod tests {
         index.prune_to_horizon();
         assert!(!index.contains(NodeId(1), 9, 7));
         assert!(index.contains(NodeId(1), DEDUP_HORIZON + 20, 7));
+    }
+
+    #[test]
+    fn recovery_prunes_as_it_goes_and_keeps_what_the_final_pruning_keeps() {
+        let total = 2 * DEDUP_HORIZON + 123;
+        let (mut streamed, mut at_end) = (OriginIndex::default(), OriginIndex::default());
+        let mut peak = 0;
+        for seq in 0..total {
+            // Two origins interleaved, one of them with an old sequence replayed late.
+            let (origin, seq) = if seq % 5 == 0 { (NodeId(2), seq / 5) } else { (NodeId(1), seq) };
+            streamed.insert_recovered(origin, seq, 1);
+            at_end.insert(origin, seq, 1);
+            peak = peak.max(streamed.len());
+        }
+        streamed.insert_recovered(NodeId(1), 3, 9); // far below the horizon: pruned at the end
+        at_end.insert(NodeId(1), 3, 9);
+        streamed.prune_to_horizon();
+        at_end.prune_to_horizon();
+        assert_eq!(streamed.by_origin, at_end.by_origin);
+        assert!(peak <= 3 * DEDUP_HORIZON as usize, "peak {peak}");
     }
 }
