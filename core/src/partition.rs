@@ -20,7 +20,7 @@ use crate::ids::{NodeId, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 use crate::node::RecoveryError;
 use dedup::OriginIndex;
-pub use frame::PartitionRecord;
+pub use frame::{PartitionRecord, RecordView};
 use index::SparseIndex;
 pub use recovery::PartitionScan;
 
@@ -462,7 +462,7 @@ impl PartitionLog {
         while pos < bytes.len() && (records.len() as u64) < plan.max {
             let wanted = expected >= plan.first_offset;
             let decoded = frame_at(bytes, pos).and_then(|found| {
-                let record = PartitionRecord::decode(found.body(bytes))?;
+                let record = RecordView::decode(found.body(bytes))?;
                 (record.offset == expected).then_some((found, record))
             });
             let Some((found, record)) = decoded else {
@@ -481,7 +481,7 @@ impl PartitionLog {
                     break;
                 }
                 returned_bytes += frame_bytes;
-                records.push(record);
+                records.push(record.to_record());
             }
             pos = found.end();
             expected += 1;

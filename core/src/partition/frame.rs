@@ -38,24 +38,64 @@ impl PartitionRecord {
     /// Fingerprint of the record's content (timestamp, key, payload): tells a replay of this
     /// record from a different record that reuses its origin sequence number.
     pub fn fingerprint(&self) -> u32 {
-        let mut hasher = crc32fast::Hasher::new();
-        hasher.update(&self.timestamp_ms.to_le_bytes());
-        hasher.update(self.key.as_deref().unwrap_or(b"\xff-no-key"));
-        hasher.update(&self.payload);
-        hasher.finalize()
+        fingerprint(self.timestamp_ms, self.key.as_deref(), &self.payload)
     }
 
-    /// Decodes a frame body; `None` if malformed. `backing` lets the payload share the buffer.
+    /// Decodes a frame body; `None` if malformed.
     pub fn decode(body: &[u8]) -> Option<PartitionRecord> {
+        RecordView::decode(body).map(|view| view.to_record())
+    }
+}
+
+/// A record decoded in place, its key and payload borrowed from the frame: what recovery and a
+/// read's skipped frames need (offset, origin, fingerprint) without copying the payload.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub offset: u64,
+    pub timestamp_ms: u64,
+    pub origin_node: NodeId,
+    pub origin_seq: u64,
+    pub key: Option<&'a [u8]>,
+    pub payload: &'a [u8],
+}
+
+impl<'a> RecordView<'a> {
+    /// Decodes a frame body; `None` if malformed.
+    pub fn decode(body: &'a [u8]) -> Option<RecordView<'a>> {
         let mut reader = Reader::new(body);
         let offset = reader.u64()?;
         let timestamp_ms = reader.u64()?;
         let origin_node = NodeId(reader.u32()?);
         let origin_seq = reader.u64()?;
-        let key = reader.optional_bytes()?.map(Bytes::copy_from_slice);
-        let payload = Bytes::copy_from_slice(reader.rest());
-        Some(PartitionRecord { offset, timestamp_ms, origin_node, origin_seq, key, payload })
+        let key = reader.optional_bytes()?;
+        let payload = reader.rest();
+        Some(RecordView { offset, timestamp_ms, origin_node, origin_seq, key, payload })
     }
+
+    /// See `PartitionRecord::fingerprint`.
+    pub fn fingerprint(&self) -> u32 {
+        fingerprint(self.timestamp_ms, self.key, self.payload)
+    }
+
+    /// The record, with its key and payload copied out of the frame.
+    pub fn to_record(&self) -> PartitionRecord {
+        PartitionRecord {
+            offset: self.offset,
+            timestamp_ms: self.timestamp_ms,
+            origin_node: self.origin_node,
+            origin_seq: self.origin_seq,
+            key: self.key.map(Bytes::copy_from_slice),
+            payload: Bytes::copy_from_slice(self.payload),
+        }
+    }
+}
+
+fn fingerprint(timestamp_ms: u64, key: Option<&[u8]>, payload: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&timestamp_ms.to_le_bytes());
+    hasher.update(key.unwrap_or(b"\xff-no-key"));
+    hasher.update(payload);
+    hasher.finalize()
 }
 
 #[cfg(test)]
@@ -75,7 +115,10 @@ mod tests {
             record.encode_into(&mut bytes);
             let scanned = scan(&bytes);
             prop_assert_eq!(scanned.frames.len(), 1);
-            prop_assert_eq!(PartitionRecord::decode(scanned.frames[0].body(&bytes)), Some(record));
+            let body = scanned.frames[0].body(&bytes);
+            let view = RecordView::decode(body).expect("decodes");
+            prop_assert_eq!(view.fingerprint(), record.fingerprint());
+            prop_assert_eq!(PartitionRecord::decode(body), Some(record));
         }
 
         #[test]

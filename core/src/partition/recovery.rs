@@ -12,7 +12,8 @@ use crate::codec::{ScanEnd, classify_bad, frame_at, frame_incomplete};
 use crate::io::FileId;
 use crate::node::RecoveryError;
 
-use super::{PartitionLog, PartitionRecord};
+use super::PartitionLog;
+use super::frame::RecordView;
 use crate::ids::PartitionKey;
 
 /// A partition log being recovered; see the module docs.
@@ -57,34 +58,12 @@ impl PartitionScan {
                 break;
             };
             let at = self.carry_at + pos as u64;
-            let record = PartitionRecord::decode(found.body(&self.carry));
-            self.take(at, record)?;
+            take(&mut self.log, at, RecordView::decode(found.body(&self.carry)))?;
             pos = found.end();
         }
         self.carry.drain(..pos);
         self.carry_at += pos as u64;
         Ok(())
-    }
-
-    /// Indexes the intact frame at file position `at`, which must hold the next offset.
-    fn take(&mut self, at: u64, record: Option<PartitionRecord>) -> Result<(), RecoveryError> {
-        let expected = self.log.index.records();
-        match record {
-            Some(record) if record.offset == expected => {
-                self.log.index.push(at);
-                let fingerprint = record.fingerprint();
-                self.log.origins.insert_recovered(
-                    record.origin_node,
-                    record.origin_seq,
-                    fingerprint,
-                );
-                Ok(())
-            }
-            _ => Err(RecoveryError::Inconsistent {
-                file: self.file(),
-                what: format!("frame at byte {at} is not offset {expected}"),
-            }),
-        }
     }
 
     /// Ends recovery with `rest`, the file's bytes after the `fed()` ones (empty when the whole
@@ -114,10 +93,32 @@ impl PartitionScan {
     }
 }
 
+/// Indexes the intact frame at file position `at`, which must hold the log's next offset.
+fn take(
+    log: &mut PartitionLog,
+    at: u64,
+    record: Option<RecordView<'_>>,
+) -> Result<(), RecoveryError> {
+    let expected = log.index.records();
+    match record {
+        Some(record) if record.offset == expected => {
+            log.index.push(at);
+            let fingerprint = record.fingerprint();
+            log.origins.insert_recovered(record.origin_node, record.origin_seq, fingerprint);
+            Ok(())
+        }
+        _ => Err(RecoveryError::Inconsistent {
+            file: FileId::PartitionLog(log.key).relative_path(),
+            what: format!("frame at byte {at} is not offset {expected}"),
+        }),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::ids::{NodeId, TopicId};
+    use crate::partition::PartitionRecord;
     use bytes::Bytes;
     use proptest::prelude::*;
 
