@@ -31,5 +31,5 @@ pub use api::{
 };
 pub use ids::{Instant, IoToken, Lsn, NodeId, PartitionKey, RequestId, TopicId};
 pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent};
-pub use node::{Config, Node, RecoveryError};
+pub use node::{Config, Node, Recovery, RecoveryError};
 pub use partition::{PartitionLog, PartitionScan};

@@ -13,6 +13,7 @@ mod commit;
 mod discard;
 mod metastore;
 mod owner;
+mod recovery;
 mod routing;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -29,6 +30,7 @@ use crate::partition::{CommitId, CommitPart, PartIo, PartitionLog, ReadPlan};
 use crate::peer::PeerMessage;
 use crate::wal::{self, Wal, WalIo};
 use cluster::Remote;
+pub use recovery::Recovery;
 
 /// Static configuration of a node.
 #[derive(Clone, Debug)]
@@ -220,18 +222,32 @@ impl Node {
         now: Instant,
         files: BTreeMap<FileId, Bytes>,
     ) -> Result<Node, RecoveryError> {
-        Node::recover_scanned(config, now, files, Vec::new())
+        let (files, logs): (BTreeMap<_, _>, BTreeMap<_, _>) =
+            files.into_iter().partition(|(file, _)| !matches!(file, FileId::PartitionLog(_)));
+        let recovery = Node::begin_recovery(config, now, files)?;
+        let mut partitions = Vec::with_capacity(logs.len());
+        for (file, bytes) in logs {
+            let FileId::PartitionLog(key) = file else { unreachable!("partitioned above") };
+            let mut scan = recovery.partition_scan(key);
+            scan.feed(&bytes)?;
+            partitions.push(scan.finish(&[])?);
+        }
+        recovery.finish(partitions)
     }
 
-    /// `recover` for a runtime that recovered some partition logs itself with `PartitionScan`
-    /// (a chunk at a time, so that no log has to fit in memory): `partitions` holds those logs,
-    /// `files` every other file (and any partition log still to recover from its bytes).
-    pub fn recover_scanned(
+    /// The first half of `recover`, for a runtime that reads partition logs a chunk at a time
+    /// (so that none has to fit in memory): rebuilds the metastore and the WAL from `files`
+    /// (every file but the partition logs); then scan each log with `Recovery::partition_scan`
+    /// and hand them all to `Recovery::finish`.
+    pub fn begin_recovery(
         config: Config,
         now: Instant,
         files: BTreeMap<FileId, Bytes>,
-        partitions: Vec<PartitionLog>,
-    ) -> Result<Node, RecoveryError> {
+    ) -> Result<Recovery, RecoveryError> {
+        assert!(
+            !files.keys().any(|file| matches!(file, FileId::PartitionLog(_))),
+            "partition logs are scanned, not passed whole"
+        );
         let meta = Metastore::recover(
             config.meta_config(),
             now,
@@ -254,7 +270,7 @@ impl Node {
             "recovered ingress WAL"
         );
         let id_base = incarnation_id_base(config.seed, now);
-        let mut node = Node {
+        let node = Node {
             resolver: Resolver::new(config.seed),
             config,
             now,
@@ -279,30 +295,7 @@ impl Node {
             shutting_down: false,
             counters: NodeCounters::default(),
         };
-        node.recover_partitions(&files)?;
-        let scanned: Vec<FileId> =
-            partitions.iter().map(|log| FileId::PartitionLog(log.key())).collect();
-        for mut log in partitions {
-            log.idempotent = node.config.idempotent_commits;
-            node.partitions.insert(log.key(), log);
-        }
-        node.sync_found_files(files.keys().chain(&scanned));
-        node.pump();
-        Ok(node)
-    }
-
-    /// Opens every partition log found on disk. Files of deleted incarnations are removed once
-    /// the leader confirms their incarnation is gone (see `node/discard.rs`).
-    fn recover_partitions(&mut self, files: &BTreeMap<FileId, Bytes>) -> Result<(), RecoveryError> {
-        for (file, bytes) in files {
-            if let FileId::PartitionLog(key) = file {
-                let mut log =
-                    PartitionLog::recover(*key, bytes, self.config.partition_index_interval_bytes)?;
-                log.idempotent = self.config.idempotent_commits;
-                self.partitions.insert(*key, log);
-            }
-        }
-        Ok(())
+        Ok(Recovery::new(node, files.into_keys().collect()))
     }
 
     /// A file found at start-up may hold bytes that only ever reached the page cache (the

@@ -18,7 +18,6 @@ use crate::codec::{FRAME_HEADER_BYTES, MAX_FRAME_BODY_BYTES, frame_at};
 use crate::constants::PARTITION_INDEX_INTERVAL_BYTES;
 use crate::ids::{NodeId, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
-use crate::node::RecoveryError;
 use dedup::OriginIndex;
 pub use frame::{PartitionRecord, RecordView};
 use index::SparseIndex;
@@ -161,19 +160,6 @@ impl PartitionLog {
             idempotent: true,
             fsyncs: 0,
         }
-    }
-
-    /// Rebuilds a partition log from its file's bytes (all of them at once: the runtime feeds a
-    /// `PartitionScan` chunk by chunk instead). A torn tail (a commit that never became visible)
-    /// is truncated; corruption before valid frames is an error.
-    pub fn recover(
-        key: PartitionKey,
-        bytes: &[u8],
-        index_interval: u64,
-    ) -> Result<PartitionLog, RecoveryError> {
-        let mut scan = PartitionScan::new(key, index_interval);
-        scan.feed(bytes)?;
-        scan.finish(&[])
     }
 
     /// The partition this log holds.

@@ -10,7 +10,7 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 use narad_core::{
     ClientReply, Config, DiskDone, DiskError, DiskOp, Effect, FileId, Input, Instant, IoToken,
-    Node, NodeEvent, PartitionLog, PartitionScan, RecoveryError, RequestId,
+    Node, NodeEvent, RecoveryError, RequestId,
 };
 
 /// What a host asks of the simulation around it.
@@ -144,8 +144,7 @@ impl NodeHost {
         assert!(self.node.is_none(), "invariant: start only a stopped process");
         let now = self.skew.node_time(now);
         let _span = tracing::info_span!("node", id = self.index).entered();
-        let (files, partitions) = scan_partition_logs(files, &self.config)?;
-        self.node = Some(Node::recover_scanned(self.config.clone(), now, files, partitions)?);
+        self.node = Some(recover_in_chunks(self.config.clone(), now, files)?);
         self.paused = false;
         self.ready = false;
         self.drain(rt);
@@ -265,19 +264,20 @@ impl NodeHost {
 /// way they do in the production runtime (which reads 8 MiB chunks of far larger logs).
 const SCAN_CHUNK_BYTES: usize = 997;
 
-/// Recovers the partition logs among `files` chunk by chunk, as the production runtime does;
-/// returns the other files and the recovered logs.
-fn scan_partition_logs(
-    mut files: BTreeMap<FileId, Bytes>,
-    config: &Config,
-) -> Result<(BTreeMap<FileId, Bytes>, Vec<PartitionLog>), RecoveryError> {
-    let keys: Vec<FileId> =
-        files.keys().filter(|f| matches!(f, FileId::PartitionLog(_))).copied().collect();
-    let mut logs = Vec::with_capacity(keys.len());
-    for file in keys {
-        let FileId::PartitionLog(key) = file else { unreachable!("filtered above") };
-        let bytes = files.remove(&file).expect("listed above");
-        let mut scan = PartitionScan::new(key, config.partition_index_interval_bytes);
+/// `Node::recover`, with the partition logs fed to their scans a chunk at a time as the
+/// production runtime does.
+fn recover_in_chunks(
+    config: Config,
+    now: Instant,
+    files: BTreeMap<FileId, Bytes>,
+) -> Result<Node, RecoveryError> {
+    let (files, logs): (BTreeMap<_, _>, BTreeMap<_, _>) =
+        files.into_iter().partition(|(file, _)| !matches!(file, FileId::PartitionLog(_)));
+    let recovery = Node::begin_recovery(config, now, files)?;
+    let mut partitions = Vec::with_capacity(logs.len());
+    for (file, bytes) in logs {
+        let FileId::PartitionLog(key) = file else { unreachable!("partitioned above") };
+        let mut scan = recovery.partition_scan(key);
         for chunk in bytes.chunks(SCAN_CHUNK_BYTES) {
             if scan.stopped() {
                 break;
@@ -285,9 +285,9 @@ fn scan_partition_logs(
             scan.feed(chunk)?;
         }
         let fed = usize::try_from(scan.fed()).expect("invariant: fed bytes fit in memory");
-        logs.push(scan.finish(&bytes[fed..])?);
+        partitions.push(scan.finish(&bytes[fed..])?);
     }
-    Ok((files, logs))
+    recovery.finish(partitions)
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
 //! The data directory at start-up: take an exclusive lock on it (two processes writing the same
-//! WAL would destroy it), then read every file the node owns so `Node::recover_scanned` can
+//! WAL would destroy it), then read every file the node owns so `Node::begin_recovery` can
 //! rebuild its state: the small ones whole, the partition logs (which may be larger than memory)
 //! a chunk at a time through the core's `PartitionScan`. Files the core does not recognise are
 //! left alone.
@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use narad_core::{FileId, PartitionKey, PartitionLog, PartitionScan, RecoveryError};
+use narad_core::{FileId, PartitionKey, PartitionLog, Recovery, RecoveryError};
 
 use crate::disk::create_dirs_durable;
 
@@ -107,15 +107,15 @@ const SCAN_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 /// chunk and each log's sparse index, however large the logs are. The outer error is I/O; the
 /// inner one is damage recovery refuses to repair.
 pub fn recover_partitions(
+    recovery: &Recovery,
     logs: &[(PartitionKey, PathBuf)],
-    index_interval: u64,
 ) -> anyhow::Result<Result<Vec<PartitionLog>, RecoveryError>> {
     let mut recovered = Vec::with_capacity(logs.len());
     let mut chunk = vec![0u8; SCAN_CHUNK_BYTES];
     for (key, path) in logs {
         let read = |e| anyhow::Error::new(e).context(format!("reading {}", path.display()));
         let mut file = File::open(path).map_err(read)?;
-        let mut scan = PartitionScan::new(*key, index_interval);
+        let mut scan = recovery.partition_scan(*key);
         while !scan.stopped() {
             let n = file.read(&mut chunk).map_err(read)?;
             if n == 0 {
@@ -160,7 +160,11 @@ mod tests {
         let key = PartitionKey { topic: narad_core::TopicId(1), partition: 2 };
         assert_eq!(logs, [key]);
         // One stray byte: a torn tail, truncated by the recovered log's first effects.
-        let logs = recover_partitions(&found.partition_logs, 64).expect("io").expect("no damage");
+        let config = narad_core::Config::single(narad_core::NodeId(1), 7);
+        let now = narad_core::Instant(0);
+        let recovery =
+            narad_core::Node::begin_recovery(config, now, BTreeMap::new()).expect("empty");
+        let logs = recover_partitions(&recovery, &found.partition_logs).expect("io").expect("ok");
         assert_eq!((logs[0].high_watermark(), logs[0].size_bytes()), (0, 0));
     }
 

@@ -45,9 +45,11 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let seed = args.seed.unwrap_or_else(clock_seed);
     let config = plan.node_config(args.node_id, seed, args.http);
     let mut clock = Clock::default();
-    let interval = config.partition_index_interval_bytes;
-    let recovered = datadir::recover_partitions(&found.partition_logs, interval)?
-        .and_then(|partitions| Node::recover_scanned(config, clock.now(), found.files, partitions));
+    let recovered = match Node::begin_recovery(config, clock.now(), found.files) {
+        Ok(recovery) => datadir::recover_partitions(&recovery, &found.partition_logs)?
+            .and_then(|partitions| recovery.finish(partitions)),
+        Err(error) => Err(error),
+    };
     let node = match recovered {
         Ok(node) => node,
         Err(error) => {

@@ -14,7 +14,7 @@ use crate::node::RecoveryError;
 
 use super::PartitionLog;
 use super::frame::RecordView;
-use crate::ids::PartitionKey;
+use crate::ids::{NodeId, PartitionKey};
 
 /// A partition log being recovered; see the module docs.
 pub struct PartitionScan {
@@ -25,6 +25,9 @@ pub struct PartitionScan {
     carry_at: u64,
     /// A frame that is not intact was found at `carry_at`: the rest of the file goes to `finish`.
     stopped: bool,
+    /// Records of this origin below this sequence are not remembered for idempotent commits
+    /// (see `forgetting_origin_below`).
+    forget_below: Option<(NodeId, u64)>,
 }
 
 impl PartitionScan {
@@ -32,7 +35,14 @@ impl PartitionScan {
     pub fn new(key: PartitionKey, index_interval: u64) -> PartitionScan {
         let mut log = PartitionLog::with_index_interval(key, index_interval);
         log.file_exists = true;
-        PartitionScan { log, carry: Vec::new(), carry_at: 0, stopped: false }
+        PartitionScan { log, carry: Vec::new(), carry_at: 0, stopped: false, forget_below: None }
+    }
+
+    /// Does not remember records of `origin` below `checkpoint` for idempotent commits: that
+    /// origin's durable WAL checkpoint is past them, so it never sends them again.
+    pub fn forgetting_origin_below(mut self, origin: NodeId, checkpoint: u64) -> PartitionScan {
+        self.forget_below = Some((origin, checkpoint));
+        self
     }
 
     /// Bytes fed so far (the file position the next chunk starts at).
@@ -58,7 +68,8 @@ impl PartitionScan {
                 break;
             };
             let at = self.carry_at + pos as u64;
-            take(&mut self.log, at, RecordView::decode(found.body(&self.carry)))?;
+            let record = RecordView::decode(found.body(&self.carry));
+            take(&mut self.log, at, record, self.forget_below)?;
             pos = found.end();
         }
         self.carry.drain(..pos);
@@ -98,13 +109,17 @@ fn take(
     log: &mut PartitionLog,
     at: u64,
     record: Option<RecordView<'_>>,
+    forget_below: Option<(NodeId, u64)>,
 ) -> Result<(), RecoveryError> {
     let expected = log.index.records();
     match record {
         Some(record) if record.offset == expected => {
             log.index.push(at);
-            let fingerprint = record.fingerprint();
-            log.origins.insert_recovered(record.origin_node, record.origin_seq, fingerprint);
+            let (origin, seq) = (record.origin_node, record.origin_seq);
+            let forgotten = forget_below.is_some_and(|(o, below)| origin == o && seq < below);
+            if !forgotten {
+                log.origins.insert_recovered(origin, seq, record.fingerprint());
+            }
             Ok(())
         }
         _ => Err(RecoveryError::Inconsistent {
@@ -117,7 +132,7 @@ fn take(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ids::{NodeId, TopicId};
+    use crate::ids::TopicId;
     use crate::partition::PartitionRecord;
     use bytes::Bytes;
     use proptest::prelude::*;
@@ -163,6 +178,19 @@ mod tests {
         for chunk in [1, 7, 512, 4096, file.len()] {
             assert_eq!(recover_chunked(&file, chunk), Ok((500, file.len() as u64, false)));
         }
+    }
+
+    #[test]
+    fn an_origin_below_its_checkpoint_is_not_remembered() {
+        let file = log_file(10);
+        let mut scan = PartitionScan::new(key(), 512).forgetting_origin_below(NodeId(1), 6);
+        scan.feed(&file).unwrap();
+        let log = scan.finish(&[]).unwrap();
+        assert_eq!(log.high_watermark(), 10, "every record is still there and readable");
+        assert_eq!(log.origins.len(), 4, "only sequences 6..10 are remembered");
+        let mut scan = PartitionScan::new(key(), 512).forgetting_origin_below(NodeId(2), 6);
+        scan.feed(&file).unwrap();
+        assert_eq!(scan.finish(&[]).unwrap().origins.len(), 10, "other origins: all remembered");
     }
 
     proptest! {

@@ -92,6 +92,13 @@ fn begin(
     log.begin_commit(vec![part]).map(|mut decided| decided.pop())
 }
 
+/// Recovers the log of `key()` from all of its bytes at once.
+fn recover(bytes: &[u8]) -> Result<PartitionLog, crate::node::RecoveryError> {
+    let mut scan = PartitionScan::new(key(), PARTITION_INDEX_INTERVAL_BYTES);
+    scan.feed(bytes)?;
+    scan.finish(&[])
+}
+
 fn key() -> PartitionKey {
     PartitionKey { topic: TopicId(1), partition: 0 }
 }
@@ -139,8 +146,7 @@ fn failed_read_back_leaves_nothing_visible_and_truncates() {
     let landed = disk.run(&mut log).unwrap().result.unwrap();
     assert_eq!(landed.first_offset, 2, "a retry lands one copy");
     assert_eq!(log.high_watermark(), 6);
-    let recovered =
-        PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES).unwrap();
+    let recovered = recover(&disk.file).unwrap();
     assert_eq!(recovered.high_watermark(), 6);
 }
 
@@ -174,12 +180,7 @@ fn nothing_is_written_before_the_file_is_created_and_a_failed_create_is_retried(
     disk.fail_create = false;
     begin(&mut log, 2, 1, records(2)).unwrap();
     assert_eq!(disk.run(&mut log).unwrap().result.unwrap().first_offset, 0);
-    assert_eq!(
-        PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES)
-            .unwrap()
-            .high_watermark(),
-        2
-    );
+    assert_eq!(recover(&disk.file).unwrap().high_watermark(), 2);
 }
 
 #[test]
@@ -192,12 +193,7 @@ fn a_failed_first_commit_is_truncated_away_before_the_next() {
     disk.corrupt_reads = false;
     begin(&mut log, 2, 1, records(1)).unwrap();
     disk.run(&mut log).unwrap().result.unwrap();
-    assert_eq!(
-        PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES)
-            .unwrap()
-            .high_watermark(),
-        1
-    );
+    assert_eq!(recover(&disk.file).unwrap().high_watermark(), 1);
 }
 
 #[test]
@@ -208,8 +204,7 @@ fn recovery_truncates_a_torn_tail() {
     disk.run(&mut log).unwrap();
     let mut bytes = disk.file.clone();
     bytes.truncate(bytes.len() - 3);
-    let mut recovered =
-        PartitionLog::recover(key(), &bytes, PARTITION_INDEX_INTERVAL_BYTES).unwrap();
+    let mut recovered = recover(&bytes).unwrap();
     assert_eq!(recovered.high_watermark(), 2);
     assert!(!recovered.is_idle(), "the torn tail is being truncated");
     disk.file = bytes;
@@ -227,7 +222,7 @@ fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
     begin(&mut log, 2, 1, records_from(1, 3)).unwrap();
     let landed = disk.run(&mut log).unwrap().result.unwrap();
     assert_eq!(landed, Landed { first_offset: 3, origin_seqs: vec![3] });
-    let mut log = PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES).unwrap();
+    let mut log = recover(&disk.file).unwrap();
     let done = begin(&mut log, 3, 1, records(4)).unwrap();
     assert_eq!(done.unwrap().result.unwrap().origin_seqs, Vec::<u64>::new(), "all known: no write");
     assert_eq!(log.high_watermark(), 4);
@@ -314,8 +309,7 @@ fn consumes_from_any_offset_of_a_log_spanning_many_index_intervals() {
         assert!(disk.run(&mut log).unwrap().result.is_ok());
     }
     assert_eq!(log.high_watermark(), 3_000);
-    let recovered =
-        PartitionLog::recover(key(), &disk.file, PARTITION_INDEX_INTERVAL_BYTES).unwrap();
+    let recovered = recover(&disk.file).unwrap();
     for log in [&log, &recovered] {
         for offset in [0, 1, 217, 218, 219, 1_499, 2_999] {
             for max in [1, 7, 1_000] {
