@@ -222,6 +222,18 @@ impl Node {
         now: Instant,
         files: BTreeMap<FileId, Bytes>,
     ) -> Result<Node, RecoveryError> {
+        Node::recover_in_chunks(config, now, files, usize::MAX)
+    }
+
+    /// `recover`, feeding each partition log to its `PartitionScan` `chunk_bytes` at a time as a
+    /// runtime reading large files does (the simulator uses small, odd chunks so that frames
+    /// straddle them at every restart).
+    pub fn recover_in_chunks(
+        config: Config,
+        now: Instant,
+        files: BTreeMap<FileId, Bytes>,
+        chunk_bytes: usize,
+    ) -> Result<Node, RecoveryError> {
         let (files, logs): (BTreeMap<_, _>, BTreeMap<_, _>) =
             files.into_iter().partition(|(file, _)| !matches!(file, FileId::PartitionLog(_)));
         let recovery = Node::begin_recovery(config, now, files)?;
@@ -229,8 +241,14 @@ impl Node {
         for (file, bytes) in logs {
             let FileId::PartitionLog(key) = file else { unreachable!("partitioned above") };
             let mut scan = recovery.partition_scan(key);
-            scan.feed(&bytes)?;
-            partitions.push(scan.finish(&[])?);
+            for chunk in bytes.chunks(chunk_bytes.max(1)) {
+                if scan.stopped() {
+                    break;
+                }
+                scan.feed(chunk)?;
+            }
+            let fed = usize::try_from(scan.fed()).expect("invariant: fed bytes are in memory");
+            partitions.push(scan.finish(&bytes[fed..])?);
         }
         recovery.finish(partitions)
     }

@@ -144,7 +144,8 @@ impl NodeHost {
         assert!(self.node.is_none(), "invariant: start only a stopped process");
         let now = self.skew.node_time(now);
         let _span = tracing::info_span!("node", id = self.index).entered();
-        self.node = Some(recover_in_chunks(self.config.clone(), now, files)?);
+        let config = self.config.clone();
+        self.node = Some(Node::recover_in_chunks(config, now, files, SCAN_CHUNK_BYTES)?);
         self.paused = false;
         self.ready = false;
         self.drain(rt);
@@ -263,32 +264,6 @@ impl NodeHost {
 /// Bytes fed to a `PartitionScan` at a time: small and odd, so that frames straddle chunks the
 /// way they do in the production runtime (which reads 8 MiB chunks of far larger logs).
 const SCAN_CHUNK_BYTES: usize = 997;
-
-/// `Node::recover`, with the partition logs fed to their scans a chunk at a time as the
-/// production runtime does.
-fn recover_in_chunks(
-    config: Config,
-    now: Instant,
-    files: BTreeMap<FileId, Bytes>,
-) -> Result<Node, RecoveryError> {
-    let (files, logs): (BTreeMap<_, _>, BTreeMap<_, _>) =
-        files.into_iter().partition(|(file, _)| !matches!(file, FileId::PartitionLog(_)));
-    let recovery = Node::begin_recovery(config, now, files)?;
-    let mut partitions = Vec::with_capacity(logs.len());
-    for (file, bytes) in logs {
-        let FileId::PartitionLog(key) = file else { unreachable!("partitioned above") };
-        let mut scan = recovery.partition_scan(key);
-        for chunk in bytes.chunks(SCAN_CHUNK_BYTES) {
-            if scan.stopped() {
-                break;
-            }
-            scan.feed(chunk)?;
-        }
-        let fed = usize::try_from(scan.fed()).expect("invariant: fed bytes fit in memory");
-        partitions.push(scan.finish(&bytes[fed..])?);
-    }
-    recovery.finish(partitions)
-}
 
 #[cfg(test)]
 mod tests {
