@@ -110,8 +110,16 @@ pub fn recover_partitions(
     recovery: &Recovery,
     logs: &[(PartitionKey, PathBuf)],
 ) -> anyhow::Result<Result<Vec<PartitionLog>, RecoveryError>> {
+    scan_in_chunks(recovery, logs, SCAN_CHUNK_BYTES)
+}
+
+fn scan_in_chunks(
+    recovery: &Recovery,
+    logs: &[(PartitionKey, PathBuf)],
+    chunk_bytes: usize,
+) -> anyhow::Result<Result<Vec<PartitionLog>, RecoveryError>> {
     let mut recovered = Vec::with_capacity(logs.len());
-    let mut chunk = vec![0u8; SCAN_CHUNK_BYTES];
+    let mut chunk = vec![0u8; chunk_bytes];
     for (key, path) in logs {
         let read = |e| anyhow::Error::new(e).context(format!("reading {}", path.display()));
         let mut file = File::open(path).map_err(read)?;
@@ -166,6 +174,37 @@ mod tests {
             narad_core::Node::begin_recovery(config, now, BTreeMap::new()).expect("empty");
         let logs = recover_partitions(&recovery, &found.partition_logs).expect("io").expect("ok");
         assert_eq!((logs[0].high_watermark(), logs[0].size_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn partition_logs_recover_the_same_in_any_chunk_size() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let path = dir.path().join("00000.log");
+        let mut bytes = Vec::new();
+        for offset in 0..300u64 {
+            let record = narad_core::partition::PartitionRecord {
+                offset,
+                timestamp_ms: 1,
+                origin_node: narad_core::NodeId(1),
+                origin_seq: offset,
+                key: None,
+                payload: Bytes::from(vec![b'x'; 1 + (offset as usize * 13) % 500]),
+            };
+            record.encode_into(&mut bytes);
+        }
+        let whole = bytes.len() as u64;
+        bytes.extend_from_slice(&[1, 2, 3]); // a torn tail: truncated back to `whole`
+        fs::write(&path, &bytes).expect("write");
+        let key = PartitionKey { topic: narad_core::TopicId(1), partition: 0 };
+        let config = narad_core::Config::single(narad_core::NodeId(1), 7);
+        let now = narad_core::Instant(0);
+        for chunk in [1, 7, 4096, 1 << 20] {
+            let recovery = narad_core::Node::begin_recovery(config.clone(), now, BTreeMap::new())
+                .expect("nothing to recover");
+            let logs = scan_in_chunks(&recovery, &[(key, path.clone())], chunk).expect("io");
+            let log = &logs.expect("no damage")[0];
+            assert_eq!((log.high_watermark(), log.size_bytes()), (300, whole), "chunk {chunk}");
+        }
     }
 
     #[test]
