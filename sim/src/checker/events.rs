@@ -62,6 +62,7 @@ impl Checker {
             self.mark_done(origin, seq);
         }
         self.held(node, origin, origins);
+        self.placed(origin, origins, key, first_offset);
         let owner = *self.owners.entry(key).or_insert(node);
         if owner != node {
             let detail = format!("{key}: n{node} committed to a partition n{owner} committed to");

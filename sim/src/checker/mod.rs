@@ -73,6 +73,8 @@ pub struct Msg {
     pub wal_copies: u32,
     /// (node, WAL sequence) of its WAL records, for failure reports.
     pub wal_seqs: Vec<(u32, u64)>,
+    /// Where commits placed it: (partition of an incarnation, offset).
+    pub placed: Vec<(PartitionKey, u64)>,
 }
 
 impl Msg {
@@ -265,6 +267,7 @@ impl Checker {
             found_on: Vec::new(),
             wal_copies: 0,
             wal_seqs: Vec::new(),
+            placed: Vec::new(),
         });
         id
     }
@@ -286,6 +289,15 @@ impl Checker {
         for seq in seqs {
             if let Some(&id) = self.by_origin.get(&(origin, *seq)) {
                 self.msgs[id as usize].held_by |= 1 << node;
+            }
+        }
+    }
+
+    /// A commit placed these WAL sequences of `origin` in `key` from `first_offset` on.
+    fn placed(&mut self, origin: u32, seqs: &[u64], key: PartitionKey, first_offset: u64) {
+        for (offset, seq) in (first_offset..).zip(seqs) {
+            if let Some(&id) = self.by_origin.get(&(origin, *seq)) {
+                self.msgs[id as usize].placed.push((key, offset));
             }
         }
     }

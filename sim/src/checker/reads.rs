@@ -74,13 +74,21 @@ impl Checker {
         }
     }
 
-    /// True when some record of a reply was never staged for `key`'s incarnation: the node
-    /// that served it resolved the topic name to another incarnation.
+    /// True when the node that served a reply resolved the topic name to another incarnation
+    /// than `key`'s: some record of it was never staged for `key`'s incarnation, or sits exactly
+    /// where a commit placed it in another incarnation of the name and not at that offset of
+    /// `key` (a message retried through a lagging node can be staged for both incarnations).
     fn served_elsewhere(&self, key: PartitionKey, records: &[ConsumedRecord]) -> bool {
         records.iter().any(|r| {
-            parse_id(&r.payload)
-                .and_then(|id| self.msgs.get(id as usize))
-                .is_some_and(|msg| !msg.reached(key.topic))
+            let Some(msg) = parse_id(&r.payload).and_then(|id| self.msgs.get(id as usize)) else {
+                return false;
+            };
+            let here = PartitionKey { topic: key.topic, partition: r.partition };
+            let placed_here = msg.placed.contains(&(here, r.offset));
+            let placed_elsewhere = msg.placed.iter().any(|&(at, offset)| {
+                at.topic != key.topic && at.partition == r.partition && offset == r.offset
+            });
+            !msg.reached(key.topic) || (placed_elsewhere && !placed_here)
         })
     }
 
