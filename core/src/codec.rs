@@ -76,33 +76,20 @@ impl Scan {
 /// Scans `bytes` from the start; see `ScanEnd` for how the end is classified.
 pub fn scan(bytes: &[u8]) -> Scan {
     let mut frames = Vec::new();
-    let walked = walk(bytes, |frame| {
-        frames.push(frame);
-        Ok::<(), std::convert::Infallible>(())
-    });
-    let Ok(walked) = walked;
-    Scan { frames, end: walked.end }
-}
-
-/// What `walk` found: how the buffer ends and the length of its valid prefix.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Walked {
-    pub end: ScanEnd,
-    pub valid_len: usize,
-}
-
-/// `scan` without collecting: hands each valid frame to `each` in order (an error from it stops
-/// the walk), then classifies the end. Memory stays constant however many frames `bytes` holds.
-pub fn walk<E>(bytes: &[u8], mut each: impl FnMut(FrameAt) -> Result<(), E>) -> Result<Walked, E> {
     let mut pos = 0;
     while pos < bytes.len() {
-        let Some(frame) = frame_at(bytes, pos) else {
-            return Ok(Walked { end: classify_bad(bytes, pos), valid_len: pos });
-        };
-        each(frame)?;
-        pos = frame.end();
+        match frame_at(bytes, pos) {
+            Some(frame) => {
+                frames.push(frame);
+                pos = frame.end();
+            }
+            None => {
+                let end = classify_bad(bytes, pos);
+                return Scan { frames, end };
+            }
+        }
     }
-    Ok(Walked { end: ScanEnd::Clean, valid_len: pos })
+    Scan { frames, end: ScanEnd::Clean }
 }
 
 /// The valid frame starting at `pos`, if there is one.
@@ -219,29 +206,6 @@ pub fn put_optional_bytes(out: &mut Vec<u8>, value: Option<&[u8]>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn walk_hands_over_each_frame_and_stops_on_the_callers_error() {
-        let mut bytes = Vec::new();
-        for body in [&b"one"[..], b"two", b"three"] {
-            put_frame(&mut bytes, body);
-        }
-        let clean_len = bytes.len();
-        bytes.extend_from_slice(&[0; 16]);
-        let mut seen = Vec::new();
-        let walked = walk(&bytes, |frame| {
-            seen.push(frame.body(&bytes).to_vec());
-            Ok::<(), ()>(())
-        });
-        assert_eq!(walked, Ok(Walked { end: ScanEnd::Clean, valid_len: clean_len }));
-        assert_eq!(seen, [b"one".to_vec(), b"two".to_vec(), b"three".to_vec()]);
-        let mut calls = 0;
-        let stopped = walk(&bytes, |_| {
-            calls += 1;
-            if calls == 2 { Err("stop") } else { Ok(()) }
-        });
-        assert_eq!((stopped, calls), (Err("stop"), 2));
-    }
     use proptest::prelude::*;
 
     fn log_of(bodies: &[Vec<u8>]) -> Vec<u8> {

@@ -250,7 +250,7 @@ impl Node {
             let fed = usize::try_from(scan.fed()).expect("invariant: fed bytes are in memory");
             partitions.push(scan.finish(&bytes[fed..])?);
         }
-        recovery.finish(partitions)
+        Ok(recovery.finish(partitions))
     }
 
     /// The first half of `recover`, for a runtime that reads partition logs a chunk at a time

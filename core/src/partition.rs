@@ -15,7 +15,6 @@ use std::collections::VecDeque;
 use bytes::Bytes;
 
 use crate::codec::{FRAME_HEADER_BYTES, MAX_FRAME_BODY_BYTES, frame_at};
-use crate::constants::PARTITION_INDEX_INTERVAL_BYTES;
 use crate::ids::{NodeId, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 use dedup::OriginIndex;
@@ -142,12 +141,14 @@ pub struct ReadPlan {
 }
 
 impl PartitionLog {
-    /// A new, empty partition log (its file is created with the first commit).
+    /// A new, empty partition log with the default index interval (tests).
+    #[cfg(test)]
     pub fn new(key: PartitionKey) -> PartitionLog {
-        PartitionLog::with_index_interval(key, PARTITION_INDEX_INTERVAL_BYTES)
+        PartitionLog::with_index_interval(key, crate::constants::PARTITION_INDEX_INTERVAL_BYTES)
     }
 
-    /// A new, empty partition log indexing one entry per `index_interval` bytes.
+    /// A new, empty partition log (its file is created with the first commit), indexing one
+    /// entry per `index_interval` bytes of log.
     pub fn with_index_interval(key: PartitionKey, index_interval: u64) -> PartitionLog {
         PartitionLog {
             key,

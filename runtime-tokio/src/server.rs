@@ -47,7 +47,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut clock = Clock::default();
     let recovered = match Node::begin_recovery(config, clock.now(), found.files) {
         Ok(recovery) => datadir::recover_partitions(&recovery, &found.partition_logs)?
-            .and_then(|partitions| recovery.finish(partitions)),
+            .map(|partitions| recovery.finish(partitions)),
         Err(error) => Err(error),
     };
     let node = match recovered {

@@ -7,7 +7,7 @@ use crate::PartitionKey;
 use crate::io::FileId;
 use crate::partition::{PartitionLog, PartitionScan};
 
-use super::{Node, RecoveryError};
+use super::Node;
 
 /// See the module docs; made by `Node::begin_recovery`.
 pub struct Recovery {
@@ -32,7 +32,7 @@ impl Recovery {
     }
 
     /// The recovered node, with every partition log of the data directory in `partitions`.
-    pub fn finish(self, partitions: Vec<PartitionLog>) -> Result<Node, RecoveryError> {
+    pub fn finish(self, partitions: Vec<PartitionLog>) -> Node {
         let Recovery { mut node, mut found } = self;
         for mut log in partitions {
             log.idempotent = node.config.idempotent_commits;
@@ -41,6 +41,6 @@ impl Recovery {
         }
         node.sync_found_files(found.iter());
         node.pump();
-        Ok(node)
+        node
     }
 }

@@ -83,8 +83,9 @@ impl SparseIndex {
             }
             next += 1;
         }
-        let end =
-            if size > limit { self.entries[next - 1].pos.max(first_boundary.pos) } else { size };
+        // Past the last entry: the tail if it fits the limit, else up to the last entry (which is
+        // at or after `first_boundary`, so the first wanted record is still whole).
+        let end = if size > limit { self.entries[next - 1].pos } else { size };
         Span { start, end }
     }
 }
