@@ -5,9 +5,11 @@
 //! plus a sync; its completion acknowledges its `Ready` (and releases the messages that had to
 //! wait for it). A snapshot job writes a record to a fresh slot of the snapshot file and syncs it;
 //! only then is the log reset (truncate, sync, new header, sync), and log jobs queued behind it
-//! wait until that reset is emitted. The runtime completes ops on one file in emission order, so
-//! nothing here needs more than that contract. Any disk error latches the pipeline: a failed
-//! fsync may have lost pages, so nothing more is written or acknowledged until a restart.
+//! wait until that reset is durable: a log write emitted behind a header write that then fails
+//! would leave valid frames after a hole, which recovery must refuse as corruption. The runtime
+//! completes ops on one file in emission order, so nothing here needs more than that contract.
+//! Any disk error latches the pipeline: a failed fsync may have lost pages, so nothing more is
+//! written or acknowledged until a restart.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -32,6 +34,9 @@ enum IoKind {
     JobSync { job: u64 },
     /// The sync that makes a snapshot record durable.
     SnapSync,
+    /// The last sync of a log reset (its header is durable); `repair` when it is a start-up
+    /// repair, counted like the other repairs.
+    ResetSync { repair: bool },
 }
 
 /// A log job made durable: what it acknowledges.
@@ -65,6 +70,8 @@ pub struct Persister {
     snap_slot: Option<Slot>,
     snap_file_len: u64,
     snap_in_flight: Option<SnapInFlight>,
+    /// A log reset was emitted and its header is not durable yet: nothing else goes to the log.
+    resetting: bool,
     repairs_left: u32,
     failed: Option<DiskError>,
     outbox: VecDeque<(MetaIo, DiskOp)>,
@@ -94,6 +101,7 @@ impl Persister {
             snap_slot,
             snap_file_len: snap_file_len.unwrap_or(0),
             snap_in_flight: None,
+            resetting: false,
             repairs_left: 0,
             failed: None,
             outbox: VecDeque::new(),
@@ -122,7 +130,8 @@ impl Persister {
         self.outbox.push_back((MetaIo(IoKind::Repair), op));
     }
 
-    /// Empties the log and gives it a header naming `base_seq` (durably, before anything else).
+    /// Empties the log and gives it a header naming `base_seq`. Log jobs wait until the header
+    /// is durable (see the module docs).
     fn reset_log(&mut self, base_seq: u64, as_repair: bool) {
         let mut header = Vec::new();
         put_header(&mut header, base_seq);
@@ -132,7 +141,6 @@ impl Persister {
             DiskOp::Truncate { file: LOG, len: 0 },
             DiskOp::Sync { file: LOG },
             DiskOp::Write { file: LOG, offset: 0, data: Bytes::from(header) },
-            DiskOp::Sync { file: LOG },
         ];
         for op in ops {
             if as_repair {
@@ -141,6 +149,12 @@ impl Persister {
                 self.outbox.push_back((MetaIo(IoKind::Plain), op));
             }
         }
+        if as_repair {
+            self.repairs_left += 1;
+        }
+        self.resetting = true;
+        let done = IoKind::ResetSync { repair: as_repair };
+        self.outbox.push_back((MetaIo(done), DiskOp::Sync { file: LOG }));
     }
 
     /// True once start-up repairs are durable.
@@ -155,7 +169,10 @@ impl Persister {
 
     /// True while any job is queued or in flight.
     pub fn is_busy(&self) -> bool {
-        !self.queue.is_empty() || !self.held.is_empty() || self.snap_in_flight.is_some()
+        !self.queue.is_empty()
+            || !self.held.is_empty()
+            || self.snap_in_flight.is_some()
+            || self.resetting
     }
 
     /// True while a snapshot record is queued or being written.
@@ -218,7 +235,11 @@ impl Persister {
     /// frames *after* a hole, which recovery must treat as corruption. Log jobs queued meanwhile
     /// go out together as one write and one sync (group commit).
     fn pump(&mut self) {
-        while self.failed.is_none() && self.snap_in_flight.is_none() && self.held.is_empty() {
+        while self.failed.is_none()
+            && self.snap_in_flight.is_none()
+            && self.held.is_empty()
+            && !self.resetting
+        {
             let Some(job) = self.queue.pop_front() else {
                 return;
             };
@@ -273,7 +294,7 @@ impl Persister {
 
     /// Handles the completion of an op we emitted. Returns what became durable, if anything.
     pub fn on_disk(&mut self, io: MetaIo, result: Result<DiskDone, DiskError>) -> Option<Durable> {
-        if io.0 == IoKind::Repair {
+        if matches!(io.0, IoKind::Repair | IoKind::ResetSync { repair: true }) {
             self.repairs_left -= 1;
         }
         if let Err(error) = result {
@@ -293,6 +314,11 @@ impl Persister {
             }
             IoKind::SnapSync => {
                 self.on_snapshot_durable();
+                None
+            }
+            IoKind::ResetSync { .. } => {
+                self.resetting = false;
+                self.pump();
                 None
             }
         }
@@ -324,3 +350,58 @@ impl Persister {
 
 const LOG: FileId = FileId::MetaRaftLog;
 const SNAP: FileId = FileId::MetaSnapshot;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn drain(persister: &mut Persister) -> Vec<(MetaIo, DiskOp)> {
+        std::iter::from_fn(|| persister.poll_io()).collect()
+    }
+
+    /// Issue 9, defect 2: a log job queued behind a reset must not be emitted before the reset's
+    /// header is durable, or a failed header write leaves valid frames after a hole.
+    #[test]
+    fn log_jobs_wait_for_the_reset_header_to_be_durable() {
+        let mut persister =
+            Persister::new(LogRepair::Reset { create: true, base_seq: 0 }, None, None);
+        let ready = Durable { ready: Some(1), ..Durable::default() };
+        assert!(persister.push_ready(vec![7; 40], ready, true).is_none());
+        let emitted = drain(&mut persister);
+        let writes: Vec<u64> = emitted
+            .iter()
+            .filter_map(|(_, op)| match op {
+                DiskOp::Write { offset, .. } => Some(*offset),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(writes, [0], "only the header is written until it is durable");
+        // The header write fails once: the pipeline latches and nothing more reaches the log.
+        for (io, op) in emitted {
+            let result = match op {
+                DiskOp::Write { .. } => Err(DiskError::Io("injected".into())),
+                _ => Ok(DiskDone::Done),
+            };
+            assert!(persister.on_disk(io, result).is_none());
+        }
+        assert!(persister.failed().is_some());
+        assert!(drain(&mut persister).is_empty());
+    }
+
+    #[test]
+    fn the_queued_job_follows_once_the_reset_is_durable() {
+        let mut persister =
+            Persister::new(LogRepair::Reset { create: false, base_seq: 5 }, None, None);
+        let ready = Durable { ready: Some(3), ..Durable::default() };
+        assert!(persister.push_ready(vec![1; 10], ready, true).is_none());
+        let mut acknowledged = None;
+        for _ in 0..3 {
+            for (io, _) in drain(&mut persister) {
+                acknowledged = acknowledged.or(persister.on_disk(io, Ok(DiskDone::Done)));
+            }
+        }
+        assert!(persister.is_repaired());
+        assert_eq!(acknowledged.and_then(|d| d.ready), Some(3));
+        assert!(!persister.is_busy());
+    }
+}

@@ -36,6 +36,8 @@ pub struct Host {
     pub disk_delay_ms: u64,
     /// Fails every disk operation on this file, when set.
     pub fail_file: Option<FileId>,
+    /// One-shot: the next write to this file at this offset fails (a transient EIO).
+    pub fail_write_once: Option<(FileId, u64)>,
     /// Ops on this file hang: never executed, never completed.
     pub stalled: Option<FileId>,
     /// Stall the Raft log from the moment a snapshot record is written.
@@ -106,6 +108,7 @@ impl World {
                 epoch: 0,
                 disk_delay_ms: 1,
                 fail_file: None,
+                fail_write_once: None,
                 stalled: None,
                 stall_log_on_snapshot: false,
             };
@@ -302,7 +305,14 @@ impl World {
         if host.stalled == Some(op.file()) {
             return;
         }
-        let result = if host.fail_file == Some(op.file()) {
+        let once = match &op {
+            DiskOp::Write { file, offset, .. } => host.fail_write_once == Some((*file, *offset)),
+            _ => false,
+        };
+        if once {
+            host.fail_write_once = None;
+        }
+        let result = if once || host.fail_file == Some(op.file()) {
             Err(DiskError::Io("injected".into()))
         } else {
             host.execute(&op);
