@@ -1,21 +1,7 @@
 //! `narad`: the production binary. `serve` runs a broker node on the tokio runtime (real disk,
 //! HTTP); the other commands are small clients of a running node. All broker logic lives in
 //! `narad-core`; this crate only executes its disk, timer, reply and peer-message effects
-//! (node RPC over QUIC, `transport`).
-
-mod bench;
-mod cli;
-mod client;
-mod clock;
-mod cluster_cli;
-mod datadir;
-mod dev;
-mod disk;
-mod driver;
-mod http;
-mod payload_json;
-mod server;
-mod transport;
+//! (node RPC over QUIC, `transport`). The modules live in the library (`lib.rs`).
 
 use std::io::IsTerminal;
 use std::process::ExitCode;
@@ -23,7 +9,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
-use crate::cli::{Cli, Command};
+use narad::cli::{Cli, Command};
+use narad::{bench, client, cluster_cli, dev, server};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

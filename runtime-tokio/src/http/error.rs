@@ -41,7 +41,6 @@ impl ApiError {
     }
 
     /// The HTTP status of this error.
-    #[cfg(test)]
     pub fn status(&self) -> StatusCode {
         self.status
     }

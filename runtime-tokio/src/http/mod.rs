@@ -3,13 +3,13 @@
 //! `ClientError::http_status`, errors are `{"error": "..."}`. Validation that needs the topic
 //! catalogue lives in the core; this layer only rejects what it cannot even decode.
 
-mod body;
+pub(crate) mod body;
 mod cluster;
 mod consume;
 mod error;
 mod metrics;
-mod produce;
-mod query;
+pub(crate) mod produce;
+pub(crate) mod query;
 mod topics;
 
 use axum::Router;

@@ -78,7 +78,7 @@ pub async fn batch(
 }
 
 /// Parses and decodes every message; the first bad one fails the whole batch.
-fn decode_batch(body: &[u8]) -> Result<Vec<ProduceMessage>, ApiError> {
+pub fn decode_batch(body: &[u8]) -> Result<Vec<ProduceMessage>, ApiError> {
     let request: BatchRequest<'_> = serde_json::from_slice(body)
         .map_err(|e| ApiError::bad_request(format!("invalid batch body: {e}")))?;
     let count = request.messages.len();

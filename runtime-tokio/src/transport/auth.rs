@@ -40,13 +40,17 @@ const DIALER_MAGIC: &[u8; 4] = b"NRDC";
 const ACCEPTOR_MAGIC: &[u8; 4] = b"NRDS";
 const NONCE_BYTES: usize = 32;
 const TAG_BYTES: usize = 32;
-const DIALER_HELLO_BYTES: usize = 4 + 1 + 4 + 4 + NONCE_BYTES;
-const ACCEPTOR_HELLO_BYTES: usize = 4 + 1 + 4 + NONCE_BYTES;
+/// Bytes of the dialer's hello.
+pub const DIALER_HELLO_BYTES: usize = 4 + 1 + 4 + 4 + NONCE_BYTES;
+/// Bytes of the acceptor's hello.
+pub const ACCEPTOR_HELLO_BYTES: usize = 4 + 1 + 4 + NONCE_BYTES;
 const KDF_SALT: &[u8] = b"narad cluster secret v1";
 const KDF_INFO: &[u8] = b"narad connection proof key";
 const EXPORTER_LABEL: &[u8] = b"EXPORTER-narad-cluster-auth-v1";
-const DIALER_LABEL: &[u8] = b"narad/v1 dialer";
-const ACCEPTOR_LABEL: &[u8] = b"narad/v1 acceptor";
+/// Label of the dialer's proof.
+pub const DIALER_LABEL: &[u8] = b"narad/v1 dialer";
+/// Label of the acceptor's proof.
+pub const ACCEPTOR_LABEL: &[u8] = b"narad/v1 acceptor";
 
 /// The key derived from the cluster secret. The secret itself is not kept.
 #[derive(Clone)]
@@ -78,28 +82,29 @@ impl ClusterKey {
         Ok(ClusterKey(hmac::Key::from(okm)))
     }
 
-    fn tag(&self, label: &[u8], transcript: &Transcript) -> hmac::Tag {
+    /// This side's proof over `transcript` for role `label`.
+    pub fn tag(&self, label: &[u8], transcript: &Transcript) -> hmac::Tag {
         hmac::sign(&self.0, &transcript.message(label))
     }
 
     /// Constant-time check of a peer's proof.
-    fn verify(&self, label: &[u8], transcript: &Transcript, tag: &[u8]) -> bool {
+    pub fn verify(&self, label: &[u8], transcript: &Transcript, tag: &[u8]) -> bool {
         hmac::verify(&self.0, &transcript.message(label), tag).is_ok()
     }
 }
 
 /// Everything both proofs cover.
-struct Transcript {
-    exporter: [u8; 32],
-    dialer: NodeId,
-    acceptor: NodeId,
-    dialer_nonce: [u8; NONCE_BYTES],
-    acceptor_nonce: [u8; NONCE_BYTES],
+pub struct Transcript {
+    pub exporter: [u8; 32],
+    pub dialer: NodeId,
+    pub acceptor: NodeId,
+    pub dialer_nonce: [u8; NONCE_BYTES],
+    pub acceptor_nonce: [u8; NONCE_BYTES],
 }
 
 impl Transcript {
     /// The MAC'd message: the role's label, then every field.
-    fn message(&self, label: &[u8]) -> Vec<u8> {
+    pub fn message(&self, label: &[u8]) -> Vec<u8> {
         let mut out = Vec::with_capacity(label.len() + 32 + 8 + 2 * NONCE_BYTES);
         out.extend_from_slice(label);
         out.extend_from_slice(&self.exporter);
@@ -155,22 +160,16 @@ async fn dial_inner(
     let exporter = exporter(conn)?;
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| lost(conn, e))?;
     let dialer_nonce = nonce();
-    let mut hello = Vec::with_capacity(DIALER_HELLO_BYTES);
-    hello.extend_from_slice(DIALER_MAGIC);
-    hello.push(HANDSHAKE_VERSION);
-    hello.extend_from_slice(&me.0.to_be_bytes());
-    hello.extend_from_slice(&peer.0.to_be_bytes());
-    hello.extend_from_slice(&dialer_nonce);
-    write(conn, &mut send, &hello).await?;
+    let hello = DialerHello { dialer: me, acceptor: peer, nonce: dialer_nonce };
+    write(conn, &mut send, &hello.encode()).await?;
 
     let mut answer = [0u8; ACCEPTOR_HELLO_BYTES];
     read(conn, &mut recv, &mut answer).await?;
-    check_magic(&answer, ACCEPTOR_MAGIC)?;
-    let claimed = NodeId(u32::from_be_bytes(answer[5..9].try_into().expect("4 bytes")));
-    if claimed != peer {
+    let answer = AcceptorHello::decode(&answer)?;
+    if answer.acceptor != peer {
         return Err(AuthError::NotAllowed(format!(
             "dialed node {} but node {} answered (check --peers)",
-            peer.0, claimed.0
+            peer.0, answer.acceptor.0
         )));
     }
     let transcript = Transcript {
@@ -178,7 +177,7 @@ async fn dial_inner(
         dialer: me,
         acceptor: peer,
         dialer_nonce,
-        acceptor_nonce: answer[9..].try_into().expect("32 bytes"),
+        acceptor_nonce: answer.nonce,
     };
     write(conn, &mut send, key.tag(DIALER_LABEL, &transcript).as_ref()).await?;
     let mut proof = [0u8; TAG_BYTES];
@@ -216,31 +215,21 @@ async fn accept_inner(
     let (mut send, mut recv) = conn.accept_bi().await.map_err(|e| lost(conn, e))?;
     let mut hello = [0u8; DIALER_HELLO_BYTES];
     read(conn, &mut recv, &mut hello).await?;
-    check_magic(&hello, DIALER_MAGIC)?;
-    let dialer = NodeId(u32::from_be_bytes(hello[5..9].try_into().expect("4 bytes")));
-    let wanted = NodeId(u32::from_be_bytes(hello[9..13].try_into().expect("4 bytes")));
-    if wanted != me {
+    let hello = DialerHello::decode(&hello)?;
+    let dialer = hello.dialer;
+    if hello.acceptor != me {
         return Err(AuthError::NotAllowed(format!(
             "node {} dialed node {} but reached node {} (check --peers)",
-            dialer.0, wanted.0, me.0
+            dialer.0, hello.acceptor.0, me.0
         )));
     }
     allowed(dialer).map_err(AuthError::NotAllowed)?;
     let acceptor_nonce = nonce();
-    let mut answer = Vec::with_capacity(ACCEPTOR_HELLO_BYTES);
-    answer.extend_from_slice(ACCEPTOR_MAGIC);
-    answer.push(HANDSHAKE_VERSION);
-    answer.extend_from_slice(&me.0.to_be_bytes());
-    answer.extend_from_slice(&acceptor_nonce);
-    write(conn, &mut send, &answer).await?;
+    let answer = AcceptorHello { acceptor: me, nonce: acceptor_nonce };
+    write(conn, &mut send, &answer.encode()).await?;
 
-    let transcript = Transcript {
-        exporter,
-        dialer,
-        acceptor: me,
-        dialer_nonce: hello[13..].try_into().expect("32 bytes"),
-        acceptor_nonce,
-    };
+    let transcript =
+        Transcript { exporter, dialer, acceptor: me, dialer_nonce: hello.nonce, acceptor_nonce };
     let mut proof = [0u8; TAG_BYTES];
     read(conn, &mut recv, &mut proof).await?;
     if !key.verify(DIALER_LABEL, &transcript, &proof) {
@@ -261,6 +250,70 @@ fn refuse(conn: &Connection, error: &AuthError) {
         AuthError::RefusedByPeer(_) | AuthError::Connection(_) => return,
     };
     conn.close(CLOSE_REFUSED, reason);
+}
+
+/// The dialer's first message: who it is, whom it means to reach, and its nonce.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct DialerHello {
+    pub dialer: NodeId,
+    pub acceptor: NodeId,
+    pub nonce: [u8; NONCE_BYTES],
+}
+
+impl DialerHello {
+    /// The hello's bytes: `"NRDC" v1 | dialer id | acceptor id | nonce`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut hello = Vec::with_capacity(DIALER_HELLO_BYTES);
+        hello.extend_from_slice(DIALER_MAGIC);
+        hello.push(HANDSHAKE_VERSION);
+        hello.extend_from_slice(&self.dialer.0.to_be_bytes());
+        hello.extend_from_slice(&self.acceptor.0.to_be_bytes());
+        hello.extend_from_slice(&self.nonce);
+        hello
+    }
+
+    /// Parses a hello read from the handshake stream.
+    pub fn decode(hello: &[u8; DIALER_HELLO_BYTES]) -> Result<DialerHello, AuthError> {
+        check_magic(hello, DIALER_MAGIC)?;
+        Ok(DialerHello {
+            dialer: node_at(hello, 5),
+            acceptor: node_at(hello, 9),
+            nonce: hello[13..].try_into().expect("invariant: 32 bytes"),
+        })
+    }
+}
+
+/// The acceptor's answer: who it is and its nonce.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct AcceptorHello {
+    pub acceptor: NodeId,
+    pub nonce: [u8; NONCE_BYTES],
+}
+
+impl AcceptorHello {
+    /// The answer's bytes: `"NRDS" v1 | acceptor id | nonce`.
+    pub fn encode(&self) -> Vec<u8> {
+        let mut answer = Vec::with_capacity(ACCEPTOR_HELLO_BYTES);
+        answer.extend_from_slice(ACCEPTOR_MAGIC);
+        answer.push(HANDSHAKE_VERSION);
+        answer.extend_from_slice(&self.acceptor.0.to_be_bytes());
+        answer.extend_from_slice(&self.nonce);
+        answer
+    }
+
+    /// Parses an answer read from the handshake stream.
+    pub fn decode(answer: &[u8; ACCEPTOR_HELLO_BYTES]) -> Result<AcceptorHello, AuthError> {
+        check_magic(answer, ACCEPTOR_MAGIC)?;
+        Ok(AcceptorHello {
+            acceptor: node_at(answer, 5),
+            nonce: answer[9..].try_into().expect("invariant: 32 bytes"),
+        })
+    }
+}
+
+/// The big-endian node id at `pos` of a hello.
+fn node_at(bytes: &[u8], pos: usize) -> NodeId {
+    NodeId(u32::from_be_bytes(bytes[pos..pos + 4].try_into().expect("invariant: 4 bytes")))
 }
 
 fn check_magic(hello: &[u8], magic: &[u8; 4]) -> Result<(), AuthError> {
@@ -342,6 +395,18 @@ mod tests {
         let mut swapped = transcript(1);
         swapped.dialer = NodeId(3);
         assert!(!key.verify(DIALER_LABEL, &swapped, tag.as_ref()), "ids are bound");
+    }
+
+    #[test]
+    fn hellos_round_trip_and_foreign_bytes_are_refused() {
+        let hello = DialerHello { dialer: NodeId(1), acceptor: NodeId(2), nonce: [5; NONCE_BYTES] };
+        let bytes: [u8; DIALER_HELLO_BYTES] = hello.encode().try_into().expect("sized");
+        assert_eq!(DialerHello::decode(&bytes), Ok(hello));
+        let answer = AcceptorHello { acceptor: NodeId(2), nonce: [6; NONCE_BYTES] };
+        let mut bytes: [u8; ACCEPTOR_HELLO_BYTES] = answer.encode().try_into().expect("sized");
+        assert_eq!(AcceptorHello::decode(&bytes), Ok(answer));
+        bytes[4] = 2;
+        assert!(matches!(AcceptorHello::decode(&bytes), Err(AuthError::Protocol(_))));
     }
 
     #[test]

@@ -16,9 +16,9 @@
 //! - The dialer reconnects with exponential backoff; QUIC keep-alives detect a dead peer within
 //!   the idle timeout, and a restarted peer resets the old connection at once.
 
-mod auth;
+pub(crate) mod auth;
 mod conn;
-mod frame;
+pub(crate) mod frame;
 #[cfg(test)]
 mod loopback_tests;
 mod tls;

@@ -1,0 +1,35 @@
+//! `narad` as a library: every module of the production runtime, so that the binary (`main.rs`)
+//! is a thin entry point and the fuzz targets (`fuzz/`) can reach the HTTP-facing parsers and
+//! the node RPC framing. Only what the binary and the fuzz targets call is public; the
+//! `fuzzing` module is not an API (it may change with any commit).
+
+pub mod bench;
+pub mod cli;
+pub mod client;
+mod clock;
+pub mod cluster_cli;
+mod datadir;
+pub mod dev;
+mod disk;
+mod driver;
+mod http;
+mod payload_json;
+pub mod server;
+mod transport;
+
+/// The parsers the fuzz targets in `fuzz/` drive, re-exported from their private modules.
+#[doc(hidden)]
+pub mod fuzzing {
+    pub use crate::http::ApiError;
+    pub use crate::http::body::read_limited;
+    pub use crate::http::produce::decode_batch;
+    pub use crate::http::query::{ConsumeParams, ProduceParams, consume_params, produce_params};
+    pub use crate::payload_json::{key_from_json, payload_from_json, write_record};
+    pub use crate::transport::auth::{
+        ACCEPTOR_HELLO_BYTES, ACCEPTOR_LABEL, AcceptorHello, AuthError, ClusterKey,
+        DIALER_HELLO_BYTES, DIALER_LABEL, DialerHello, Transcript,
+    };
+    pub use crate::transport::frame::{
+        FrameError, MESSAGE_BYTES_MAX, decode as decode_frame, header,
+    };
+}
