@@ -18,8 +18,10 @@ mod driver;
 mod names;
 mod persist;
 mod recovery;
-mod state;
-mod storage;
+#[doc(hidden)] // public for the fuzz targets (fuzz/) only
+pub mod state;
+#[doc(hidden)] // public for the fuzz targets (fuzz/) only
+pub mod storage;
 
 #[cfg(test)]
 mod tests;
