@@ -89,23 +89,30 @@ fn check_shape(messages: &[ProduceMessage], batch: bool) -> Result<(), ClientErr
     Ok(())
 }
 
-fn check_message(topic: &TopicInfo, message: &ProduceMessage) -> Result<(), ClientError> {
-    if message.payload.is_empty() {
+/// The size limits every record obeys, whoever sent it: a client's produce, or a peer's commit
+/// batch (a record past them would not fit a partition frame).
+pub fn check_record_limits(payload: &[u8], key: Option<&[u8]>) -> Result<(), ClientError> {
+    if payload.is_empty() {
         return Err(ClientError::BadRequest(
             "empty payload: a message needs at least 1 byte".into(),
         ));
     }
-    if message.payload.len() > MAX_MESSAGE_BYTES {
+    if payload.len() > MAX_MESSAGE_BYTES {
         return Err(ClientError::TooLarge(format!(
             "payload of {} bytes exceeds the {MAX_MESSAGE_BYTES}-byte limit",
-            message.payload.len()
+            payload.len()
         )));
     }
-    if message.key.as_ref().is_some_and(|key| key.len() > MAX_KEY_BYTES) {
+    if key.is_some_and(|key| key.len() > MAX_KEY_BYTES) {
         return Err(ClientError::BadRequest(format!(
             "key longer than the {MAX_KEY_BYTES}-byte limit"
         )));
     }
+    Ok(())
+}
+
+fn check_message(topic: &TopicInfo, message: &ProduceMessage) -> Result<(), ClientError> {
+    check_record_limits(&message.payload, message.key.as_deref())?;
     if let Some(partition) = message.partition
         && partition >= topic.partitions
     {

@@ -183,6 +183,11 @@ impl<'a> Reader<'a> {
         }
     }
 
+    /// How many bytes are left to read.
+    pub fn remaining(&self) -> usize {
+        self.bytes.len() - self.pos
+    }
+
     /// Everything not yet read.
     pub fn rest(&mut self) -> &'a [u8] {
         let rest = &self.bytes[self.pos..];

@@ -6,6 +6,10 @@
 pub const WAL_SYNC_BACKSTOP_MS: u64 = 10;
 /// A WAL segment is sealed once it grows past this size.
 pub const WAL_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// The largest WAL sequence number recovery accepts (2^62). A node assigning a million sequence
+/// numbers a second would take 146,000 years to reach it, so anything larger on disk is damage;
+/// bounding it keeps every `sequence + window` sum in the dispatcher far from overflow.
+pub const MAX_WAL_SEQ: u64 = 1 << 62;
 /// A fully dispatched active segment past this size is rotated so it can be deleted.
 pub const WAL_ROTATE_DISPATCHED_BYTES: u64 = 1024 * 1024;
 /// How long the dispatcher sleeps when it has nothing to do.
@@ -45,6 +49,9 @@ pub const MAX_BATCH_BYTES: usize = 16 * 1024 * 1024;
 pub const DEFAULT_PARTITIONS: u32 = 3;
 /// Most partitions a topic may have.
 pub const MAX_PARTITIONS: u32 = 4_096;
+/// Largest `retention_ms` a topic may have: 2^53 - 1, the largest integer every JSON client
+/// represents exactly (about 285,000 years). Encodings reserve `u64::MAX` for "none".
+pub const MAX_RETENTION_MS: u64 = (1 << 53) - 1;
 /// Longest topic name.
 pub const MAX_TOPIC_NAME_BYTES: usize = 200;
 /// Most records one consume returns.

@@ -45,8 +45,15 @@ impl FileId {
         }
     }
 
-    /// Inverse of `relative_path`; `None` for files the node does not own.
+    /// Inverse of `relative_path`; `None` for files the node does not own. Only the exact
+    /// name `relative_path` gives is accepted (no sign, no other number of digits), so two
+    /// names never map to one file.
     pub fn parse(path: &str) -> Option<FileId> {
+        let file = FileId::parse_loosely(path)?;
+        (file.relative_path() == path).then_some(file)
+    }
+
+    fn parse_loosely(path: &str) -> Option<FileId> {
         let parts: Vec<&str> = path.split('/').collect();
         match parts.as_slice() {
             ["wal", "checkpoint"] => Some(FileId::WalCheckpoint),
@@ -194,5 +201,23 @@ mod tests {
         }
         assert_eq!(FileId::parse("wal/notes.txt"), None);
         assert_eq!(FileId::parse("partitions/x/00001.log"), None);
+    }
+
+    /// Found by reading (issue 9): `+1` and other spellings of a number parsed, so two names on
+    /// disk could stand for one file and one would silently shadow the other.
+    #[test]
+    fn only_the_canonical_name_of_a_file_parses() {
+        let one = FileId::WalSegment { first_seq: 1 };
+        assert_eq!(FileId::parse("wal/00000000000000000001.wal"), Some(one));
+        for alias in [
+            "wal/+0000000000000000001.wal",
+            "wal/1.wal",
+            "wal/000000000000000000001.wal",
+            "partitions/+0000000000000000007/00003.log",
+            "partitions/00000000000000000007/3.log",
+            "partitions/00000000000000000007/+0003.log",
+        ] {
+            assert_eq!(FileId::parse(alias), None, "{alias}");
+        }
     }
 }

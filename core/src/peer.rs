@@ -280,7 +280,7 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
         TAG_TOPIC_STATS => PeerMessage::TopicStats { id, topic: TopicId(reader.u64()?) },
         TAG_TOPIC_STATS_REPLY => {
             let count = reader.u64()?;
-            let mut partitions = Vec::with_capacity(usize::try_from(count.min(4096)).ok()?);
+            let mut partitions = Vec::with_capacity(capacity_for(count, reader, 20));
             for _ in 0..count {
                 partitions.push((reader.u32()?, reader.u64()?, reader.u64()?));
             }
@@ -293,14 +293,20 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
     })
 }
 
+/// Room to reserve for `count` entries of at least `min_entry_bytes` each: no more than the bytes
+/// left could hold, so a short message claiming a huge count cannot make us allocate much.
+fn capacity_for(count: u64, reader: &Reader<'_>, min_entry_bytes: usize) -> usize {
+    let fits = reader.remaining() / min_entry_bytes;
+    usize::try_from(count).map_or(fits, |count| count.min(fits))
+}
+
 fn decode_commit(reader: &mut Reader<'_>) -> Option<PeerMessage> {
     let id = reader.u64()?;
     let origin_checkpoint = reader.u64()?;
     let topic = TopicId(reader.u64()?);
     let partition = reader.u32()?;
     let count = reader.u64()?;
-    // Bound the allocation by what the bytes could possibly hold (≥ 24 bytes per record).
-    let mut records = Vec::with_capacity(usize::try_from(count.min(4096)).ok()?);
+    let mut records = Vec::with_capacity(capacity_for(count, reader, 24));
     for _ in 0..count {
         let seq = reader.u64()?;
         let timestamp_ms = reader.u64()?;
@@ -329,10 +335,7 @@ fn encode_result(out: &mut Vec<u8>, result: &WireCommitResult) {
 fn decode_result(reader: &mut Reader<'_>) -> Option<WireCommitResult> {
     match reader.take(1)?[0] {
         RESULT_COMMITTED => Some(WireCommitResult::Committed { first_offset: reader.u64()? }),
-        RESULT_FAILED => {
-            let reason = reader.optional_bytes()??;
-            Some(WireCommitResult::Failed(String::from_utf8_lossy(reason).into_owned()))
-        }
+        RESULT_FAILED => Some(WireCommitResult::Failed(read_text(reader)?)),
         RESULT_GONE => Some(WireCommitResult::TopicGone),
         _ => None,
     }
@@ -420,7 +423,7 @@ fn decode_consume_result(reader: &mut Reader<'_>) -> Option<Result<Vec<WireConsu
     match reader.take(1)?[0] {
         0 => {
             let count = reader.u64()?;
-            let mut records = Vec::with_capacity(usize::try_from(count.min(1024)).ok()?);
+            let mut records = Vec::with_capacity(capacity_for(count, reader, 24));
             for _ in 0..count {
                 let (offset, timestamp_ms) = (reader.u64()?, reader.u64()?);
                 let key = reader.optional_bytes()?.map(Bytes::copy_from_slice);
@@ -504,6 +507,36 @@ mod tests {
                 prop_assert!(PeerMessage::decode(&bytes.slice(..cut)).is_err());
             }
         }
+    }
+
+    /// Issue 9, defect 6: the reason of a failed commit decoded lossily (invalid UTF-8 became
+    /// U+FFFD), so decode∘encode was not the identity; it is strict like every other text field.
+    #[test]
+    fn a_failed_commit_reason_is_strict_utf8() {
+        let message = PeerMessage::CommitReply {
+            id: 9,
+            result: WireCommitResult::Failed("disk é full".into()),
+        };
+        let bytes = message.encode();
+        assert_eq!(PeerMessage::decode(&bytes), Ok(message));
+        let mut bad = bytes.to_vec();
+        let at = bad.len() - 2; // inside "full"
+        bad[at] = 0xff;
+        assert_eq!(PeerMessage::decode(&Bytes::from(bad)), Err(DecodeError::Malformed));
+    }
+
+    /// Found by reading (issue 9): a 50-byte message claiming thousands of entries reserved room
+    /// for up to 4,096 of them (about 320 KB); the reservation is bounded by the bytes present.
+    #[test]
+    fn a_huge_claimed_count_reserves_only_what_the_bytes_can_hold() {
+        let bytes = [0u8; 50];
+        let reader = Reader::new(&bytes);
+        assert_eq!(capacity_for(u64::MAX, &reader, 24), 2);
+        assert_eq!(capacity_for(1, &reader, 24), 1);
+        let mut claim = vec![PROTOCOL_VERSION, TAG_TOPIC_STATS_REPLY];
+        put_u64s(&mut claim, &[1, 1 << 40]);
+        claim.extend_from_slice(&[0; 40]);
+        assert_eq!(PeerMessage::decode(&Bytes::from(claim)), Err(DecodeError::Malformed));
     }
 
     #[test]

@@ -1,7 +1,10 @@
 //! How message bytes travel inside JSON (SPEC.md §2).
 //!
-//! Out (consume): a payload that is valid JSON is embedded as that JSON value; valid UTF-8 becomes
-//! a JSON string; anything else is base64 with `"payload_encoding": "base64"`. Keys are strings,
+//! Out (consume): a payload that is a JSON object, array, number, `true`, `false` or `null`, in
+//! valid UTF-8 with no whitespace around it, is embedded as that JSON text; other valid UTF-8
+//! (a JSON string included) becomes a JSON string; anything else is base64 with
+//! `"payload_encoding": "base64"`. So a reader gets the bytes back exactly: base64-decode, or take
+//! a string's contents, or take any other value's text as it stands. Keys are strings,
 //! or base64 with `"key_encoding": "base64"`. In (batch produce): a JSON string is its UTF-8 bytes
 //! (or base64-decoded bytes with `"payload_encoding": "base64"`); any other JSON value is its
 //! compact serialisation, taken from the request text itself so numbers keep their spelling.
@@ -13,6 +16,7 @@ use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
 use bytes::Bytes;
 use narad_core::ConsumedRecord;
+use serde::de::IgnoredAny;
 use serde_json::value::RawValue;
 
 /// Accepts base64 with or without padding.
@@ -44,20 +48,26 @@ pub fn write_record(out: &mut Vec<u8>, record: &ConsumedRecord) {
 
 /// Appends the payload as JSON, then (for binary) the `payload_encoding` member.
 fn write_payload(out: &mut Vec<u8>, payload: &[u8]) {
-    if is_json(payload) {
-        out.extend_from_slice(payload);
-    } else if let Ok(text) = std::str::from_utf8(payload) {
-        write_str(out, text);
-    } else {
-        write_base64(out, payload);
-        out.extend_from_slice(b",\"payload_encoding\":\"base64\"");
+    match std::str::from_utf8(payload) {
+        Ok(text) if embeds_as_json(text) => out.extend_from_slice(payload),
+        Ok(text) => write_str(out, text),
+        Err(_) => {
+            write_base64(out, payload);
+            out.extend_from_slice(b",\"payload_encoding\":\"base64\"");
+        }
     }
 }
 
-/// True if `bytes` is one complete JSON value (surrounding whitespace allowed).
-fn is_json(bytes: &[u8]) -> bool {
-    serde_json::from_slice::<serde::de::IgnoredAny>(bytes).is_ok()
+/// True if `text` can be embedded as it stands and read back byte for byte: exactly one JSON
+/// value, not a string (a reader would take the text inside its quotes), with no whitespace
+/// around it (a reader's parser would drop it). The caller has checked UTF-8: serde_json's byte
+/// parser skips string contents without checking them, so `"\x90"` passed as bytes.
+fn embeds_as_json(text: &str) -> bool {
+    let padded = text.starts_with(JSON_WHITESPACE) || text.ends_with(JSON_WHITESPACE);
+    !padded && !text.starts_with('"') && serde_json::from_str::<IgnoredAny>(text).is_ok()
 }
+
+const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\n', '\r'];
 
 fn write_str(out: &mut Vec<u8>, text: &str) {
     serde_json::to_writer(&mut *out, text).expect("invariant: writing to a Vec cannot fail");
@@ -183,6 +193,54 @@ mod tests {
         assert!(p(r#""x""#, Some("hex")).is_err());
         assert_eq!(key_from_json("", None), Ok(None));
         assert_eq!(key_from_json("//4=", Some("base64")), Ok(Some(Bytes::from(vec![255, 254]))));
+    }
+
+    /// Issue 9, defect 1: the 3 bytes `"` 0x90 `"` passed serde_json's byte-slice check and were
+    /// embedded raw, so the consume answer was not valid UTF-8 (nor JSON).
+    #[test]
+    fn invalid_utf8_inside_quotes_comes_back_as_base64() {
+        let out = record(None, b"\"\x90\"");
+        assert!(out.contains(r#""payload":"IpAi","payload_encoding":"base64""#), "{out}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("valid JSON");
+    }
+
+    /// What a reader does: base64, a string's contents, or any other value's text as it stands.
+    fn read_back(out: &str) -> Vec<u8> {
+        #[derive(serde::Deserialize)]
+        struct Message<'a> {
+            #[serde(borrow)]
+            payload: &'a RawValue,
+            payload_encoding: Option<String>,
+        }
+        let message: Message<'_> = serde_json::from_str(out).expect("valid JSON");
+        let raw = message.payload.get();
+        match (message.payload_encoding.as_deref(), raw.starts_with('"')) {
+            (Some("base64"), _) => {
+                LENIENT_BASE64.decode(json_string(message.payload).unwrap()).unwrap()
+            }
+            (None, true) => json_string(message.payload).unwrap().into_bytes(),
+            (None, false) => raw.as_bytes().to_vec(),
+            (Some(other), _) => panic!("unknown encoding {other}"),
+        }
+    }
+
+    #[test]
+    fn every_payload_reads_back_byte_for_byte() {
+        let payloads: [&[u8]; 10] = [
+            b"\"quoted\"",
+            b" {\"a\": 1}",
+            b"[1, 2]\n",
+            b"{ \"a\" : [1, 2.50] }",
+            b"12.50",
+            b"null",
+            b"plain text",
+            b"\"\x90\"",
+            &[0, 159, 146, 150],
+            b"\"unterminated",
+        ];
+        for payload in payloads {
+            assert_eq!(read_back(&record(None, payload)), payload, "{payload:?}");
+        }
     }
 
     #[test]

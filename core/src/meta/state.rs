@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use super::names::validate_name;
 use crate::api::{ClientError, TopicInfo};
 use crate::codec::Reader;
-use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
+use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS, MAX_RETENTION_MS};
 use crate::ids::{NodeId, PartitionKey, TopicId};
 
 use super::command::{Applied, MetaCommand, NONE_U64, get_str, get_u8, put_str, put_u32, put_u64};
@@ -173,6 +173,11 @@ impl MetaState {
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
             return Err(ClientError::BadRequest(format!(
                 "partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
+            )));
+        }
+        if let Some(ms) = retention_ms.filter(|&ms| ms > MAX_RETENTION_MS) {
+            return Err(ClientError::BadRequest(format!(
+                "retention_ms must be at most {MAX_RETENTION_MS}, got {ms}"
             )));
         }
         if self.topics.contains_key(&name) {
@@ -337,8 +342,15 @@ impl MetaState {
         out
     }
 
-    /// Inverse of `encode`; `None` for bytes it did not produce (never panics).
+    /// Inverse of `encode`; `None` for bytes it did not produce (never panics). Only canonical
+    /// bytes decode: an image listing a name, id or member twice (or out of order) would
+    /// otherwise decode to a state that re-encodes differently.
     pub fn decode(bytes: &[u8]) -> Option<MetaState> {
+        let state = MetaState::decode_fields(bytes)?;
+        (state.encode() == bytes).then_some(state)
+    }
+
+    fn decode_fields(bytes: &[u8]) -> Option<MetaState> {
         let mut r = Reader::new(bytes);
         if get_u8(&mut r)? != IMAGE_VERSION {
             return None;
@@ -489,6 +501,53 @@ mod tests {
         let current = MetaCommand::DeleteTopic { name: "t".into(), id: second };
         assert!(matches!(state.apply(current), Ok(Applied::Deleted(t)) if t.id == second));
         assert!(state.is_gone(first) && state.is_gone(second));
+    }
+
+    /// Issue 9, defect 5: `u64::MAX` is the encodings' "none", so a topic created with it came
+    /// back with no retention at all. Values past `MAX_RETENTION_MS` are refused; the bound
+    /// itself survives the state image and the command encoding.
+    /// Found by reading (issue 9): an image listing one topic name twice decoded to a state with
+    /// one topic, two ids and a re-encoding unlike the bytes read.
+    #[test]
+    fn an_image_naming_a_topic_twice_is_refused() {
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        state.apply(create("a", 1)).unwrap();
+        let image = state.encode();
+        assert_eq!(MetaState::decode(&image).as_ref(), Some(&state));
+        // Splice the one topic entry in twice and bump the topic count to 2.
+        let entry_start = 1 + 8 + 8 + 4;
+        let entry_len = 4 + 1 + 8 + 4 + 8 + 8 + 4 + 4;
+        let mut twice = image[..entry_start].to_vec();
+        twice[entry_start - 4..entry_start].copy_from_slice(&2u32.to_le_bytes());
+        twice.extend_from_slice(&image[entry_start..entry_start + entry_len]);
+        twice.extend_from_slice(&image[entry_start..]);
+        assert!(MetaState::decode_fields(&twice).is_some(), "the splice is well formed");
+        assert_eq!(MetaState::decode(&twice), None);
+    }
+
+    #[test]
+    fn retention_past_the_bound_is_refused_and_the_bound_round_trips() {
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        let with = |retention_ms| MetaCommand::CreateTopic {
+            name: "r".into(),
+            partitions: Some(1),
+            retention_ms: Some(retention_ms),
+            now_ms: 3,
+            seen_next_id: state.next_topic_id(),
+        };
+        for bad in [u64::MAX, MAX_RETENTION_MS + 1] {
+            let refused = state.clone().apply(with(bad));
+            assert!(matches!(refused, Err(ClientError::BadRequest(_))), "{refused:?}");
+        }
+        let command = with(MAX_RETENTION_MS);
+        let bytes = super::super::command::encode_command(&command);
+        assert_eq!(super::super::command::decode_command(&bytes), Some(command.clone()));
+        state.apply(command).unwrap();
+        assert_eq!(state.topic("r").unwrap().retention_ms, Some(MAX_RETENTION_MS));
+        let image = MetaState::decode(&state.encode()).expect("image decodes");
+        assert_eq!(image.topic("r").unwrap().retention_ms, Some(MAX_RETENTION_MS));
     }
 
     /// The mirror of C4: a create held on a clogged link (or duplicated) reaches the log after

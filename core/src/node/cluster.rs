@@ -6,6 +6,7 @@
 use std::collections::BTreeMap;
 
 use super::{ConsumeAsker, IoPurpose, MetaWaiter, Node};
+use crate::accept::check_record_limits;
 use crate::api::{ClientError, ClientReply, ConsumedRecord};
 use crate::constants::{COMMIT_TIMEOUT_MS, MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::dispatch::CommitResult;
@@ -13,7 +14,9 @@ use crate::ids::{Instant, NodeId, PartitionKey, RequestId, TopicId};
 use crate::io::{DiskOp, FileId};
 use crate::meta::decode_command;
 use crate::partition::{CommitId, PartitionRecord};
-use crate::peer::{PeerMessage, WireAdminResult, WireCommitResult, WireConsumed, WireError};
+use crate::peer::{
+    PeerMessage, WireAdminResult, WireCommitResult, WireConsumed, WireError, WireRecord,
+};
 
 use super::owner::ReplyTo;
 
@@ -160,10 +163,15 @@ impl Node {
         id: u64,
         origin_checkpoint: u64,
         target: PartitionKey,
-        records: Vec<crate::peer::WireRecord>,
+        records: Vec<WireRecord>,
     ) {
         let known = self.meta.topic_by_id(target.topic).is_some();
-        let refusal = if !known && !self.meta.caught_up() {
+        let refusal = if let Err(reason) = check_wire_records(&records) {
+            // Only a faulty or hostile peer sends these: its own accept path refuses them.
+            self.counters.peer_messages_refused += 1;
+            tracing::warn!(from = from.0, %reason, "refused a commit batch");
+            Some(reason)
+        } else if !known && !self.meta.caught_up() {
             // We may simply not know the topic yet: a retry later, not "gone".
             Some("owner's metastore replica is behind".to_string())
         } else if known && self.meta.owner(target) != Some(self.config.node_id) {
@@ -490,4 +498,13 @@ impl Node {
             self.fail_forward(id);
         }
     }
+}
+
+/// Checks a peer's commit batch against the limits a client's produce obeys.
+fn check_wire_records(records: &[WireRecord]) -> Result<(), String> {
+    for (index, record) in records.iter().enumerate() {
+        check_record_limits(&record.payload, record.key.as_deref())
+            .map_err(|error| format!("record {index}: {error}"))?;
+    }
+    Ok(())
 }

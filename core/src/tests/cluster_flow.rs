@@ -8,6 +8,9 @@ use bytes::Bytes;
 
 use super::cluster_harness::{Cluster, Ix};
 use crate::api::{ClientError, ClientOp, ClientReply, ProduceMessage, TopicInfo};
+use crate::constants::MAX_MESSAGE_BYTES;
+use crate::ids::PartitionKey;
+use crate::peer::{PeerMessage, WireCommitResult, WireRecord};
 
 fn create(c: &mut Cluster, via: Ix, name: &str, partitions: u32) -> TopicInfo {
     let op = ClientOp::CreateTopic {
@@ -289,4 +292,55 @@ fn a_late_forwarded_create_does_not_bring_back_a_deleted_name() {
     // A create made now, after the delete, works.
     let again = create(&mut c, leader, "t", 2);
     assert!(again.id > retry.id);
+}
+
+/// Issue 9, defect 3: a commit batch whose record exceeds the produce limits (2 MiB + 1 byte fits
+/// the transport's 16 MiB frame but not a partition frame) used to panic the owner in
+/// `codec::put_frame`. It is refused with a clean error, nothing lands, and the owner keeps serving.
+#[test]
+fn an_oversized_record_in_a_peer_commit_batch_is_refused_cleanly() {
+    let mut c = Cluster::new(3);
+    let topic = create(&mut c, 0, "t", 3);
+    let Some(ClientReply::Topic(_, partitions)) =
+        c.call(0, ClientOp::GetTopic { name: "t".into() }, 10_000)
+    else {
+        panic!("get topic");
+    };
+    let owner = partitions[0].owner_node as usize - 1;
+    let sender = (owner + 1) % 3;
+    let record = |seq, len| WireRecord {
+        seq,
+        timestamp_ms: 1,
+        key: None,
+        payload: Bytes::from(vec![7u8; len]),
+    };
+    let message = PeerMessage::CommitBatch {
+        id: 4242,
+        origin_checkpoint: 0,
+        target: PartitionKey { topic: topic.id, partition: 0 },
+        records: vec![record(1, 10), record(2, 2 * 1024 * 1024 + 1)],
+    };
+    c.deliver(sender, owner, message.encode());
+    c.run_for(100);
+    let reply = c.sent.iter().find_map(|(from, to, bytes)| {
+        let decoded = PeerMessage::decode(bytes).ok()?;
+        match decoded {
+            PeerMessage::CommitReply { id: 4242, result } if (*from, *to) == (owner, sender) => {
+                Some(result)
+            }
+            _ => None,
+        }
+    });
+    match reply {
+        Some(WireCommitResult::Failed(reason)) => {
+            assert!(reason.starts_with("record 1:"), "{reason}");
+            assert!(reason.contains(&MAX_MESSAGE_BYTES.to_string()), "{reason}");
+        }
+        other => panic!("expected a Failed reply, got {other:?}"),
+    }
+    assert_eq!(c.node(owner).stats().peer_messages_refused, 1);
+    let read = read_all(&mut c, owner, "t", 1);
+    assert!(read[&0].is_empty(), "nothing of a refused batch lands");
+    let reply = produce(&mut c, owner, "t", "after".into(), None);
+    assert!(matches!(reply, ClientReply::Produced { accepted: 1 }), "{reply:?}");
 }

@@ -27,6 +27,8 @@ pub struct Cluster {
     /// `release`, like a stalled stream that resumes.
     pub clogged: BTreeSet<(Ix, Ix)>,
     held: Vec<(Ix, Input)>,
+    /// Every peer message sent, as (from, to, bytes), in order.
+    pub sent: Vec<(Ix, Ix, Bytes)>,
     next_request: u64,
     size: usize,
 }
@@ -51,6 +53,7 @@ impl Cluster {
             cut: BTreeSet::new(),
             clogged: BTreeSet::new(),
             held: Vec::new(),
+            sent: Vec::new(),
             next_request: 1,
             size,
         };
@@ -159,6 +162,12 @@ impl Cluster {
         self.run_until(ms, |_| false);
     }
 
+    /// Queues `bytes` for node `to` as if node `from` had sent them (a forged or faulty peer).
+    pub fn deliver(&mut self, from: Ix, to: Ix, bytes: Bytes) {
+        let from = NodeId(from as u32 + 1);
+        self.pending.push_back((to, Input::Peer { from, bytes }));
+    }
+
     fn feed(&mut self, ix: Ix, input: Input) {
         let Some(node) = self.nodes[ix].as_mut() else {
             return;
@@ -180,6 +189,7 @@ impl Cluster {
                 Effect::Send { to, bytes } => {
                     let peer = to.0 as usize - 1;
                     let from = NodeId(ix as u32 + 1);
+                    self.sent.push((ix, peer, bytes.clone()));
                     if self.clogged.contains(&(ix, peer)) {
                         self.held.push((peer, Input::Peer { from, bytes }));
                     } else if !self.cut.contains(&(ix, peer)) && self.nodes[peer].is_some() {

@@ -358,3 +358,31 @@ fn a_failed_checkpoint_write_keeps_the_last_good_slot() {
     let h = h.restart();
     assert_eq!(h.node.stats().wal_checkpoint, 2, "recovered from the slot that was rewritten");
 }
+
+/// Issue 9, defect 4: a node whose durable checkpoint sits at the largest sequence recovery
+/// accepts still produces, dispatches and serves (no `checkpoint + lookahead` overflow), and a
+/// checkpoint past it is refused at start-up instead of overflowing later.
+#[test]
+fn a_checkpoint_at_the_sequence_bound_works_and_one_past_it_is_refused() {
+    use crate::constants::MAX_WAL_SEQ;
+    use crate::node::Node;
+    use crate::wal::checkpoint::encode_slot;
+
+    let mut h = Harness::new();
+    create(&mut h, "t", 2);
+    let mut files = std::mem::take(&mut h.files);
+    files.retain(|file, _| !matches!(file, FileId::WalSegment { .. }));
+    files.insert(FileId::WalCheckpoint, encode_slot(MAX_WAL_SEQ));
+    let mut h = Harness::from_files(files.clone());
+    h.run();
+    let reply = produce(&mut h, "t", vec![message("x", None, Some(1)), message("y", None, None)]);
+    assert_eq!(reply, ClientReply::Produced { accepted: 2 });
+    assert_eq!(read_all(&mut h, "t", 2).len(), 2);
+    assert_eq!(h.node.stats().dispatch_backlog, 0);
+
+    files.insert(FileId::WalCheckpoint, encode_slot(u64::MAX - 3));
+    let snapshot = files.into_iter().map(|(f, b)| (f, Bytes::from(b))).collect();
+    let config = crate::node::Config::single(crate::ids::NodeId(1), 42);
+    let refused = Node::recover(config, h.now, snapshot).err().expect("refused");
+    assert!(refused.to_string().contains("beyond the largest WAL sequence"), "{refused}");
+}

@@ -9,6 +9,7 @@ use bytes::Bytes;
 use super::checkpoint;
 use super::record::WalRecord;
 use crate::codec::{ScanEnd, scan};
+use crate::constants::MAX_WAL_SEQ;
 use crate::io::FileId;
 use crate::node::RecoveryError;
 
@@ -51,6 +52,9 @@ pub fn recover(
     let mut expected_seq: Option<u64> = None;
     for (&first_seq, bytes) in segments {
         let is_last = Some(first_seq) == last_first;
+        if first_seq > MAX_WAL_SEQ {
+            return Err(inconsistent(first_seq, beyond_max("segment name", first_seq)));
+        }
         let scan = scan_segment(first_seq, bytes, is_last)?;
         if let Some(expected) = expected_seq
             && expected != first_seq
@@ -61,6 +65,12 @@ pub fn recover(
         scans.insert(first_seq, scan);
     }
     let found = checkpoint_file.and_then(|bytes| checkpoint::decode_file(bytes));
+    if let Some(found) = found.filter(|&c| c > MAX_WAL_SEQ) {
+        return Err(RecoveryError::Inconsistent {
+            file: FileId::WalCheckpoint.relative_path(),
+            what: beyond_max("checkpoint", found),
+        });
+    }
     let first_seq = segments.keys().next().copied();
     let wal_end = expected_seq.unwrap_or(0);
     let checkpoint = found.or(first_seq).unwrap_or(0);
@@ -73,6 +83,10 @@ pub fn recover(
         });
     }
     Ok(assemble(scans, checkpoint, wal_end, checkpoint_file.is_some()))
+}
+
+fn beyond_max(what: &str, value: u64) -> String {
+    format!("{what} {value} is beyond the largest WAL sequence number {MAX_WAL_SEQ} (damaged)")
 }
 
 fn assemble(
@@ -164,6 +178,22 @@ mod tests {
 
     fn files(parts: &[(u64, Vec<u8>)]) -> BTreeMap<u64, Bytes> {
         parts.iter().map(|(f, b)| (*f, Bytes::from(b.clone()))).collect()
+    }
+
+    /// Issue 9, defect 4: a CRC-valid checkpoint near `u64::MAX` used to be accepted, and the
+    /// dispatcher's `checkpoint + lookahead` then overflowed.
+    #[test]
+    fn a_checkpoint_or_segment_beyond_the_largest_sequence_is_refused() {
+        for value in [u64::MAX, u64::MAX - 5, MAX_WAL_SEQ + 1] {
+            let ckpt = Bytes::from(checkpoint::encode_slot(value));
+            let error = recover(&files(&[(0, segment(0, 3))]), Some(&ckpt)).unwrap_err();
+            assert!(error.to_string().contains("beyond the largest WAL sequence"), "{error}");
+            let error = recover(&files(&[(value, Vec::new())]), None).unwrap_err();
+            assert!(error.to_string().contains("segment name"), "{error}");
+        }
+        let ckpt = Bytes::from(checkpoint::encode_slot(MAX_WAL_SEQ));
+        let got = recover(&BTreeMap::new(), Some(&ckpt)).expect("the bound itself is accepted");
+        assert_eq!((got.next_seq, got.backlog), (MAX_WAL_SEQ, 0));
     }
 
     #[test]
