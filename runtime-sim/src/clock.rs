@@ -71,6 +71,11 @@ impl<E> EventQueue<E> {
         assert!(self.peek_time().is_none_or(|next| next >= at), "skipping a due event");
         self.now = self.now.max(at);
     }
+
+    /// Removes every waiting event that `pick` selects, in the order they would have run.
+    pub fn take_where(&mut self, mut pick: impl FnMut(&E) -> bool) -> Vec<E> {
+        self.events.extract_if(.., |_, event| pick(event)).map(|(_, event)| event).collect()
+    }
 }
 
 #[cfg(test)]
@@ -92,5 +97,15 @@ mod tests {
         assert_eq!(q.now(), Instant(300));
         assert_eq!(q.popped(), 4);
         assert!(q.pop().is_none());
+    }
+
+    #[test]
+    fn takes_selected_events_in_run_order() {
+        let mut q = EventQueue::new(Instant(0));
+        for (at, e) in [(30, 3), (10, 1), (20, 2), (10, 4)] {
+            q.push_at(Instant(at), e);
+        }
+        assert_eq!(q.take_where(|e| *e != 2), vec![1, 4, 3]);
+        assert_eq!((q.len(), q.pop()), (1, Some(2)));
     }
 }

@@ -13,8 +13,12 @@ pub enum FaultClass {
     TornWrite,
     /// fsync fails; the dirty data it covered is lost.
     FsyncError,
+    /// One write fails with EIO and nothing of it lands; the file's next operations behave.
+    WriteError,
     /// A read fails with an I/O error.
     ReadError,
+    /// Reading a metastore file at start-up fails: the process exits and is restarted later.
+    StartReadError,
     /// A read returns a flipped bit (the data at rest is intact).
     ReadCorruption,
     /// Writes that would grow a file fail with ENOSPC.
@@ -59,12 +63,14 @@ pub enum FaultClass {
 
 impl FaultClass {
     /// Every class, in reporting order.
-    pub const ALL: [FaultClass; 25] = [
+    pub const ALL: [FaultClass; 27] = [
         FaultClass::ProcessCrash,
         FaultClass::PowerLoss,
         FaultClass::TornWrite,
         FaultClass::FsyncError,
+        FaultClass::WriteError,
         FaultClass::ReadError,
+        FaultClass::StartReadError,
         FaultClass::ReadCorruption,
         FaultClass::DiskFull,
         FaultClass::SlowDisk,
@@ -94,7 +100,9 @@ impl FaultClass {
             FaultClass::PowerLoss => "power_loss",
             FaultClass::TornWrite => "torn_write",
             FaultClass::FsyncError => "fsync_error",
+            FaultClass::WriteError => "write_error",
             FaultClass::ReadError => "read_error",
+            FaultClass::StartReadError => "start_read_error",
             FaultClass::ReadCorruption => "read_corruption",
             FaultClass::DiskFull => "disk_full",
             FaultClass::SlowDisk => "slow_disk",
@@ -170,7 +178,7 @@ mod tests {
         total.add(&hits);
         assert_eq!(total.get(FaultClass::BitFlip), 2);
         assert_eq!(total.classes_hit(), 1);
-        assert_eq!(FaultClass::ALL.len(), 25);
+        assert_eq!(FaultClass::ALL.len(), 27);
         for (i, class) in FaultClass::ALL.iter().enumerate() {
             assert_eq!(class.index(), i);
         }

@@ -1,6 +1,8 @@
-//! The disk's fault knobs. Rates are per operation and are drawn once per seed (swarm testing);
-//! switches (`disk_full`, `slow_factor`, `failing`, `lie_on`) are flipped by the fault schedule
-//! for a while and then cleared, so faults are structured, not only per-event noise.
+//! The disk's fault knobs. Rates are per operation (or per start-up) and are drawn once per seed
+//! (swarm testing); switches (`disk_full`, `slow_factor`, `failing`, `lie_on`) are flipped by the
+//! fault schedule for a while and then cleared, and one-shots (`fail_next_sync`,
+//! `fail_next_write`, ...) strike the next matching operation, so faults are structured, not only
+//! per-event noise.
 
 use narad_core::FileId;
 
@@ -71,8 +73,12 @@ impl FileMatch {
 pub struct DiskFaults {
     /// Probability that a sync fails (dirty data lost).
     pub fsync_error_rate: f64,
+    /// Probability that a write to any file fails once with EIO (nothing of it lands).
+    pub write_error_rate: f64,
     /// Probability that a read fails.
     pub read_error_rate: f64,
+    /// Probability, per metastore file and start-up, that reading it at start-up fails.
+    pub start_read_error_rate: f64,
     /// Probability that a read returns one flipped bit.
     pub read_corruption_rate: f64,
     /// Probability that a write to a partition log lands only a sector prefix but reports success.
@@ -91,6 +97,8 @@ pub struct DiskFaults {
     pub slow_factor: u64,
     /// One-shot: the next sync of a matching file fails.
     pub fail_next_sync: Option<FileMatch>,
+    /// One-shot: the next write to a matching file fails with EIO (nothing of it lands).
+    pub fail_next_write: Option<FileMatch>,
     /// One-shot: the next write to a matching file is torn but reports success.
     pub torn_next_write: Option<FileMatch>,
     /// One-shot: the next write to a matching file lands this many sectors off (negative = back).
@@ -105,7 +113,9 @@ impl Default for DiskFaults {
     fn default() -> Self {
         DiskFaults {
             fsync_error_rate: 0.0,
+            write_error_rate: 0.0,
             read_error_rate: 0.0,
+            start_read_error_rate: 0.0,
             read_corruption_rate: 0.0,
             torn_live_rate: 0.0,
             misdirect_rate: 0.0,
@@ -115,6 +125,7 @@ impl Default for DiskFaults {
             disk_full: false,
             slow_factor: 1,
             fail_next_sync: None,
+            fail_next_write: None,
             torn_next_write: None,
             misdirect_next_write: None,
             lie_on: None,

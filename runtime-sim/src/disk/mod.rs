@@ -2,11 +2,13 @@
 //! complete in emission order per file (the core's disk contract), in any order across files.
 //! Each operation takes effect when it completes, through the fault knobs of [`DiskFaults`].
 //! Volatile and durable bytes are kept apart ([`file::SimFile`]); a process crash keeps the
-//! page cache, a power loss drops (or tears) what was not synced.
+//! page cache, a power loss drops (or tears) what was not synced. What a start-up reads, and
+//! what a dying process had already handed over, is in [`process`].
 
 mod crash;
 pub mod faults;
 pub mod file;
+pub mod process;
 
 use std::collections::BTreeMap;
 
@@ -113,6 +115,10 @@ impl SimDisk {
         if self.faults.failing.is_some_and(|m| m.matches(&file)) {
             return Err(DiskError::Io("write failed (stuck device)".into()));
         }
+        if self.write_fails(&file) {
+            self.hits.hit(FaultClass::WriteError);
+            return Err(DiskError::Io("write failed (EIO)".into()));
+        }
         if self.faults.disk_full && offset + data.len() as u64 > len {
             self.hits.hit(FaultClass::DiskFull);
             return Err(DiskError::NoSpace);
@@ -125,6 +131,13 @@ impl SimDisk {
             self.file_mut(file).write(offset, data);
         }
         Ok(DiskDone::Done)
+    }
+
+    /// A transient write error: this one write fails, the file's next operations behave.
+    fn write_fails(&mut self, file: &FileId) -> bool {
+        let rate = self.faults.write_error_rate;
+        DiskFaults::take_if_matches(&mut self.faults.fail_next_write, file)
+            || (rate > 0.0 && self.rng.random_bool(rate))
     }
 
     fn torn_live(&mut self, file: &FileId) -> bool {
@@ -325,6 +338,30 @@ mod tests {
         assert_eq!(damage[0].bytes, b"lied");
         assert_eq!(d.hits.get(FaultClass::FsyncError), 1);
         assert_eq!(d.hits.get(FaultClass::LyingFsync), 1);
+    }
+
+    #[test]
+    fn a_transient_write_error_fails_exactly_one_write_and_is_counted() {
+        let mut d = disk();
+        let wal = FileId::WalSegment { first_seq: 0 };
+        d.complete(&DiskOp::Create { file: wal }).expect("create");
+        d.complete(&write(wal, 0, b"abc")).expect("write");
+        d.faults.fail_next_write = Some(FileMatch::class(FileClass::Meta));
+        assert_eq!(d.complete(&write(wal, 3, b"d")), Ok(DiskDone::Done), "another class");
+        d.faults.fail_next_write = Some(FileMatch::class(FileClass::Wal));
+        assert!(matches!(d.complete(&write(wal, 4, b"lost")), Err(DiskError::Io(_))));
+        assert_eq!(d.file(&wal).map(SimFile::data), Some(&b"abcd"[..]), "nothing of it landed");
+        assert_eq!(d.complete(&write(wal, 4, b"ef")), Ok(DiskDone::Done));
+        assert_eq!(d.complete(&DiskOp::Sync { file: wal }), Ok(DiskDone::Done));
+        assert_eq!(d.file(&wal).map(SimFile::data), Some(&b"abcdef"[..]));
+        assert_eq!(d.hits.get(FaultClass::WriteError), 1);
+        d.faults.write_error_rate = 0.2;
+        d.complete(&DiskOp::Create { file: FileId::MetaRaftLog }).expect("create");
+        let failed = (0..500u64)
+            .filter(|i| d.complete(&write(FileId::MetaRaftLog, *i, b"x")).is_err())
+            .count() as u64;
+        assert!((50..150).contains(&failed), "{failed} of 500 writes failed at rate 0.2");
+        assert_eq!(d.hits.get(FaultClass::WriteError), 1 + failed);
     }
 
     #[test]
