@@ -32,6 +32,8 @@ pub enum FaultAction {
     BitFlip,
     /// The next sync of a matching file fails.
     FailNextSync(FileMatch),
+    /// The next write to a matching file fails with EIO; nothing of it lands.
+    FailNextWrite(FileMatch),
     /// The next write to a matching file is torn but reports success.
     TornNextWrite(FileMatch),
     /// The next write to a matching file lands this many sectors away.
@@ -155,8 +157,32 @@ pub fn draw_schedule_on(
         net::draw_deaths(&mut out, plan, nodes, horizon_ms, rng);
         net::draw_network(&mut out, net, nodes, horizon_ms, rng);
     }
+    draw_write_errors(&mut out, plan, nodes, horizon_ms, rng);
     out.sort_by_key(|f| f.at_ms);
     out
+}
+
+/// One-shot write errors (drawn last, so the rest of a schedule is what it was without them).
+/// A quarter strike while the nodes boot, when every file gets its first writes (the metastore
+/// log its header); four in ten are aimed at the metastore's files.
+fn draw_write_errors(
+    out: &mut Vec<ScheduledFault>,
+    plan: &FaultPlan,
+    nodes: u32,
+    horizon_ms: u64,
+    rng: &mut ChaCha8Rng,
+) {
+    for _ in 0..plan.write_error_shots {
+        let t = if rng.random_bool(0.25) { 0 } else { rng.random_range(20..horizon_ms.max(21)) };
+        let class = match rng.random_range(0..10) {
+            0..4 => FileClass::Meta,
+            4..6 => FileClass::Wal,
+            6..8 => FileClass::Partition,
+            _ => FileClass::Checkpoint,
+        };
+        let node = if nodes > 1 { rng.random_range(0..nodes) } else { 0 };
+        out.push(ScheduledFault::on(node, t, FaultAction::FailNextWrite(FileMatch::class(class))));
+    }
 }
 
 /// Precise crashes, disk-full and slow-disk windows and pauses, each on a node of its own.
@@ -210,5 +236,20 @@ mod tests {
         assert_eq!(count(&FaultAction::Restart), 3);
         assert_eq!(count(&FaultAction::Pause), count(&FaultAction::Resume));
         assert!(schedule.windows(2).all(|w| w[0].at_ms <= w[1].at_ms));
+    }
+
+    #[test]
+    fn write_error_shots_leave_the_rest_of_the_schedule_alone() {
+        let plan = FaultPlan { process_crashes: 2, pauses: 2, ..FaultPlan::default() };
+        let with = FaultPlan { write_error_shots: 3, ..plan.clone() };
+        let draw = |p: &FaultPlan| {
+            let mut rng = component_rng(5, Component::Faults);
+            draw_schedule_on(p, &NetPlan::default(), 3, 2_000, &mut rng)
+        };
+        let (before, after) = (draw(&plan), draw(&with));
+        let shot = |f: &ScheduledFault| matches!(f.action, FaultAction::FailNextWrite(_));
+        assert_eq!(after.iter().filter(|f| shot(f)).count(), 3);
+        let rest: Vec<_> = after.into_iter().filter(|f| !shot(f)).collect();
+        assert_eq!(rest, before);
     }
 }

@@ -1,13 +1,14 @@
 //! Applying faults: process crashes and power losses (with the restart that follows), pauses,
-//! graceful restarts, disk switches, and the damage reports corruption-class faults file with
-//! the checker (which records they hit and which partition logs forgot acknowledged bytes).
+//! graceful restarts, disk switches, exits (a fatal error, a failed start-up read) followed by a
+//! later restart, and the damage reports corruption-class faults file with the checker (which
+//! records they hit and which partition logs forgot acknowledged bytes).
 
 use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use narad_core::codec;
 use narad_core::partition::PartitionRecord;
-use narad_core::{FileId, Input, Instant};
+use narad_core::{DiskOp, FileId, Input, Instant, IoToken};
 use narad_sim_runtime::FaultClass;
 
 use super::world::ArmedCrash;
@@ -15,7 +16,8 @@ use super::{Event, Simulation};
 use crate::checker::inv;
 use crate::payload::ids_in;
 use crate::schedule::FaultAction;
-use crate::trace::{OpKind, What};
+use crate::trace::{DoneCode, OpKind, What};
+use rand::RngExt;
 
 impl Simulation {
     pub(super) fn apply_fault(&mut self, node: u32, action: FaultAction) {
@@ -43,6 +45,7 @@ impl Simulation {
             FaultAction::DiskFull(on) => disk.disk_full = on,
             FaultAction::Slow(factor) => disk.slow_factor = factor,
             FaultAction::FailNextSync(m) => disk.fail_next_sync = Some(m),
+            FaultAction::FailNextWrite(m) => disk.fail_next_write = Some(m),
             FaultAction::TornNextWrite(m) => disk.torn_next_write = Some(m),
             FaultAction::MisdirectNextWrite(m, sectors) => {
                 disk.misdirect_next_write = Some((m, sectors))
@@ -119,7 +122,10 @@ impl Simulation {
             return;
         }
         let now = self.world.queue.now();
-        let files = self.world.disks[n].snapshot();
+        let files = match self.world.disks[n].read_at_start() {
+            Ok(files) => files,
+            Err(_) => return self.exit_and_restart_later(n, "start-read-failed"),
+        };
         self.world.checker.recovered_origins(n as u32, &recovered_origins(&files));
         match self.hosts[n].start(now, files, &mut self.world) {
             Ok(()) => {
@@ -133,6 +139,44 @@ impl Simulation {
                 self.world.checker.recovery_failed(e.to_string());
             }
         }
+    }
+
+    /// The process stops by itself (`reason`: a start-up read failed, or the node reported a
+    /// fatal error), as the production runtime exits 1; a supervisor starts it again a little
+    /// later. Not counted as a crash: the fault that caused it is.
+    pub(super) fn exit_and_restart_later(&mut self, n: usize, reason: &'static str) {
+        let node = n as u32;
+        self.world.record(node, What::Fault { action: reason });
+        if self.hosts[n].is_up() {
+            self.land_handed_over(n);
+            self.crash(n, false, false);
+        }
+        let down = self.world.fault_rng.random_range(1_000..100_000);
+        let event = Event::Fault { node, action: FaultAction::Restart, scheduled: false };
+        self.world.queue.push_after(down, event);
+    }
+
+    /// A process exits with disk operations in flight: its disk still lands a prefix of each
+    /// file's (`SimDisk::complete_handed_over`), and nobody hears of them.
+    fn land_handed_over(&mut self, n: usize) {
+        let (node, epoch) = (n as u32, self.hosts[n].epoch());
+        let mine = |e: &Event| matches!(e, Event::Disk { node: m, epoch: x, .. } if *m == node && *x == epoch);
+        let taken = self.world.queue.take_where(mine);
+        let ops: Vec<(IoToken, DiskOp)> = taken
+            .into_iter()
+            .filter_map(|e| match e {
+                Event::Disk { token, op, .. } => Some((token, op)),
+                _ => None,
+            })
+            .collect();
+        let just_ops: Vec<DiskOp> = ops.iter().map(|(_, op)| op.clone()).collect();
+        for (i, result) in self.world.disks[n].complete_handed_over(&just_ops) {
+            let (token, op) = &ops[i];
+            let (kind, _, _) = OpKind::of(op);
+            let (token, file, result) = (token.0, op.file(), DoneCode::of(&result));
+            self.world.record(node, What::DiskDone { token, kind, file, result });
+        }
+        self.collect_damage(n);
     }
 
     fn begin_graceful_restart(&mut self, n: usize) {
@@ -212,6 +256,7 @@ pub fn action_name(action: &FaultAction) -> &'static str {
         FaultAction::Slow(1) => "disk-healthy",
         FaultAction::Slow(_) => "disk-slow",
         FaultAction::FailNextSync(_) => "fail-next-sync",
+        FaultAction::FailNextWrite(_) => "fail-next-write",
         FaultAction::TornNextWrite(_) => "torn-next-write",
         FaultAction::MisdirectNextWrite(..) => "misdirect-next-write",
         FaultAction::LieOn(Some(_)) => "fsync-lies",

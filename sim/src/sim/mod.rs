@@ -276,19 +276,14 @@ impl Simulation {
         self.hosts[n].disk_done(now, epoch, token, result, &mut self.world);
     }
 
-    /// A node that reports a fatal error (a start-up sync failed) is stopped by its runtime, as
-    /// the tokio runtime exits the process; it is started again a little later.
+    /// A node that reports a fatal error (a start-up sync or a metastore write failed) is
+    /// stopped by its runtime, as the tokio runtime exits the process; what it had handed to
+    /// the disk may still land. It is started again a little later.
     fn exit_if_fatal(&mut self, n: usize) {
         let fatal = self.hosts[n].node().is_some_and(|node| node.fatal_error().is_some());
-        if !fatal {
-            return;
+        if fatal {
+            self.exit_and_restart_later(n, "fatal-exit");
         }
-        let node = n as u32;
-        self.world.record(node, What::Fault { action: "fatal-exit" });
-        self.crash(n, false, false);
-        let down = self.world.fault_rng.random_range(1_000..100_000);
-        let event = Event::Fault { node, action: FaultAction::Restart, scheduled: false };
-        self.world.queue.push_after(down, event);
     }
 
     fn client_wake(&mut self, client: usize) {
@@ -397,7 +392,9 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
 fn apply_rates(disk: &mut SimDisk, cfg: &SwarmConfig) {
     let f = &cfg.faults;
     disk.faults.fsync_error_rate = f.fsync_error_rate;
+    disk.faults.write_error_rate = f.write_error_rate;
     disk.faults.read_error_rate = f.read_error_rate;
+    disk.faults.start_read_error_rate = f.start_read_error_rate;
     disk.faults.read_corruption_rate = f.read_corruption_rate;
     disk.faults.torn_live_rate = f.torn_live_rate;
     disk.faults.misdirect_rate = f.misdirect_rate;

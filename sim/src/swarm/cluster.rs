@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 
 use narad_sim_runtime::{Component, NetFaults, component_rng};
 
-use super::{SwarmConfig, draw_faults, draw_workload, think_for};
+use super::{SwarmConfig, draw_faults, draw_io_errors, draw_workload, think_for};
 
 /// Which network faults a seed injects, and how hard.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -59,6 +59,7 @@ pub fn draw(seed: u64, nodes: u32) -> SwarmConfig {
     faults.deaths = if rng.random_bool(0.25) { rng.random_range(1..=(nodes - 1) / 2) } else { 0 };
     faults.clock_skew = rng.random_bool(0.3);
     let net = draw_net(&mut rng, horizon_ms);
+    draw_io_errors(&mut rng, &mut faults);
     workload.think_max_us = think_for(&workload, horizon_ms);
     SwarmConfig { nodes, faults, net, workload, horizon_ms, idempotent_commits: true }
 }

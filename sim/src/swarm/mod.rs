@@ -2,7 +2,8 @@
 //! single-node seed draws exactly what it always drew), which fault classes are on and how hard
 //! they hit, and what the workload looks like. Most seeds keep corruption-class faults (bit
 //! flips, misdirected writes, lying fsyncs) off so they check the strict no-loss invariant; a few
-//! turn one on. Cluster seeds add the network and process faults of [`cluster`].
+//! turn one on. Cluster seeds add the network and process faults of [`cluster`]. Transient I/O
+//! errors (a failed write, a failed start-up read of a metastore file) are drawn last.
 
 pub mod cluster;
 
@@ -106,6 +107,13 @@ pub struct FaultPlan {
     pub deaths: u32,
     /// Cluster: nodes run on skewed clocks (offset and drift).
     pub clock_skew: bool,
+    /// Transient write errors: a write to any file fails with EIO, nothing of it lands.
+    pub write_error_rate: f64,
+    /// One-shot write errors at random times (some while the nodes boot), each aimed at one
+    /// class of file on one node; the metastore's files get their share.
+    pub write_error_shots: u32,
+    /// Reading a metastore file at start-up fails (per file and start-up): the process exits.
+    pub start_read_error_rate: f64,
 }
 
 impl FaultPlan {
@@ -135,6 +143,8 @@ impl FaultPlan {
             (self.final_power_loss, "final_power_loss"),
             (self.deaths > 0, "node_death"),
             (self.clock_skew, "clock_skew"),
+            (self.write_error_rate > 0.0 || self.write_error_shots > 0, "write_error"),
+            (self.start_read_error_rate > 0.0, "start_read_error"),
         ];
         flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect()
     }
@@ -235,8 +245,9 @@ impl SwarmConfig {
     pub fn draw(seed: u64) -> SwarmConfig {
         let mut rng = component_rng(seed, Component::Swarm);
         let mut workload = draw_workload(&mut rng);
-        let faults = draw_faults(&mut rng);
+        let mut faults = draw_faults(&mut rng);
         let horizon_ms = rng.random_range(300..2_500);
+        draw_io_errors(&mut rng, &mut faults);
         workload.think_max_us = think_for(&workload, horizon_ms);
         SwarmConfig {
             nodes: 1,
@@ -319,6 +330,23 @@ pub(crate) fn draw_faults(rng: &mut ChaCha8Rng) -> FaultPlan {
     plan
 }
 
+/// The transient I/O errors of a seed. Drawn after everything else from the swarm stream, so
+/// every other field of a seed is what it was before these faults existed.
+pub(crate) fn draw_io_errors(rng: &mut ChaCha8Rng, plan: &mut FaultPlan) {
+    if rng.random_bool(0.35) {
+        let (rate, shots) = match rng.random_range(0..3) {
+            0 => (true, false),
+            1 => (false, true),
+            _ => (true, true),
+        };
+        plan.write_error_rate = if rate { rng.random_range(0.001..0.01) } else { 0.0 };
+        plan.write_error_shots = if shots { rng.random_range(1..=4) } else { 0 };
+    }
+    if rng.random_bool(0.25) {
+        plan.start_read_error_rate = rng.random_range(0.1..0.5);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -349,5 +377,14 @@ mod tests {
         assert_eq!(a.workload.messages, b.workload.messages);
         let corrupt = (0..1000).filter(|&s| SwarmConfig::draw(s).faults.corruption_class()).count();
         assert!((30..200).contains(&corrupt), "{corrupt} of 1000 seeds with corruption faults");
+    }
+
+    #[test]
+    fn io_errors_are_on_in_a_fraction_of_seeds() {
+        let plans: Vec<FaultPlan> = (0..1000).map(|s| SwarmConfig::draw(s).faults).collect();
+        let writes = plans.iter().filter(|p| p.names().contains(&"write_error")).count();
+        let reads = plans.iter().filter(|p| p.start_read_error_rate > 0.0).count();
+        assert!((250..450).contains(&writes), "{writes} of 1000 seeds with write errors");
+        assert!((150..350).contains(&reads), "{reads} of 1000 seeds with start-up read errors");
     }
 }
