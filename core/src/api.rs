@@ -107,7 +107,7 @@ pub struct ConsumedRecord {
     pub timestamp_ms: u64,
 }
 
-/// Why a request failed. `http_status` maps each to the status of SPEC.md §2.
+/// Why a request failed. `http_status` maps each to the status of the README's API table.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ClientError {
     #[error("{0}")]

@@ -1,4 +1,4 @@
-//! Every tuning constant of SPEC.md §6, named and in one place, so they are grep-able and a
+//! Every tuning constant of docs/design.md §6, named and in one place, so they are grep-able and a
 //! reviewer can see the whole performance envelope at once.
 
 /// Bounds a missed wakeup of the group-commit loop. The sans-IO WAL starts a sync as soon as one is

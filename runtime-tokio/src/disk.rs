@@ -3,10 +3,10 @@
 //! The core's contract (core/src/io.rs): operations on the same file complete in the order they
 //! were emitted; different files may run concurrently. We honour it by routing every `FileId` to a
 //! fixed thread: the ingress WAL segments have a dedicated thread, so a group commit's write +
-//! fdatasync is never queued behind anything but the previous group commit (PERF-NOTES.md), and
-//! everything else (the WAL checkpoint, the catalogue, partition logs) is spread over a small pool
-//! by a stable hash of the file. Each thread keeps its own cache of open files, so the
-//! hot path is one positional syscall per operation. Completions travel back to the driver as
+//! fdatasync is never queued behind anything but the previous group commit (docs/benchmarks.md),
+//! and everything else (the WAL checkpoint, the catalogue, partition logs) is spread over a small
+//! pool by a stable hash of the file. Each thread keeps its own cache of open files, so the hot
+//! path is one positional syscall per operation. Completions travel back to the driver as
 //! `Input::Disk` over an unbounded channel (sending never blocks a disk thread).
 
 use std::collections::{HashMap, HashSet};
@@ -190,9 +190,9 @@ fn idle(worker: &Mutex<Worker>, jobs: &mpsc::Receiver<Job>) -> Option<Job> {
     jobs.recv().ok()
 }
 
-/// Pre-writing of the active WAL segment (PERF-NOTES.md: an fdatasync that overwrites allocated,
-/// already-written blocks costs less than one that appends, since no size or extent change must
-/// be committed). When the WAL thread has nothing queued and every write of the segment is
+/// Pre-writing of the active WAL segment (measured in docs/benchmarks.md: an fdatasync that
+/// overwrites allocated, already-written blocks costs less than one that appends, since no size
+/// or extent change must be committed). When the WAL thread has nothing queued and every write of the segment is
 /// synced, it writes zeros past the segment's end and syncs them, a chunk at a time, so the group
 /// commits that follow overwrite instead of append. The core reads a zero tail after the last
 /// frame as the clean end of a log (codec::scan), so recovery is unchanged.

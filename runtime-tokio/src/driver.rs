@@ -1,7 +1,8 @@
 //! The driver: the one task that owns the `Node` (no mutex). It turns client requests, disk
-//! completions, the shutdown signal and the node's own deadline into inputs, and after every
-//! input drains the node's effects (disk operations to the disk threads, replies to the waiting
-//! HTTP handlers), drains its events into the log and re-arms the timer (STYLE.md §3).
+//! completions, the shutdown signal and the node's own deadline into inputs, and after every input
+//! drains the node's effects (disk operations to the disk threads, replies to the waiting HTTP
+//! handlers), drains its events into the log and re-arms the timer (the drain rule,
+//! docs/contributing.md).
 
 use std::collections::BTreeMap;
 use std::pin::pin;

@@ -1,4 +1,4 @@
-//! How message bytes travel inside JSON (SPEC.md §2).
+//! How message bytes travel inside JSON (docs/design.md §2).
 //!
 //! Out (consume): a payload that is a JSON object, array, number, `true`, `false` or `null`, in
 //! valid UTF-8 with no whitespace around it, is embedded as that JSON text; other valid UTF-8

@@ -1,5 +1,5 @@
-//! Acceptance item 3 of issue 2: bad input gets the status SPEC.md §2 names, a JSON error, and
-//! changes nothing.
+//! Acceptance item 3 of issue 2: bad input gets the status the README's API table names, a JSON
+//! error, and changes nothing.
 
 mod common;
 

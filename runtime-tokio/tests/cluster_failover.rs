@@ -20,7 +20,7 @@ const PARTITIONS: u32 = 6;
 const PER_PHASE: usize = 1_500;
 /// Concurrent producers per node (each with its own keep-alive connection).
 const PRODUCERS_PER_NODE: usize = 4;
-/// SPEC/issue: the dead node's share is visible on live siblings within this.
+/// The dead node's share is visible on live siblings within this.
 const REROUTE_BOUND: Duration = Duration::from_secs(15);
 /// Once the node is back, everything must be readable within this.
 const HEAL_BOUND: Duration = Duration::from_secs(60);

@@ -1,9 +1,9 @@
-//! narad-sim: the deterministic simulator of Narad. It drives the same `narad-core` state
-//! machine as the production binary through the simulated runtime (`narad-sim-runtime`), one
-//! node or a cluster of 3 or 5, with a seeded workload ([`workload`]), a swarm-drawn fault
-//! schedule ([`swarm`], [`schedule`]) and the invariant checkers of SPEC.md §5 ([`checker`]).
-//! One seed gives one run, bit for bit ([`trace`]); [`sweep`] runs many in parallel;
-//! [`scenarios`] are hand-written fault stories.
+//! narad-sim: the deterministic simulator of Narad. It drives the same `narad-core` state machine
+//! as the production binary through the simulated runtime (`narad-sim-runtime`), one node or a
+//! cluster of 3 or 5, with a seeded workload ([`workload`]), a swarm-drawn fault schedule
+//! ([`swarm`], [`schedule`]) and the invariant checkers of docs/design.md §5 ([`checker`]). One
+//! seed gives one run, bit for bit ([`trace`]); [`sweep`] runs many in parallel; [`scenarios`] are
+//! hand-written fault stories.
 #![forbid(unsafe_code)]
 #![warn(clippy::too_many_lines)]
 

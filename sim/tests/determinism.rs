@@ -1,6 +1,6 @@
-//! Determinism (SPEC §5.10): the same seed gives the same event trace bit for bit, different seeds
-//! give different traces, and a replay with the full trace ends with the same hash as a run —
-//! for single nodes and clusters alike.
+//! Determinism (docs/design.md §5.10): the same seed gives the same event trace bit for bit,
+//! different seeds give different traces, and a replay with the full trace ends with the same hash
+//! as a run — for single nodes and clusters alike.
 
 use narad_sim::{RunOptions, run_seed};
 

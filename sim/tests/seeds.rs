@@ -1,5 +1,6 @@
-//! Replays every regression seed in `seeds/` (SPEC §5: every seed that ever failed is checked
-//! forever). A failure prints the seed's note, the full failure report and the replay command.
+//! Replays every regression seed in `seeds/` (docs/design.md §5: every seed that ever failed is
+//! checked forever). A failure prints the seed's note, the full failure report and the replay
+//! command.
 
 use std::path::Path;
 

@@ -80,7 +80,7 @@ pub struct MetaConfig {
 }
 
 impl MetaConfig {
-    /// A configuration with the defaults of SPEC.md §6 (100 ms ticks, 1 s election timeout,
+    /// A configuration with the defaults of docs/design.md §6 (100 ms ticks, 1 s election timeout,
     /// 1 s heartbeats, 5 s dead timeout, 5 s request timeout, a snapshot every 1,024 entries).
     pub fn new(node_id: NodeId, voters: Vec<NodeId>, seed: u64) -> MetaConfig {
         MetaConfig {

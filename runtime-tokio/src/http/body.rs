@@ -1,7 +1,7 @@
-//! Reading request bodies with our own size limits. Axum's default limit (2 MiB) does not apply
-//! to a raw `Body`; we enforce SPEC.md's limits ourselves, answer 413 with our JSON error, and
-//! never buffer more than the limit plus one frame. A body that arrives as one frame (the common
-//! case for small produces) is passed on without a copy.
+//! Reading request bodies with our own size limits. Axum's default limit (2 MiB) does not apply to
+//! a raw `Body`; we enforce the limits of docs/design.md §4.1 ourselves, answer 413 with our JSON
+//! error, and never buffer more than the limit plus one frame. A body that arrives as one frame
+//! (the common case for small produces) is passed on without a copy.
 //!
 //! An oversized body is read to its end (and dropped) before we answer 413, up to a bound: closing
 //! a socket with unread request bytes makes the kernel send a reset, and the client may then lose

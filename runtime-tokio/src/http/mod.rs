@@ -1,7 +1,7 @@
-//! The HTTP API of SPEC.md §2 on axum. Handlers translate HTTP into `ClientOp`s, ask the node
-//! through its `NodeHandle`, and translate the `ClientReply` back: status codes come from
-//! `ClientError::http_status`, errors are `{"error": "..."}`. Validation that needs the topic
-//! catalogue lives in the core; this layer only rejects what it cannot even decode.
+//! The HTTP API (docs/design.md §2, the README's table) on axum. Handlers translate HTTP into
+//! `ClientOp`s, ask the node through its `NodeHandle`, and translate the `ClientReply` back: status
+//! codes come from `ClientError::http_status`, errors are `{"error": "..."}`. Validation that needs
+//! the topic catalogue lives in the core; this layer only rejects what it cannot even decode.
 
 pub(crate) mod body;
 mod cluster;

@@ -1,6 +1,6 @@
 //! Query-string parsing for produce and consume. We parse by hand instead of through serde so
 //! that a parameter given twice is an error (serde would keep one silently), keys may be any
-//! bytes (percent-encoded), unknown parameters are ignored as SPEC.md §2 says, and the common
+//! bytes (percent-encoded), unknown parameters are ignored (docs/design.md §2), and the common
 //! case allocates nothing.
 
 use std::borrow::Cow;

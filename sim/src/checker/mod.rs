@@ -1,18 +1,18 @@
-//! The checkers of SPEC.md §5, kept apart from the fault models. The checker sees what a Jepsen
-//! history would (every request, every answer, every record read) plus the node's own events
-//! (commits, checkpoints, discards, latches), and names anomalies in Jepsen's vocabulary:
-//! lost write, duplicate, phantom, non-monotonic watermark.
+//! The checkers of docs/design.md §5, kept apart from the fault models. The checker sees what a
+//! Jepsen history would (every request, every answer, every record read) plus the node's own events
+//! (commits, checkpoints, discards, latches), and names anomalies in Jepsen's vocabulary: lost
+//! write, duplicate, phantom, non-monotonic watermark.
 //!
-//! Corruption-class faults (bit flips, misdirected writes, lying fsyncs) may destroy the only
-//! copy of a record (SPEC §1 "Disk loss"). Records whose bytes they hit are reported as
-//! `lost_to_corruption`, never as lost writes, but the damage must be *detected*: reading a
-//! corrupt record is always a violation.
+//! Corruption-class faults (bit flips, misdirected writes, lying fsyncs) may destroy the only copy
+//! of a record (docs/design.md §1, "one copy per partition"). Records whose bytes they hit are
+//! reported as `lost_to_corruption`, never as lost writes, but the damage must be *detected*:
+//! reading a corrupt record is always a violation.
 //!
 //! In a cluster, per-node state (WAL sequences, checkpoints, latches) is kept per node, and the
 //! checker learns from each node's WAL writes under which topic incarnation every attempt was
 //! really staged (a node's replica may lag behind a delete and re-create of the same name): a
-//! record may only ever be visible in an incarnation it was staged for, and an acknowledged
-//! record is excused only when the incarnation its acknowledging node staged it for was deleted.
+//! record may only ever be visible in an incarnation it was staged for, and an acknowledged record
+//! is excused only when the incarnation its acknowledging node staged it for was deleted.
 
 mod events;
 mod reads;

@@ -1,6 +1,6 @@
-//! The scenario catalogue: each entry is one failure story of SPEC.md §4–§5 with a fixed fault
-//! schedule. Times are milliseconds after the start; these use one node, the cluster ones are in
-//! `cluster.rs`.
+//! The scenario catalogue: each entry is one failure story of docs/design.md §4–§5 with a fixed
+//! fault schedule. Times are milliseconds after the start; these use one node, the cluster ones are
+//! in `cluster.rs`.
 
 use narad_sim_runtime::{FaultClass, FileClass, FileMatch};
 

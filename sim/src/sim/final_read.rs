@@ -74,7 +74,8 @@ impl Simulation {
                 let lost = |owner: u32| owner >= 1 && self.lost_nodes & (1 << (owner - 1)) != 0;
                 if partitions.iter().all(|p| lost(p.owner_node)) {
                     // Every partition lives on a node whose disk is gone: no live sibling to
-                    // reroute to, so its records wait forever (SPEC §1 "Disk loss").
+                    // reroute to, so its records wait forever (docs/design.md §1, "one copy per
+                    // partition").
                     self.world.checker.unavailable(inc);
                 }
                 for stats in partitions {
