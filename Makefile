@@ -2,8 +2,10 @@
 SEEDS ?= 2000
 SEED ?= 0
 JOBS ?= 2
+FUZZ_SECONDS ?= 60
+NIGHTLY_FUZZ_SECONDS ?= 900
 
-.PHONY: help run test check sim sim-replay determinism nightly fmt clippy
+.PHONY: help run test check sim sim-replay determinism fuzz fuzz-regress nightly fmt clippy
 
 help:
 	@echo "run          start one node on 127.0.0.1:7942 with data in ./narad-data"
@@ -12,7 +14,9 @@ help:
 	@echo "sim          sweep SEEDS fresh simulator seeds (default 2000)"
 	@echo "sim-replay   replay one seed with its event trace: make sim-replay SEED=0x2a"
 	@echo "determinism  run a sample of seeds twice and compare trace hashes"
-	@echo "nightly      the long campaign: 200,000 seeds"
+	@echo "fuzz         every fuzz target for FUZZ_SECONDS (default 60) on stable; summary table"
+	@echo "fuzz-regress replay fuzz/corpus and fuzz/regressions through every fuzz target (seconds)"
+	@echo "nightly      the long campaign: each fuzz target NIGHTLY_FUZZ_SECONDS (900), 200,000 seeds twice"
 
 run:
 	cargo run --release -p narad -- serve
@@ -37,8 +41,15 @@ sim-replay:
 determinism:
 	cargo test -p narad-sim --test determinism
 
+# cargo-fuzz (installed from crates.io if missing), stable toolchain, no sanitizer; see fuzz/README.md.
+fuzz:
+	FUZZ_SECONDS=$(FUZZ_SECONDS) scripts/fuzz.sh run
+
+fuzz-regress:
+	scripts/fuzz.sh regress
+
 nightly:
-	cargo run --release -p narad-sim -- sweep --seeds 0..200000 --jobs $(JOBS)
+	JOBS=$(JOBS) NIGHTLY_FUZZ_SECONDS=$(NIGHTLY_FUZZ_SECONDS) scripts/nightly.sh
 
 # Narad vs Redis (appendfsync always) vs Narad's own HTTP ceiling, one run (~5 min); writes
 # docs/benchmarks.md and its SVG chart. Knobs: DURATION, VISIBLE_DURATION, CLIENTS, MICRO=1.

@@ -1,0 +1,37 @@
+//! Builders of structured values from fuzzer bytes (`arbitrary::Unstructured`) for the targets
+//! that check `decode(encode(x)) == x`, kept here when more than one target needs them.
+
+use arbitrary::{Arbitrary, Unstructured};
+use narad_core::meta::MetaCommand;
+use narad_core::{NodeId, TopicId};
+
+/// Topic names a state target draws from, so creates and deletes meet each other.
+const NAMES: [&str; 4] = ["a", "orders", "t.1", "x-y_z"];
+
+/// A metastore command of any kind with fields from the input. With `short_names` its topic
+/// names come from a few valid ones (so applying commands builds a state); without, any string.
+pub fn command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::Result<MetaCommand> {
+    let name = |u: &mut Unstructured<'_>| -> arbitrary::Result<String> {
+        if short_names { Ok((*u.choose(&NAMES)?).to_string()) } else { u.arbitrary() }
+    };
+    Ok(match u.int_in_range(0..=4u8)? {
+        0 => MetaCommand::CreateTopic {
+            name: name(u)?,
+            partitions: u.arbitrary()?,
+            retention_ms: u.arbitrary()?,
+            now_ms: u.arbitrary()?,
+            seen_next_id: u.arbitrary()?,
+        },
+        1 => MetaCommand::DeleteTopic { name: name(u)?, id: TopicId(u.arbitrary()?) },
+        2 => MetaCommand::Heartbeat {
+            node: NodeId(u.arbitrary()?),
+            http_addr: String::arbitrary(u)?,
+            cluster_addr: String::arbitrary(u)?,
+            now_ms: u.arbitrary()?,
+        },
+        3 => {
+            MetaCommand::MarkDead { node: NodeId(u.arbitrary()?), seen_heartbeats: u.arbitrary()? }
+        }
+        _ => MetaCommand::MarkAlive { node: NodeId(u.arbitrary()?) },
+    })
+}

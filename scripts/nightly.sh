@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The long campaign (`make nightly`, .github/workflows/nightly.yml): every fuzz target for
+# NIGHTLY_FUZZ_SECONDS (default 900 each), then the long simulator sweeps (a mix of cluster sizes,
+# then clusters only). Prints each part's summary; exits non-zero on any crash or failing seed.
+set -uo pipefail
+
+cd "$(dirname "$0")/.."
+jobs=${JOBS:-2}
+seeds=${NIGHTLY_SEEDS:-0..200000}
+failed=()
+
+echo "== fuzz: every target for ${NIGHTLY_FUZZ_SECONDS:-900}s"
+scripts/fuzz.sh run "${NIGHTLY_FUZZ_SECONDS:-900}" || failed+=("fuzz")
+
+echo "== simulator sweep: seeds $seeds"
+cargo run --release -p narad-sim -- sweep --seeds "$seeds" --jobs "$jobs" || failed+=("sweep")
+
+echo "== simulator cluster sweep: seeds $seeds"
+cargo run --release -p narad-sim -- sweep --seeds "$seeds" --jobs "$jobs" --nodes cluster \
+    || failed+=("cluster sweep")
+
+if [[ ${#failed[@]} -ne 0 ]]; then
+    echo "nightly FAILED: ${failed[*]}" >&2
+    exit 1
+fi
+echo "nightly passed"
