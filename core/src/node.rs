@@ -475,7 +475,9 @@ impl Node {
     /// reads, commits, discard confirmations; then turns disk requests into effects.
     fn pump(&mut self) {
         if !self.is_serving() {
-            self.drain_metastore();
+            // The metastore stays quiet too: an append emitted beside the start-up sync of its
+            // log would still land if that sync failed and dropped the pages before it, leaving
+            // valid frames after a hole (simulator finding M2). Raft keeps its outputs until then.
             self.collect_io();
             return;
         }

@@ -315,6 +315,41 @@ fn nothing_read_at_start_up_is_used_before_it_is_synced() {
     );
 }
 
+/// Simulator finding M2 (seed 0x1363 nodes=1): the single voter appended to `meta/raft.log`
+/// while the start-up sync of that file was in flight. When the sync failed (its dirty pages
+/// dropped), the append still landed past a hole, and every later start refused the log as
+/// corrupt. Nothing of the metastore may reach the disk before the start-up syncs succeed.
+#[test]
+fn the_metastore_writes_nothing_before_its_start_up_sync_succeeds() {
+    use std::cell::RefCell;
+    use std::rc::Rc;
+
+    let mut h = Harness::new();
+    create(&mut h, "t", 1);
+    let files = h.files.clone();
+    let seen = Rc::new(RefCell::new(Vec::new()));
+    let log = Rc::clone(&seen);
+    let mut h = Harness::from_files_with_fault(
+        files,
+        Box::new(move |op| {
+            let meta = matches!(op.file(), FileId::MetaRaftLog | FileId::MetaSnapshot);
+            if meta {
+                log.borrow_mut().push(op.clone());
+            }
+            let first_sync =
+                matches!(op, DiskOp::Sync { file: FileId::MetaRaftLog }) && log.borrow().len() == 1;
+            first_sync.then(|| DiskError::Io("EIO".into()))
+        }),
+    );
+    h.run();
+    assert!(h.node.fatal_error().is_some(), "the failed start-up sync is fatal");
+    let seen = seen.borrow();
+    assert!(matches!(seen[0], DiskOp::Sync { file: FileId::MetaRaftLog }), "{seen:?}");
+    let written =
+        seen.iter().any(|op| matches!(op, DiskOp::Write { .. } | DiskOp::Truncate { .. }));
+    assert!(!written, "nothing reached the metastore's files: {seen:?}");
+}
+
 #[test]
 fn a_failed_checkpoint_write_keeps_the_last_good_slot() {
     use std::cell::Cell;
