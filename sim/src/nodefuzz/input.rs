@@ -14,7 +14,7 @@ pub struct FuzzInput {
     pub setup: Setup,
     /// Small partition index interval (many index entries) instead of the production 64 KiB.
     pub small_index: bool,
-    /// Bytes per chunk when recovery scans partition logs (0 = the whole file at once).
+    /// Recovery scans partition logs in chunks of 64 × this many bytes (0 = each file whole).
     pub scan_chunk: u16,
     /// After the heal and final read: cut the power once more, recover, read everything again.
     pub final_power_loss: bool,
@@ -56,8 +56,9 @@ pub enum Setup {
     Fresh,
 }
 
-/// One step of a run.
-#[derive(Arbitrary, Clone, Debug)]
+/// One step of a run. Decoded from a one-byte tag with weights (see `Arbitrary for Op`), so
+/// requests and completions are common and crashes rarer than one operation in ten.
+#[derive(Clone, Debug)]
 pub enum Op {
     /// A client request.
     Client(ClientCmd),
@@ -80,6 +81,23 @@ pub enum Op {
     Shutdown,
     /// `Input::PeerUnreachable` for the fake peer.
     PeerUnreachable,
+}
+
+impl<'a> Arbitrary<'a> for Op {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u8::arbitrary(u)? {
+            0..=69 => Op::Client(ClientCmd::arbitrary(u)?),
+            70..=109 => Op::Peer(PeerCmd::arbitrary(u)?),
+            110..=169 => Op::Complete { pick: u8::arbitrary(u)? },
+            170..=184 => Op::Fail { pick: u8::arbitrary(u)?, error: Fault::arbitrary(u)? },
+            185..=204 => Op::CompleteAll,
+            205..=224 => Op::Advance { time: Span::arbitrary(u)? },
+            225..=234 => Op::Settle,
+            235..=246 => Op::Crash { kind: CrashKind::arbitrary(u)?, land: Vec::arbitrary(u)? },
+            247..=249 => Op::Shutdown,
+            _ => Op::PeerUnreachable,
+        })
+    }
 }
 
 /// The error an injected failure reports.
@@ -111,8 +129,8 @@ pub enum Span {
     QuarterSeconds(u8),
 }
 
-/// A client request, as selectors.
-#[derive(Arbitrary, Clone, Debug)]
+/// A client request, as selectors (weighted towards produce and consume).
+#[derive(Clone, Debug)]
 pub enum ClientCmd {
     Create {
         topic: TopicSel,
@@ -144,6 +162,37 @@ pub enum ClientCmd {
     },
     Stats,
     Members,
+}
+
+impl<'a> Arbitrary<'a> for ClientCmd {
+    fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
+        Ok(match u8::arbitrary(u)? {
+            0..=99 => ClientCmd::Produce {
+                topic: TopicSel::arbitrary(u)?,
+                messages: Vec::arbitrary(u)?,
+                batch: bool::arbitrary(u)?,
+            },
+            100..=111 => {
+                ClientCmd::ProduceMany { topic: TopicSel::arbitrary(u)?, count: u16::arbitrary(u)? }
+            }
+            112..=139 => ClientCmd::Create {
+                topic: TopicSel::arbitrary(u)?,
+                partitions: Count::arbitrary(u)?,
+                retention: Option::arbitrary(u)?,
+            },
+            140..=155 => ClientCmd::Delete { topic: TopicSel::arbitrary(u)? },
+            156..=209 => ClientCmd::Consume {
+                topic: TopicSel::arbitrary(u)?,
+                partition: u8::arbitrary(u)?,
+                offset: Offset::arbitrary(u)?,
+                max: u16::arbitrary(u)?,
+            },
+            210..=221 => ClientCmd::List,
+            222..=239 => ClientCmd::Get { topic: TopicSel::arbitrary(u)? },
+            240..=249 => ClientCmd::Stats,
+            _ => ClientCmd::Members,
+        })
+    }
 }
 
 /// A topic name: the common ones, or an edge case of the name rules.

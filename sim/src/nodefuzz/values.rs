@@ -65,11 +65,18 @@ impl Values {
         }
     }
 
-    /// `len` bytes of a pattern unique to this call (the counter, repeated).
+    /// `len` bytes of a pattern unique to this call (the counter, repeated). Built by doubling
+    /// copies, not byte by byte: under coverage instrumentation a per-byte loop over megabytes
+    /// would cost more than the node's whole run.
     pub fn payload(&mut self, len: usize) -> Bytes {
         self.counter += 1;
-        let pattern = self.counter.to_le_bytes();
-        let bytes: Vec<u8> = pattern.iter().copied().cycle().take(len).collect();
+        let mut bytes = Vec::with_capacity(len.max(8));
+        bytes.extend_from_slice(&self.counter.to_le_bytes());
+        while bytes.len() < len {
+            let more = bytes.len().min(len - bytes.len());
+            bytes.extend_from_within(..more);
+        }
+        bytes.truncate(len);
         Bytes::from(bytes)
     }
 
