@@ -15,11 +15,14 @@ use serde_json::Value;
 fuzz_target!(|data: &[u8]| {
     let Ok(messages) = decode_batch(data) else { return };
     assert!((1..=1000).contains(&messages.len()));
-    let body: Value = serde_json::from_slice(data).expect("accepted bodies are JSON");
-    let given = body["messages"].as_array().expect("accepted bodies hold a messages array");
-    assert_eq!(given.len(), messages.len());
-    for (message, json) in messages.iter().zip(given) {
-        agrees_with_json(message, json);
+    // serde_json's `Value` refuses numbers beyond f64 (`1e999`), which JSON's grammar and the
+    // batch decoder allow: such bodies are only checked by the round trip below.
+    if let Ok(body) = serde_json::from_slice::<Value>(data) {
+        let given = body["messages"].as_array().expect("accepted bodies hold a messages array");
+        assert_eq!(given.len(), messages.len());
+        for (message, json) in messages.iter().zip(given) {
+            agrees_with_json(message, json);
+        }
     }
     let again = decode_batch(&batch_body(&messages)).expect("a re-encoded batch is accepted");
     assert_eq!(again, messages, "round trip");
