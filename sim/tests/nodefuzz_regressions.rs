@@ -1,8 +1,9 @@
 //! Replays every saved input of the whole-node fuzz target (`fuzz/fuzz_targets/node.rs`)
 //! through `narad_sim::nodefuzz::run`, so plain `cargo test` keeps checking them without
-//! cargo-fuzz: `fuzz/regressions/node/` (minimised crashes, one file per finding) and
-//! `fuzz/corpus/node/` (the seed corpus). `nodefuzz_write_seed_corpus` (ignored) regenerates the seeds;
-//! `NODEFUZZ_REPLAY_DIR` names one more directory to replay.
+//! cargo-fuzz: `fuzz/regressions/node/` (minimised crashes, one file per finding; `open-*` ones
+//! are not fixed yet and must still fail) and `fuzz/corpus/node/` (the seed corpus).
+//! `nodefuzz_write_seed_corpus` (ignored) regenerates the seeds; `NODEFUZZ_REPLAY_DIR` names one
+//! more directory to replay.
 
 use std::path::{Path, PathBuf};
 
@@ -25,18 +26,23 @@ fn inputs(dir: &Path) -> Vec<PathBuf> {
     files
 }
 
-/// Runs every input of `dir`; panics naming each one that fails.
+/// Runs every input of `dir`; panics naming each one that fails. A file named `open-*` is a
+/// finding not fixed yet: it must still fail (so the replay stays green meanwhile), and once
+/// it passes the test says to drop the prefix, so that it guards the fix from then on.
 fn replay(dir: &Path) -> usize {
     let files = inputs(dir);
-    let failed: Vec<String> = files
-        .iter()
-        .filter_map(|path| {
-            let data = std::fs::read(path).expect("readable input");
-            let outcome = std::panic::catch_unwind(|| run(&data));
-            outcome.is_err().then(|| path.display().to_string())
-        })
-        .collect();
-    assert!(failed.is_empty(), "nodefuzz inputs that fail: {failed:#?}");
+    let mut wrong = Vec::new();
+    for path in &files {
+        let data = std::fs::read(path).expect("readable input");
+        let failed = std::panic::catch_unwind(|| run(&data)).is_err();
+        let open = path.file_name().is_some_and(|n| n.to_string_lossy().starts_with("open-"));
+        match (open, failed) {
+            (false, true) => wrong.push(format!("{}: fails", path.display())),
+            (true, false) => wrong.push(format!("{}: passes now: drop `open-`", path.display())),
+            _ => {}
+        }
+    }
+    assert!(wrong.is_empty(), "nodefuzz inputs: {wrong:#?}");
     files.len()
 }
 

@@ -226,7 +226,8 @@ pub enum KeySel {
     Edge(u8),
 }
 
-/// A payload size: tiny, medium, or an edge of the 1 B – 1 MiB range (or of 2 MiB frames).
+/// A payload size: tiny (< 256 B), medium (< 8 KiB), or an edge of the 1 B – 1 MiB range (or,
+/// for a peer's records, of the 2 MiB frame limit).
 #[derive(Arbitrary, Clone, Copy, Debug)]
 pub enum Size {
     Tiny(u8),
@@ -308,6 +309,22 @@ pub enum PeerSel {
     },
     /// A Raft message: raw protobuf bytes.
     Raft(Vec<u8>),
+    /// A well-formed Raft message (raft-rs protobuf) addressed from the sender to our node.
+    RaftMessage(RaftSel),
+}
+
+/// A Raft message's fields: small numbers, near the terms and indexes a young log has.
+#[derive(Arbitrary, Clone, Debug)]
+pub struct RaftSel {
+    /// `eraftpb::MessageType` (0–18; others are unknown values).
+    pub msg_type: u8,
+    pub term: u8,
+    pub log_term: u8,
+    pub index: u8,
+    pub commit: u8,
+    pub reject: bool,
+    /// Entries appended after `index`, each with its term and metastore command.
+    pub entries: Vec<(u8, CommandSel)>,
 }
 
 /// A partition on the wire.

@@ -25,6 +25,7 @@ mod final_phase;
 mod harness;
 pub mod input;
 mod oracle;
+mod raft;
 mod values;
 
 #[cfg(test)]
@@ -40,7 +41,9 @@ pub const MAX_OPS: usize = 256;
 /// Most messages of one produce or commit batch (besides `ProduceMany`).
 pub const MAX_MESSAGES: usize = 32;
 /// Payload bytes one run may generate in total.
-pub const PAYLOAD_BUDGET_BYTES: usize = 6 * 1024 * 1024;
+/// Enough for a record at the 2 MiB frame limit plus a 1 MiB one; every byte costs about ten
+/// passes (WAL, partition, read-backs, recoveries, final reads), so more slows every run.
+pub const PAYLOAD_BUDGET_BYTES: usize = 3 * 1024 * 1024 + 64 * 1024;
 /// Disk completions plus timer firings of the active phase (set-up included).
 pub const ACTIVE_STEPS: u64 = 40_000;
 /// The same, added for the final phase.
@@ -95,8 +98,9 @@ pub fn run_input(input: &FuzzInput) -> Report {
     }
 }
 
-/// `NODEFUZZ_SKIP_KNOWN=1`: do not generate the inputs of defects already known and being fixed
-/// (peer records past the 2 MiB frame limit), so a campaign can look past them.
+/// `NODEFUZZ_SKIP_KNOWN=1`: do not generate the inputs of defects already known (peer records
+/// past the 2 MiB frame limit; Raft messages from the fake peer, which is no voter: raft-rs
+/// panics on some, see `fuzz/regressions/node/open-*`), so a campaign can look past them.
 pub fn skip_known_defects() -> bool {
     static SKIP: OnceLock<bool> = OnceLock::new();
     *SKIP.get_or_init(|| std::env::var_os("NODEFUZZ_SKIP_KNOWN").is_some_and(|v| v != "0"))

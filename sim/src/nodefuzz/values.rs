@@ -83,7 +83,7 @@ impl Values {
     fn sized_payload(&mut self, size: Size, peer: bool) -> Bytes {
         let want = match size {
             Size::Tiny(n) => usize::from(n),
-            Size::Medium(n) => usize::from(n) * 16,
+            Size::Medium(n) => usize::from(n % 8_192),
             Size::Edge(n) if peer && !skip_known_defects() => {
                 let n = usize::from(n) % (CLIENT_EDGES.len() + FRAME_EDGES.len());
                 CLIENT_EDGES.get(n).copied().unwrap_or_else(|| FRAME_EDGES[n - CLIENT_EDGES.len()])
@@ -154,6 +154,15 @@ impl Values {
                 out.extend_from_slice(body);
                 Bytes::from(out)
             }
+            PeerSel::RaftMessage(sel) => {
+                let commands: Vec<Vec<u8>> = sel
+                    .entries
+                    .iter()
+                    .map(|(_, command)| self.command(0, command).to_vec())
+                    .collect();
+                let raft = super::raft::encode_message(sel, from, NODE, &commands);
+                PeerMessage::Raft(Bytes::from(raft)).encode()
+            }
             other => self.well_formed(other)?.encode(),
         };
         Some((from, bytes))
@@ -161,7 +170,9 @@ impl Values {
 
     fn well_formed(&mut self, sel: &PeerSel) -> Option<PeerMessage> {
         Some(match sel {
-            PeerSel::Raw(_) | PeerSel::Tagged { .. } => unreachable!("encoded by the caller"),
+            PeerSel::Raw(_) | PeerSel::Tagged { .. } | PeerSel::RaftMessage(_) => {
+                unreachable!("encoded by the caller")
+            }
             PeerSel::CommitBatch { id, checkpoint, target, records } => PeerMessage::CommitBatch {
                 id: *id,
                 origin_checkpoint: offset_value(*checkpoint),
