@@ -71,7 +71,7 @@ fn interesting(report: &Report) -> bool {
 }
 
 /// Writes a seed corpus of random inputs that acknowledge records, restart the node and pass
-/// the final checks: `cargo test -p narad-sim --test nodefuzz_regressions -- --ignored`.
+/// the final checks (inputs that fail are skipped): `cargo test -p narad-sim --test nodefuzz_regressions -- --ignored`.
 #[test]
 #[ignore = "writes files: run by hand to regenerate fuzz/corpus/node/"]
 fn nodefuzz_write_seed_corpus() {
@@ -82,7 +82,10 @@ fn nodefuzz_write_seed_corpus() {
     for attempt in 0..5_000 {
         let len = rng.random_range(64..2_048);
         let data: Vec<u8> = (0..len).map(|_| rng.random()).collect();
-        let report = run_input(&FuzzInput::decode(&data));
+        // An input that fails is a finding, not a seed (the corpus must replay green).
+        let Ok(report) = std::panic::catch_unwind(|| run_input(&FuzzInput::decode(&data))) else {
+            continue;
+        };
         if interesting(&report) {
             std::fs::write(dir.join(format!("seed-{attempt:04}")), &data).expect("write seed");
             written += 1;
