@@ -13,6 +13,7 @@ use narad_core::peer::{
 };
 use narad_core::{PartitionKey, TopicId};
 use narad_fuzz::alloc::{Counting, measure};
+use narad_fuzz::values::retention;
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -129,7 +130,7 @@ fn admin_result(u: &mut Unstructured<'_>) -> arbitrary::Result<WireAdminResult> 
             name: u.arbitrary()?,
             id: TopicId(u.arbitrary()?),
             partitions: u.arbitrary()?,
-            retention_ms: u.arbitrary()?,
+            retention_ms: retention(u)?,
             created_ms: u.arbitrary()?,
         }),
         1 => WireAdminResult::Done,

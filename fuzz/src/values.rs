@@ -8,6 +8,13 @@ use narad_core::{NodeId, TopicId};
 /// Topic names a state target draws from, so creates and deletes meet each other.
 const NAMES: [&str; 4] = ["a", "orders", "t.1", "x-y_z"];
 
+/// A `retention_ms` a topic can have: none, or at most `MAX_RETENTION_MS` (larger values are
+/// refused with 400 before any encoding sees them; `u64::MAX` is the encodings' "none").
+pub fn retention(u: &mut Unstructured<'_>) -> arbitrary::Result<Option<u64>> {
+    let max = narad_core::constants::MAX_RETENTION_MS;
+    Ok(if u.arbitrary()? { Some(u.int_in_range(0..=max)?) } else { None })
+}
+
 /// A metastore command of any kind with fields from the input. With `short_names` its topic
 /// names come from a few valid ones (so applying commands builds a state); without, any string.
 pub fn command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::Result<MetaCommand> {
@@ -18,7 +25,7 @@ pub fn command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::Result
         0 => MetaCommand::CreateTopic {
             name: name(u)?,
             partitions: u.arbitrary()?,
-            retention_ms: u.arbitrary()?,
+            retention_ms: retention(u)?,
             now_ms: u.arbitrary()?,
             seen_next_id: u.arbitrary()?,
         },

@@ -64,6 +64,9 @@ fn check_topics_and_consume(client: &Client) {
     assert_error(client.post_json("/v1/topics", &bad_name), 400, "bad topic name");
     let extra = json!({ "name": "t2", "colour": "red" });
     assert_error(client.post_json("/v1/topics", &extra), 400, "unknown field in create");
+    let forever = json!({ "name": "t3", "retention_ms": u64::MAX });
+    assert_error(client.post_json("/v1/topics", &forever), 400, "retention_ms u64::MAX");
+    assert_error(client.get("/v1/topics/t3"), 404, "the refused create created nothing");
     assert_error(client.get("/v1/topics/nope"), 404, "get unknown topic");
     assert_error(client.delete("/v1/topics/nope"), 404, "delete unknown topic");
     assert_error(client.get("/v1/topics/nope/consume?partition=0"), 404, "consume unknown");

@@ -84,7 +84,9 @@ pub(super) fn get_u8(reader: &mut Reader<'_>) -> Option<u8> {
     Some(reader.take(1)?[0])
 }
 
-/// Bytes of a command as carried in a Raft entry.
+/// Bytes of a command as carried in a Raft entry. A create's `retention_ms` is at most
+/// `MAX_RETENTION_MS` (`validate_retention` runs before a create is proposed): `u64::MAX` is the
+/// encoding of "none".
 pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
     let mut out = Vec::new();
     match command {

@@ -40,7 +40,7 @@ use crate::node::RecoveryError;
 
 pub use command::{Applied, MetaCommand, decode_command, encode_command};
 pub use persist::MetaIo;
-pub use state::MemberInfo;
+pub use state::{MemberInfo, validate_retention};
 
 use persist::Persister;
 use state::MetaState;
@@ -95,7 +95,7 @@ impl MetaConfig {
             heartbeat_ms: 1_000,
             dead_after_ms: 5_000,
             request_timeout_ms: 5_000,
-            snapshot_every_entries: 1_024,
+            snapshot_every_entries: crate::constants::META_SNAPSHOT_EVERY_ENTRIES,
             log_bytes_max: 8 * 1024 * 1024,
         }
     }

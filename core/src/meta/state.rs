@@ -175,11 +175,7 @@ impl MetaState {
                 "partitions must be between 1 and {MAX_PARTITIONS}, got {partitions}"
             )));
         }
-        if let Some(ms) = retention_ms.filter(|&ms| ms > MAX_RETENTION_MS) {
-            return Err(ClientError::BadRequest(format!(
-                "retention_ms must be at most {MAX_RETENTION_MS}, got {ms}"
-            )));
-        }
+        validate_retention(retention_ms)?;
         if self.topics.contains_key(&name) {
             return Err(ClientError::Conflict(format!("topic `{name}` already exists")));
         }
@@ -302,6 +298,18 @@ impl MetaState {
 }
 
 // ---- Image encoding ------------------------------------------------------------------------
+
+/// Refuses a `retention_ms` past `MAX_RETENTION_MS`. The encodings reserve `u64::MAX` for "none",
+/// so this runs before a create is proposed (a larger value would reach the log as "none"), and
+/// again when it is applied.
+pub fn validate_retention(retention_ms: Option<u64>) -> Result<(), ClientError> {
+    match retention_ms {
+        Some(ms) if ms > MAX_RETENTION_MS => Err(ClientError::BadRequest(format!(
+            "retention_ms must be at most {MAX_RETENTION_MS}, got {ms}"
+        ))),
+        _ => Ok(()),
+    }
+}
 
 const IMAGE_VERSION: u8 = 2;
 

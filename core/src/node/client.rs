@@ -10,7 +10,7 @@ use crate::api::{
 use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::ids::{PartitionKey, RequestId};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
-use crate::meta::MetaCommand;
+use crate::meta::{MetaCommand, validate_retention};
 use crate::partition::{PartitionLog, ReadPlan};
 use crate::peer::{PeerMessage, WireConsumed, WireError};
 
@@ -18,6 +18,9 @@ impl Node {
     pub(super) fn handle_client(&mut self, request: RequestId, op: ClientOp) {
         match op {
             ClientOp::CreateTopic { name, partitions, retention_ms } => {
+                if let Err(error) = validate_retention(retention_ms) {
+                    return self.reply(request, ClientReply::Error(error));
+                }
                 let now_ms = self.now.as_millis();
                 // What this replica has seen: the command may reach the log late (see there).
                 let seen_next_id = self.meta.next_topic_id();

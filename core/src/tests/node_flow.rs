@@ -421,3 +421,35 @@ fn a_checkpoint_at_the_sequence_bound_works_and_one_past_it_is_refused() {
     let refused = Node::recover(config, h.now, snapshot).err().expect("refused");
     assert!(refused.to_string().contains("beyond the largest WAL sequence"), "{refused}");
 }
+
+/// Issue 9, defect 5, through the node: the create is refused before it is proposed (encoded,
+/// `u64::MAX` would have reached the log as "no retention" and been applied as such).
+#[test]
+fn a_create_with_retention_past_the_bound_is_refused_before_it_is_proposed() {
+    use crate::constants::MAX_RETENTION_MS;
+
+    let mut h = Harness::new();
+    for bad in [u64::MAX, MAX_RETENTION_MS + 1] {
+        let reply = h.call(ClientOp::CreateTopic {
+            name: "r".into(),
+            partitions: Some(1),
+            retention_ms: Some(bad),
+        });
+        assert!(
+            matches!(&reply, ClientReply::Error(ClientError::BadRequest(m)) if m.contains("retention_ms")),
+            "{reply:?}"
+        );
+    }
+    assert_eq!(h.call(ClientOp::ListTopics), ClientReply::Topics(Vec::new()));
+    let reply = h.call(ClientOp::CreateTopic {
+        name: "r".into(),
+        partitions: Some(1),
+        retention_ms: Some(MAX_RETENTION_MS),
+    });
+    let ClientReply::TopicCreated(topic) = reply else { panic!("{reply:?}") };
+    assert_eq!(topic.retention_ms, Some(MAX_RETENTION_MS));
+    let mut h = h.restart();
+    h.run();
+    let ClientReply::Topics(topics) = h.call(ClientOp::ListTopics) else { panic!("list") };
+    assert_eq!(topics[0].retention_ms, Some(MAX_RETENTION_MS), "the bound survives a restart");
+}
