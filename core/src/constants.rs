@@ -39,6 +39,8 @@ pub const FAILURE_BACKOFF_MS: u64 = 1_000;
 pub const COMMIT_FANOUT: usize = 16;
 /// A dirty checkpoint is made durable within this long.
 pub const CHECKPOINT_SYNC_DELAY_MS: u64 = 250;
+/// The metastore takes a snapshot (and resets its Raft log) after this many applied entries.
+pub const META_SNAPSHOT_EVERY_ENTRIES: u64 = 1_024;
 /// Largest payload of one message.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// Most messages in one batch produce.

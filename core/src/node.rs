@@ -53,6 +53,9 @@ pub struct Config {
     /// Bytes of partition log per in-memory index entry (`PARTITION_INDEX_INTERVAL_BYTES`);
     /// the simulator makes it small so that its short runs read across many entries.
     pub partition_index_interval_bytes: u64,
+    /// Applied metastore entries between snapshots (`META_SNAPSHOT_EVERY_ENTRIES`); the
+    /// simulator makes it small so that its short runs take snapshots and reset the Raft log.
+    pub meta_snapshot_every_entries: u64,
 }
 
 impl Config {
@@ -74,6 +77,7 @@ impl Config {
             dead_after_ms: 5_000,
             idempotent_commits: true,
             partition_index_interval_bytes: crate::constants::PARTITION_INDEX_INTERVAL_BYTES,
+            meta_snapshot_every_entries: crate::constants::META_SNAPSHOT_EVERY_ENTRIES,
         }
     }
 
@@ -83,6 +87,7 @@ impl Config {
         meta.cluster_addr.clone_from(&self.cluster_addr);
         meta.heartbeat_ms = self.heartbeat_ms;
         meta.dead_after_ms = self.dead_after_ms;
+        meta.snapshot_every_entries = self.meta_snapshot_every_entries;
         meta
     }
 }

@@ -59,11 +59,16 @@ pub enum FaultClass {
     ClockSkew,
     /// The metastore leader changed (observed, not injected: the fruit of the faults above).
     LeaderChange,
+    /// A metastore snapshot record was written (observed: the path that resets the Raft log).
+    MetaSnapshotWrite,
+    /// A transient write error hit the metastore's Raft log or snapshot (observed: the subset
+    /// of `WriteError` that reaches the metastore's persistence pipeline).
+    WriteErrorMeta,
 }
 
 impl FaultClass {
     /// Every class, in reporting order.
-    pub const ALL: [FaultClass; 27] = [
+    pub const ALL: [FaultClass; 29] = [
         FaultClass::ProcessCrash,
         FaultClass::PowerLoss,
         FaultClass::TornWrite,
@@ -91,6 +96,8 @@ impl FaultClass {
         FaultClass::NodeDeath,
         FaultClass::ClockSkew,
         FaultClass::LeaderChange,
+        FaultClass::MetaSnapshotWrite,
+        FaultClass::WriteErrorMeta,
     ];
 
     /// Stable snake_case name (JSON keys, reports).
@@ -123,6 +130,8 @@ impl FaultClass {
             FaultClass::NodeDeath => "node_death",
             FaultClass::ClockSkew => "clock_skew",
             FaultClass::LeaderChange => "leader_change",
+            FaultClass::MetaSnapshotWrite => "meta_snapshot_write",
+            FaultClass::WriteErrorMeta => "write_error_meta",
         }
     }
 
@@ -178,7 +187,7 @@ mod tests {
         total.add(&hits);
         assert_eq!(total.get(FaultClass::BitFlip), 2);
         assert_eq!(total.classes_hit(), 1);
-        assert_eq!(FaultClass::ALL.len(), 27);
+        assert_eq!(FaultClass::ALL.len(), 29);
         for (i, class) in FaultClass::ALL.iter().enumerate() {
             assert_eq!(class.index(), i);
         }

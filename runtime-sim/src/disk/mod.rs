@@ -115,13 +115,20 @@ impl SimDisk {
         if self.faults.failing.is_some_and(|m| m.matches(&file)) {
             return Err(DiskError::Io("write failed (stuck device)".into()));
         }
+        let meta = FileClass::of(&file) == FileClass::Meta;
         if self.write_fails(&file) {
             self.hits.hit(FaultClass::WriteError);
+            if meta {
+                self.hits.hit(FaultClass::WriteErrorMeta);
+            }
             return Err(DiskError::Io("write failed (EIO)".into()));
         }
         if self.faults.disk_full && offset + data.len() as u64 > len {
             self.hits.hit(FaultClass::DiskFull);
             return Err(DiskError::NoSpace);
+        }
+        if file == FileId::MetaSnapshot {
+            self.hits.hit(FaultClass::MetaSnapshotWrite);
         }
         if self.torn_live(&file) {
             self.write_torn(file, offset, data);

@@ -40,6 +40,7 @@ impl Scenario {
             workload: self.workload.clone(),
             horizon_ms: 0,
             idempotent_commits: true,
+            sizes: crate::swarm::NodeSizes::default(),
         };
         let mut sim = Simulation::new(self.seed, cfg, self.schedule.clone(), keep_trace);
         sim.scenario = Some(self.name.to_string());

@@ -386,6 +386,7 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
     // Small index intervals: a run's partitions hold kilobytes, and reads should still start
     // at an entry well before the wanted offset and skip frames (as production reads do).
     config.partition_index_interval_bytes = SIM_PARTITION_INDEX_INTERVAL_BYTES;
+    config.meta_snapshot_every_entries = cfg.sizes.meta_snapshot_every_entries;
     config
 }
 

@@ -8,7 +8,7 @@ use rand_chacha::ChaCha8Rng;
 
 use narad_sim_runtime::{Component, NetFaults, component_rng};
 
-use super::{SwarmConfig, draw_faults, draw_io_errors, draw_workload, think_for};
+use super::{SwarmConfig, draw_faults, draw_io_errors, draw_sizes, draw_workload, think_for};
 
 /// Which network faults a seed injects, and how hard.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -60,8 +60,9 @@ pub fn draw(seed: u64, nodes: u32) -> SwarmConfig {
     faults.clock_skew = rng.random_bool(0.3);
     let net = draw_net(&mut rng, horizon_ms);
     draw_io_errors(&mut rng, &mut faults);
+    let sizes = draw_sizes(&mut rng);
     workload.think_max_us = think_for(&workload, horizon_ms);
-    SwarmConfig { nodes, faults, net, workload, horizon_ms, idempotent_commits: true }
+    SwarmConfig { nodes, faults, net, workload, horizon_ms, idempotent_commits: true, sizes }
 }
 
 fn draw_net(rng: &mut ChaCha8Rng, horizon_ms: u64) -> NetPlan {

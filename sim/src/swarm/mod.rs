@@ -218,6 +218,34 @@ pub struct SwarmConfig {
     pub horizon_ms: u64,
     /// Owners skip records a partition already holds (`Config::idempotent_commits`).
     pub idempotent_commits: bool,
+    /// Sizes of the nodes' files, smaller than production's so short runs reach what large
+    /// ones do (metastore snapshots and Raft log resets).
+    pub sizes: NodeSizes,
+}
+
+/// File-size knobs of every node of a run (`Config` fields). `Default` is production's.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct NodeSizes {
+    /// `Config::meta_snapshot_every_entries`.
+    pub meta_snapshot_every_entries: u64,
+}
+
+impl Default for NodeSizes {
+    fn default() -> Self {
+        NodeSizes {
+            meta_snapshot_every_entries: narad_core::constants::META_SNAPSHOT_EVERY_ENTRIES,
+        }
+    }
+}
+
+/// Half the seeds snapshot the metastore every 4 to 64 entries (a run applies a few hundred:
+/// heartbeats, creates, deletes), so snapshots, log resets and their faults happen.
+pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng) -> NodeSizes {
+    let mut sizes = NodeSizes::default();
+    if rng.random_bool(0.5) {
+        sizes.meta_snapshot_every_entries = rng.random_range(4..=64);
+    }
+    sizes
 }
 
 impl SwarmConfig {
@@ -230,6 +258,7 @@ impl SwarmConfig {
             workload,
             horizon_ms: 2_000,
             idempotent_commits: true,
+            sizes: NodeSizes::default(),
         }
     }
 
@@ -248,6 +277,7 @@ impl SwarmConfig {
         let mut faults = draw_faults(&mut rng);
         let horizon_ms = rng.random_range(300..2_500);
         draw_io_errors(&mut rng, &mut faults);
+        let sizes = draw_sizes(&mut rng);
         workload.think_max_us = think_for(&workload, horizon_ms);
         SwarmConfig {
             nodes: 1,
@@ -256,6 +286,7 @@ impl SwarmConfig {
             workload,
             horizon_ms,
             idempotent_commits: true,
+            sizes,
         }
     }
 }
