@@ -59,7 +59,8 @@ fn acknowledged_records_survive_power_loss_and_are_read_back() {
     h.crash_and_restart(CrashKind::PowerLoss, &[]);
     assert!(h.run_until(10_000_000, |h| h.ready() && h.node().stats().dispatch_backlog == 0));
     let contents = h.read_everything();
-    let found = contents.values().flatten().filter(|(_, p)| p.as_ref() == b"durable").count();
+    let found =
+        contents.partitions.values().flatten().filter(|(_, p)| p.as_ref() == b"durable").count();
     assert_eq!(found, 1);
 }
 
