@@ -21,6 +21,7 @@ pub mod meta;
 pub mod node;
 pub mod partition;
 pub mod peer;
+pub mod recovery_error;
 pub mod wal;
 
 #[cfg(test)]
@@ -31,5 +32,6 @@ pub use api::{
 };
 pub use ids::{Instant, IoToken, Lsn, NodeId, PartitionKey, RequestId, TopicId};
 pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent};
-pub use node::{Config, Node, Recovery, RecoveryError};
+pub use node::{Config, Node, Recovery};
 pub use partition::{PartitionLog, PartitionScan};
+pub use recovery_error::RecoveryError;

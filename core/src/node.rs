@@ -28,6 +28,7 @@ use crate::io::{DiskOp, Effect, FileId, Input, NodeEvent};
 use crate::meta::{MetaConfig, MetaIo, Metastore};
 use crate::partition::{CommitId, CommitPart, PartIo, PartitionLog, ReadPlan};
 use crate::peer::PeerMessage;
+pub use crate::recovery_error::RecoveryError;
 use crate::wal::{self, Wal, WalIo};
 use cluster::Remote;
 pub use recovery::Recovery;
@@ -90,18 +91,6 @@ impl Config {
         meta.snapshot_every_entries = self.meta_snapshot_every_entries;
         meta
     }
-}
-
-/// Recovery found damage it must not repair silently.
-#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
-pub enum RecoveryError {
-    #[error(
-        "{file}: corrupt frame at byte {bad_pos} followed by valid data at byte {next_valid_pos}; \
-         refusing to truncate acknowledged records"
-    )]
-    CorruptLog { file: String, bad_pos: u64, next_valid_pos: u64 },
-    #[error("{file}: {what}")]
-    Inconsistent { file: String, what: String },
 }
 
 /// A produce waiting for its group commit.

@@ -36,7 +36,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::api::{ClientError, TopicInfo};
 use crate::ids::{Instant, NodeId, PartitionKey, TopicId};
 use crate::io::{DiskDone, DiskError, DiskOp};
-use crate::node::RecoveryError;
+use crate::recovery_error::RecoveryError;
 
 pub use command::{Applied, MetaCommand, decode_command, encode_command};
 pub use persist::MetaIo;

@@ -12,7 +12,7 @@ use raft::eraftpb::{ConfState, Snapshot};
 
 use crate::ids::NodeId;
 use crate::io::FileId;
-use crate::node::RecoveryError;
+use crate::recovery_error::RecoveryError;
 
 use super::persist::{LogRepair, Persister};
 use super::state::MetaState;

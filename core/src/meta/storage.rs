@@ -22,7 +22,7 @@ use raft::{GetEntriesContext, RaftState, Storage, StorageError};
 
 use crate::codec::{Reader, ScanEnd, put_frame, scan};
 use crate::io::FileId;
-use crate::node::RecoveryError;
+use crate::recovery_error::RecoveryError;
 
 /// Raft's storage: hard state, configuration, the latest snapshot and the entries after it.
 pub struct LogStore {

@@ -10,7 +10,7 @@
 
 use crate::codec::{ScanEnd, classify_bad, frame_at, frame_incomplete};
 use crate::io::FileId;
-use crate::node::RecoveryError;
+use crate::recovery_error::RecoveryError;
 
 use super::PartitionLog;
 use super::frame::RecordView;

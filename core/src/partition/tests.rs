@@ -93,7 +93,7 @@ fn begin(
 }
 
 /// Recovers the log of `key()` from all of its bytes at once.
-fn recover(bytes: &[u8]) -> Result<PartitionLog, crate::node::RecoveryError> {
+fn recover(bytes: &[u8]) -> Result<PartitionLog, crate::recovery_error::RecoveryError> {
     let mut scan = PartitionScan::new(key(), PARTITION_INDEX_INTERVAL_BYTES);
     scan.feed(bytes)?;
     scan.finish(&[])

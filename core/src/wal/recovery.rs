@@ -11,7 +11,7 @@ use super::record::WalRecord;
 use crate::codec::{ScanEnd, scan};
 use crate::constants::MAX_WAL_SEQ;
 use crate::io::FileId;
-use crate::node::RecoveryError;
+use crate::recovery_error::RecoveryError;
 
 /// What recovery found; `Wal::from_recovered` continues from it.
 #[derive(Clone, Debug, PartialEq, Eq)]

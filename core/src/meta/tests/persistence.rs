@@ -9,7 +9,7 @@ use crate::codec::put_frame;
 use crate::ids::NodeId;
 use crate::io::FileId;
 use crate::meta::{Applied, MetaCommand, Metastore, ProposeError};
-use crate::node::RecoveryError;
+use crate::recovery_error::RecoveryError;
 
 use super::harness::{T0, World, config, create, heartbeat};
 
