@@ -18,6 +18,8 @@ use super::{ACTIVE_STEPS, MAX_TIMER_FIRES};
 pub const START: Instant = crate::sim::START;
 /// Partition index interval of `small_index` runs (the simulator's).
 const SMALL_INDEX_BYTES: u64 = 512;
+/// Metastore entries between snapshots in `small_index` runs (production: 1,024).
+const SMALL_SNAPSHOT_ENTRIES: u64 = 8;
 
 /// See the module docs.
 pub struct Harness {
@@ -49,6 +51,8 @@ impl Harness {
         let mut config = Config::single(NODE, 0x5eed);
         if input.small_index {
             config.partition_index_interval_bytes = SMALL_INDEX_BYTES;
+            // Heartbeats alone append one entry a second: runs snapshot and reset the Raft log.
+            config.meta_snapshot_every_entries = SMALL_SNAPSHOT_ENTRIES;
         }
         // 64 B steps: frames still straddle chunks, and megabyte logs are not fed a byte at a time.
         let scan_chunk = match input.scan_chunk {

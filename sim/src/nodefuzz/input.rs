@@ -12,7 +12,8 @@ use super::MAX_OPS;
 pub struct FuzzInput {
     /// How the run starts (fresh disk, or a node already serving some topics).
     pub setup: Setup,
-    /// Small partition index interval (many index entries) instead of the production 64 KiB.
+    /// Small limits: a 512 B partition index interval (production 64 KiB) and a metastore
+    /// snapshot (with a Raft log reset) every 8 entries (production 1,024).
     pub small_index: bool,
     /// Recovery scans partition logs in chunks of 64 × this many bytes (0 = each file whole).
     pub scan_chunk: u16,

@@ -165,3 +165,13 @@ fn arbitrary_bytes_decode_and_run() {
     }
     run(&[]);
 }
+
+#[test]
+fn small_limits_make_the_metastore_snapshot_and_survive_a_restart() {
+    let mut h = Harness::new(&input(Vec::new()));
+    h.run_until(20_000_000, |_| false); // twenty heartbeats: past two snapshots
+    assert!(h.disk.snapshot().contains_key(&FileId::MetaSnapshot), "no metastore snapshot");
+    h.crash_and_restart(CrashKind::PowerLoss, &[]);
+    assert!(h.run_until(10_000_000, Harness::ready));
+    assert!(h.final_phase(true));
+}
