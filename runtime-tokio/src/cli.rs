@@ -7,8 +7,7 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-/// The default address of a node's HTTP API.
-pub const DEFAULT_URL: &str = "http://127.0.0.1:7942";
+pub use crate::client_target::{DEFAULT_URL, Target};
 
 /// Examples shown under `narad --help`.
 const EXAMPLES: &str = "Examples:
@@ -89,14 +88,6 @@ pub struct ServeArgs {
     pub threads: u16,
     #[command(flatten)]
     pub cluster: crate::cluster_cli::ClusterArgs,
-}
-
-/// The node a client command talks to.
-#[derive(Debug, Args)]
-pub struct Target {
-    /// Base URL of the node's HTTP API.
-    #[arg(long, value_name = "URL", env = "NARAD_URL", default_value = DEFAULT_URL, global = true)]
-    pub url: String,
 }
 
 #[derive(Debug, Args)]

@@ -12,7 +12,7 @@ use narad_core::{Config, NodeId};
 use serde::Deserialize;
 use tokio::sync::mpsc;
 
-use crate::cli::Target;
+use crate::client_target::Target;
 use crate::driver::Driver;
 use crate::transport::{self, ClusterKey, Outbox, Transport, TransportConfig};
 

@@ -6,6 +6,7 @@
 pub mod bench;
 pub mod cli;
 pub mod client;
+mod client_target;
 mod clock;
 pub mod cluster_cli;
 mod datadir;
