@@ -4,13 +4,15 @@
 /// Bounds a missed wakeup of the group-commit loop. The sans-IO WAL starts a sync as soon as one is
 /// possible, so this is only the cadence at which a node re-examines idle state.
 pub const WAL_SYNC_BACKSTOP_MS: u64 = 10;
-/// A WAL segment is sealed once it grows past this size.
+/// A WAL segment is sealed once it grows past this size (the default of `Config::wal_segment_bytes`;
+/// a group commit always lands whole, so this never limits a record).
 pub const WAL_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// The largest WAL sequence number recovery accepts (2^62). A node assigning a million sequence
 /// numbers a second would take 146,000 years to reach it, so anything larger on disk is damage;
 /// bounding it keeps every `sequence + window` sum in the dispatcher far from overflow.
 pub const MAX_WAL_SEQ: u64 = 1 << 62;
-/// A fully dispatched active segment past this size is rotated so it can be deleted.
+/// A fully dispatched active segment past this size is rotated so it can be deleted (the default
+/// of `Config::wal_rotate_dispatched_bytes`).
 pub const WAL_ROTATE_DISPATCHED_BYTES: u64 = 1024 * 1024;
 /// How long the dispatcher sleeps when it has nothing to do.
 pub const DISPATCH_IDLE_POLL_MS: u64 = 10;

@@ -57,6 +57,11 @@ pub struct Config {
     /// Applied metastore entries between snapshots (`META_SNAPSHOT_EVERY_ENTRIES`); the
     /// simulator makes it small so that its short runs take snapshots and reset the Raft log.
     pub meta_snapshot_every_entries: u64,
+    /// Size past which a WAL segment is sealed (`WAL_SEGMENT_BYTES`); the simulator makes it
+    /// small so that its short runs hold several sealed segments with a backlog.
+    pub wal_segment_bytes: u64,
+    /// Size past which a fully dispatched WAL segment is rotated (`WAL_ROTATE_DISPATCHED_BYTES`).
+    pub wal_rotate_dispatched_bytes: u64,
 }
 
 impl Config {
@@ -79,6 +84,8 @@ impl Config {
             idempotent_commits: true,
             partition_index_interval_bytes: crate::constants::PARTITION_INDEX_INTERVAL_BYTES,
             meta_snapshot_every_entries: crate::constants::META_SNAPSHOT_EVERY_ENTRIES,
+            wal_segment_bytes: crate::constants::WAL_SEGMENT_BYTES,
+            wal_rotate_dispatched_bytes: crate::constants::WAL_ROTATE_DISPATCHED_BYTES,
         }
     }
 
@@ -90,6 +97,13 @@ impl Config {
         meta.dead_after_ms = self.dead_after_ms;
         meta.snapshot_every_entries = self.meta_snapshot_every_entries;
         meta
+    }
+
+    fn wal_sizes(&self) -> wal::WalSizes {
+        wal::WalSizes {
+            segment_bytes: self.wal_segment_bytes,
+            rotate_dispatched_bytes: self.wal_rotate_dispatched_bytes,
+        }
     }
 }
 
@@ -282,12 +296,14 @@ impl Node {
             "recovered ingress WAL"
         );
         let id_base = incarnation_id_base(config.seed, now);
+        let checkpoint = recovered.checkpoint;
+        let wal = Wal::from_recovered(recovered).with_sizes(config.wal_sizes());
         let node = Node {
             resolver: Resolver::new(config.seed),
             config,
             now,
-            dispatcher: Dispatcher::with_first_commit_id(recovered.checkpoint, id_base),
-            wal: Wal::from_recovered(recovered),
+            dispatcher: Dispatcher::with_first_commit_id(checkpoint, id_base),
+            wal,
             meta,
             partitions: BTreeMap::new(),
             jobs: BTreeMap::new(),

@@ -9,7 +9,11 @@
 //!
 //! Hygiene: the dispatcher reports the checkpoint (first sequence not yet done); it is stored in a
 //! two-slot file, and segments wholly below the durable checkpoint are deleted. A fully dispatched
-//! active segment past 1 MiB is rotated so that an idle node's WAL stays small.
+//! active segment past the rotate size (1 MiB) is rotated so that an idle node's WAL stays small.
+//!
+//! Sizes ([`WalSizes`], from `Config`): a segment is sealed once it has grown to its size; a group
+//! commit always lands whole in the active segment, so a segment holds at least one whole record
+//! however small the size (the simulator draws sizes of a few KiB to get many sealed segments).
 //!
 //! The dispatcher reads durable records through a cursor: straight from the batch that just
 //! synced when it keeps up, from disk (`Read`) when it fell behind.
@@ -79,6 +83,27 @@ pub struct BatchOutcome<W> {
     /// The records that became durable and may go to the dispatcher from memory, each with its
     /// frame length (see `Wal::advance_cursor`).
     pub durable: Vec<(WalRecord, u64)>,
+}
+
+/// The WAL's segment sizes (`Config::wal_segment_bytes`, `Config::wal_rotate_dispatched_bytes`).
+/// `Default` is production's: `WAL_SEGMENT_BYTES` and `WAL_ROTATE_DISPATCHED_BYTES`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WalSizes {
+    /// The active segment is sealed once it holds this many bytes: the next group commit opens
+    /// a new one. Never a limit on a record: a batch is written whole whatever its size.
+    pub segment_bytes: u64,
+    /// A fully dispatched active segment of at least this many bytes is sealed early (and then
+    /// compacted away).
+    pub rotate_dispatched_bytes: u64,
+}
+
+impl Default for WalSizes {
+    fn default() -> Self {
+        WalSizes {
+            segment_bytes: WAL_SEGMENT_BYTES,
+            rotate_dispatched_bytes: WAL_ROTATE_DISPATCHED_BYTES,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug)]
@@ -156,6 +181,7 @@ pub struct Wal<W> {
     repairs_left: u32,
     outbox: VecDeque<(WalIo, DiskOp)>,
     counters: WalCounters,
+    sizes: WalSizes,
 }
 
 /// Counters the node exports.
@@ -208,7 +234,18 @@ impl<W> Wal<W> {
             repairs_left,
             outbox,
             counters: WalCounters::default(),
+            sizes: WalSizes::default(),
         }
+    }
+
+    /// The same WAL with segment sizes `sizes` (a size of 0 is taken as 1 byte: seal after every
+    /// group commit).
+    pub fn with_sizes(mut self, sizes: WalSizes) -> Wal<W> {
+        self.sizes = WalSizes {
+            segment_bytes: sizes.segment_bytes.max(1),
+            rotate_dispatched_bytes: sizes.rotate_dispatched_bytes.max(1),
+        };
+        self
     }
 
     /// True once start-up repairs are durable.
@@ -288,7 +325,7 @@ impl<W> Wal<W> {
         self.maybe_rotate_idle();
     }
 
-    /// An idle, fully dispatched active segment past 1 MiB is replaced by a fresh one so that
+    /// An idle, fully dispatched active segment past the rotate size is replaced by a fresh one so that
     /// compaction can delete it: an idle node's WAL stays small without waiting for a produce.
     fn maybe_rotate_idle(&mut self) {
         let idle = self.in_flight.is_none() && self.staging.waiters.is_empty();
@@ -299,7 +336,7 @@ impl<W> Wal<W> {
         if !idle || !fully_dispatched || !self.is_repaired() || self.latched.is_some() {
             return;
         }
-        if active.written < WAL_ROTATE_DISPATCHED_BYTES || self.cursor.seq != self.next_seq {
+        if active.written < self.sizes.rotate_dispatched_bytes || self.cursor.seq != self.next_seq {
             return;
         }
         let first_seq = self.next_seq;
@@ -350,8 +387,8 @@ impl<W> Wal<W> {
         };
         let fully_dispatched = self.checkpoint.durable == self.durable_seq;
         self.force_new_segment
-            || active.written >= WAL_SEGMENT_BYTES
-            || (active.written >= WAL_ROTATE_DISPATCHED_BYTES && fully_dispatched)
+            || active.written >= self.sizes.segment_bytes
+            || (active.written >= self.sizes.rotate_dispatched_bytes && fully_dispatched)
     }
 
     /// Handles the completion of a `WalIo::Batch` operation; returns the outcome once the whole
@@ -618,6 +655,9 @@ impl<W> Wal<W> {
         self.outbox.pop_front()
     }
 }
+
+#[cfg(test)]
+mod tests;
 
 /// Byte offset where a batch of frames ending at `end_offset` started.
 fn done_start(frame_lens: &[u32], end_offset: u64) -> u64 {
