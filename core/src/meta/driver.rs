@@ -168,8 +168,10 @@ impl<W> Metastore<W> {
             return;
         };
         // Local message types are raft's own timers; we never forward proposals, so a peer's
-        // MsgPropose is not part of our protocol either.
+        // MsgPropose is not part of our protocol either. Only voters take part: raft-rs panics on
+        // some messages from a node outside its configuration (fuzz target `node`).
         let misaddressed = message.from != u64::from(from.0)
+            || !self.config.voters.contains(&from)
             || message.to != u64::from(self.config.node_id.0)
             || raft::raw_node::is_local_msg(message.get_msg_type())
             || message.get_msg_type() == MessageType::MsgPropose;

@@ -2,5 +2,6 @@
 
 mod chaos;
 mod cluster;
+mod foreign;
 mod harness;
 mod persistence;
