@@ -181,6 +181,11 @@ pub enum NodeEvent {
     WalLatched,
     /// A partition log's commit failed (fsync, write or read-back) and was rolled back.
     CommitFailed { key: PartitionKey, reason: String },
+    /// This node's metastore replica applied a committed topic create (`created`) or delete,
+    /// the entry at Raft log `index`. Entries replayed after a restart are reported again; a
+    /// snapshot installed from the leader reports nothing. Checkers rebuild the topic history
+    /// from these (admin answers are checked against it).
+    TopicApplied { index: u64, created: bool, topic: crate::api::TopicInfo },
 }
 
 #[cfg(test)]

@@ -393,6 +393,7 @@ fn log_event(event: NodeEvent) {
         NodeEvent::CommitFailed { key, reason } => {
             tracing::warn!(%key, reason, "partition commit failed and was rolled back");
         }
+        NodeEvent::TopicApplied { .. } => {} // the core logs topic changes itself
     }
 }
 

@@ -32,6 +32,9 @@ const BARRIER_RETRY_TICKS: u64 = 3;
 /// A timed-out proposal is ambiguous: it may sit in the leader's log and commit later.
 const PROPOSAL_TIMED_OUT: &str =
     "metastore proposal timed out (no quorum?); it may still take effect once a majority is back";
+/// Another entry took the proposal's log index in a leader change: it can never commit.
+const PROPOSAL_LOST: &str =
+    "metastore proposal lost in a leader change (another entry took its place): retry";
 
 impl<W> Metastore<W> {
     /// Everything that follows any input: the ready loop, role changes, compaction, barriers,
@@ -157,6 +160,7 @@ impl<W> Metastore<W> {
         if let Some(waiter) = waiter {
             self.outputs.push_back(MetaOutput::Applied {
                 waiter: Some(waiter),
+                index: None,
                 result: Err(ClientError::Unavailable(why.to_string())),
             });
         }
@@ -202,17 +206,18 @@ impl<W> Metastore<W> {
             return Err(ProposeError::TooLarge(data.len()));
         }
         let before = self.raw.raft.raft_log.last_index();
-        self.raw.propose(Vec::new(), data).map_err(|_| ProposeError::Dropped)?;
+        self.raw.propose(Vec::new(), data.clone()).map_err(|_| ProposeError::Dropped)?;
         let index = self.raw.raft.raft_log.last_index();
         assert_eq!(index, before + 1, "invariant: a proposal appends one entry");
         let proposal = Proposal {
             term: self.raw.raft.term,
+            data,
             waiter,
             deadline: self.now.plus_millis(self.config.request_timeout_ms),
         };
         if let Some(older) = self.proposals.insert(index, proposal) {
             // Our entry of an earlier term at this index was overwritten: it can never commit.
-            self.fail_waiter(older.waiter, "metastore proposal lost in a leader change");
+            self.fail_waiter(older.waiter, PROPOSAL_LOST);
         }
         Ok(())
     }
@@ -343,26 +348,20 @@ impl<W> Metastore<W> {
             return;
         };
         for entry in entries {
-            let waiter = match self.proposals.remove(&entry.index) {
-                Some(p) if p.term == entry.term => p.waiter,
-                Some(p) => {
-                    self.fail_waiter(p.waiter, "metastore proposal lost in a leader change");
-                    None
-                }
-                None => None,
-            };
+            let waiter = self.take_waiter(&entry);
             self.applied = entry.index;
             if entry.get_entry_type() != EntryType::EntryNormal || entry.data.is_empty() {
                 continue; // a new leader's empty entry (we never propose configuration changes)
             }
             match decode_command(&entry.data) {
-                Some(command) => self.apply_command(command, waiter),
+                Some(command) => self.apply_command(entry.index, command, waiter),
                 None => {
                     self.counters.undecodable_entries += 1;
                     if let Some(waiter) = waiter {
                         let error = ClientError::Internal("undecodable metastore entry".into());
                         self.outputs.push_back(MetaOutput::Applied {
                             waiter: Some(waiter),
+                            index: Some(entry.index),
                             result: Err(error),
                         });
                     }
@@ -372,7 +371,22 @@ impl<W> Metastore<W> {
         self.raw.advance_apply_to(last);
     }
 
-    fn apply_command(&mut self, command: MetaCommand, waiter: Option<W>) {
+    /// The waiter of the proposal that made exactly this entry, matched by index, term and
+    /// bytes: a term has one leader, which never overwrites its own entries, so (index, term)
+    /// names one entry in every log (the bytes are a second look). A proposal of ours at this
+    /// index that is not this entry was overwritten after a leader change: it never commits,
+    /// and its waiter hears so (503), never this entry's result.
+    fn take_waiter(&mut self, entry: &Entry) -> Option<W> {
+        let proposal = self.proposals.remove(&entry.index)?;
+        if proposal.term == entry.term && proposal.data[..] == entry.data[..] {
+            return proposal.waiter;
+        }
+        debug_assert!(proposal.term != entry.term, "invariant: one entry per (index, term)");
+        self.fail_waiter(proposal.waiter, PROPOSAL_LOST);
+        None
+    }
+
+    fn apply_command(&mut self, index: u64, command: MetaCommand, waiter: Option<W>) {
         let leader = self.is_leader();
         match &command {
             MetaCommand::Heartbeat { node, .. } if leader => {
@@ -388,7 +402,7 @@ impl<W> Metastore<W> {
             tracing::info!(node = node.0, alive, "metastore: member liveness changed");
             self.outputs.push_back(MetaOutput::MembershipChanged { node: *node, alive: *alive });
         }
-        self.outputs.push_back(MetaOutput::Applied { waiter, result });
+        self.outputs.push_back(MetaOutput::Applied { waiter, index: Some(index), result });
     }
 
     /// Installs a snapshot received from the leader (in memory now, durably via a snapshot
@@ -439,7 +453,7 @@ impl<W> Metastore<W> {
             }
         }
         for result in changes {
-            self.outputs.push_back(MetaOutput::Applied { waiter: None, result });
+            self.outputs.push_back(MetaOutput::Applied { waiter: None, index: None, result });
         }
     }
 

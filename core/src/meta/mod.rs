@@ -126,8 +126,9 @@ pub enum MetaOutput<W> {
     /// Send raft message bytes to a peer (best effort: loss is fine).
     Send { to: NodeId, bytes: Bytes },
     /// A committed command was applied on this replica. `waiter` is set on the replica that
-    /// proposed it; a waiter whose proposal was lost or timed out gets `Unavailable`.
-    Applied { waiter: Option<W>, result: Result<Applied, ClientError> },
+    /// proposed it; a waiter whose proposal was lost or timed out gets `Unavailable`. `index`:
+    /// the entry's Raft log index (`None` for a failed waiter, or a change a snapshot made).
+    Applied { waiter: Option<W>, index: Option<u64>, result: Result<Applied, ClientError> },
     /// A read barrier finished: `ok` means this replica has applied everything the leader had
     /// committed when it confirmed its leadership with a quorum, after the barrier was asked.
     Barrier { ctx: W, ok: bool },
@@ -151,6 +152,8 @@ pub struct MetaCounters {
 
 struct Proposal<W> {
     term: u64,
+    /// The entry's bytes, checked again when the entry at this index commits.
+    data: Vec<u8>,
     waiter: Option<W>,
     deadline: Instant,
 }

@@ -243,19 +243,20 @@ impl Node {
             return;
         };
         let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
-        match result {
-            WireAdminResult::Created(topic) => {
-                let reply = ClientReply::TopicCreated(topic);
-                self.remote.settling.push(Settling { request, reply, until, deadline });
+        let reply = match (result, &until) {
+            (WireAdminResult::Created(topic), Settle::Present(name)) if topic.name == *name => {
+                ClientReply::TopicCreated(topic)
             }
-            WireAdminResult::Done => {
-                let reply = ClientReply::TopicDeleted;
-                self.remote.settling.push(Settling { request, reply, until, deadline });
+            (WireAdminResult::Done, Settle::Absent(_)) => ClientReply::TopicDeleted,
+            (WireAdminResult::Error(error), _) => {
+                return self.reply(request, ClientReply::Error(error.into_client()));
             }
-            WireAdminResult::Error(error) => {
-                self.reply(request, ClientReply::Error(error.into_client()));
+            (other, _) => {
+                let what = format!("the leader answered {until:?} with {other:?}");
+                return self.reply(request, ClientReply::Error(ClientError::Internal(what)));
             }
-        }
+        };
+        self.remote.settling.push(Settling { request, reply, until, deadline });
     }
 
     /// Another node reads one of our partitions for its client.

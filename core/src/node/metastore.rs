@@ -6,6 +6,7 @@
 use super::cluster::{Forwarded, Settle};
 use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
 use crate::api::{ClientError, ClientReply};
+use crate::io::NodeEvent;
 use crate::meta::{Applied, MetaCommand, MetaOutput, ProposeError, encode_command};
 use crate::peer::{PeerMessage, WireAdminResult, WireError};
 
@@ -63,7 +64,9 @@ impl Node {
             match output {
                 MetaOutput::Disk { io, op } => self.emit(IoPurpose::Meta(io), op),
                 MetaOutput::Send { to, bytes } => self.send(to, &PeerMessage::Raft(bytes)),
-                MetaOutput::Applied { waiter, result } => self.on_applied(waiter, result),
+                MetaOutput::Applied { waiter, index, result } => {
+                    self.on_applied(waiter, index, result);
+                }
                 MetaOutput::Barrier { ctx, ok } => self.on_barrier(ctx, ok),
                 MetaOutput::MembershipChanged { node, alive } => {
                     tracing::info!(node = node.0, alive, "membership changed");
@@ -79,7 +82,12 @@ impl Node {
         }
     }
 
-    fn on_applied(&mut self, waiter: Option<MetaWaiter>, result: Result<Applied, ClientError>) {
+    fn on_applied(
+        &mut self,
+        waiter: Option<MetaWaiter>,
+        index: Option<u64>,
+        result: Result<Applied, ClientError>,
+    ) {
         if let Ok(Applied::Deleted(topic)) = &result {
             tracing::info!(topic = %topic.name, id = topic.id.0, "topic deleted");
             self.drop_partitions(topic.id, topic.partitions);
@@ -87,9 +95,15 @@ impl Node {
         if let Ok(Applied::Created(topic)) = &result {
             tracing::info!(topic = %topic.name, id = topic.id.0, partitions = topic.partitions, "topic created");
         }
+        if let (Some(index), Ok(Applied::Created(topic) | Applied::Deleted(topic))) =
+            (index, &result)
+        {
+            let created = matches!(result, Ok(Applied::Created(_)));
+            self.push_event(NodeEvent::TopicApplied { index, created, topic: topic.clone() });
+        }
         match waiter {
             Some(MetaWaiter::Client(request)) => {
-                let reply = match result {
+                let reply = match admin_result(result) {
                     Ok(Applied::Created(topic)) => ClientReply::TopicCreated(topic),
                     Ok(_) => ClientReply::TopicDeleted,
                     Err(error) => ClientReply::Error(error),
@@ -97,7 +111,7 @@ impl Node {
                 self.reply(request, reply);
             }
             Some(MetaWaiter::Peer { from, id }) => {
-                let result = match result {
+                let result = match admin_result(result) {
                     Ok(Applied::Created(topic)) => WireAdminResult::Created(topic),
                     Ok(_) => WireAdminResult::Done,
                     Err(error) => WireAdminResult::Error(WireError::from_client(&error)),
@@ -118,5 +132,17 @@ impl Node {
         for settled in done {
             self.reply(settled.request, settled.reply);
         }
+    }
+}
+
+/// What a topic command's waiter may be told: a create or a delete, or an error. Any other
+/// applied result (a heartbeat, "unchanged") would mean the waiter was matched to another
+/// command's entry: an internal error, never answered as a delete.
+fn admin_result(result: Result<Applied, ClientError>) -> Result<Applied, ClientError> {
+    match result {
+        Ok(Applied::Created(_) | Applied::Deleted(_)) | Err(_) => result,
+        Ok(other) => Err(ClientError::Internal(format!(
+            "a topic command's waiter was handed another command's result ({other:?})"
+        ))),
     }
 }

@@ -33,6 +33,9 @@ impl Checker {
                 self.node(node).latched = true;
             }
             NodeEvent::CommitFailed { .. } => self.counters.commits_failed += 1,
+            NodeEvent::TopicApplied { index, created, topic } => {
+                self.topic_applied(node, *index, *created, topic);
+            }
             NodeEvent::RecordsLost { seqs } => {
                 // Only a disk that damaged data at rest may cost records; they count as done
                 // for the checkpoint check and their messages are excused as lost to corruption.

@@ -14,6 +14,7 @@
 //! record may only ever be visible in an incarnation it was staged for, and an acknowledged record
 //! is excused only when the incarnation its acknowledging node staged it for was deleted.
 
+mod admin;
 mod events;
 mod reads;
 mod verdict;
@@ -23,6 +24,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use narad_core::{Instant, PartitionKey, TopicId};
 
+pub use admin::AdminAsk;
 pub use reads::ReadKind;
 pub use verdict::Verdict;
 
@@ -43,6 +45,9 @@ pub mod inv {
     pub const PROTOCOL: &str = "protocol";
     pub const RECOVERY: &str = "recovery-refused";
     pub const TOPIC_LOST: &str = "topic-lost";
+    /// An answer to a topic create, delete or lookup that the applied metastore history
+    /// contradicts (see `admin.rs`).
+    pub const ADMIN: &str = "admin-answer";
 }
 
 /// One message the workload produced (or tried to).
@@ -165,6 +170,7 @@ pub struct Checker {
     now: Instant,
     violations: Vec<Violation>,
     violation_count: usize,
+    admin: admin::AdminHistory,
     /// Counters for the report.
     pub counters: Counters,
     /// A corruption-class fault hit (damage may be detected loudly).

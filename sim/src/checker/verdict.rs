@@ -36,6 +36,7 @@ impl Checker {
     /// only node); `lost_nodes` (a bit per node) are nodes that stayed down because their disk
     /// was damaged: what only they held is excused when a corruption-class fault hit.
     pub fn verdict(&mut self, read_complete: bool, lost_nodes: u32) -> Verdict {
+        self.check_admin();
         let mut v = Verdict::default();
         let mut lost_ids = Vec::new();
         // Records the node itself declared lost (damaged at rest in its WAL): at most that many

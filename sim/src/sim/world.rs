@@ -287,6 +287,8 @@ impl HostRuntime for World {
             NodeEvent::RecordsLost { seqs } => {
                 What::RecordsLost { first: seqs.start, count: seqs.end - seqs.start }
             }
+            // Not traced (the core logs topic changes); only the checker needs it.
+            NodeEvent::TopicApplied { .. } => return self.checker.on_event(node, &event),
         };
         self.record(node, what);
         self.checker.on_event(node, &event);

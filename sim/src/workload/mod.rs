@@ -12,7 +12,7 @@ use narad_core::{ClientOp, PartitionKey, ProduceMessage, RequestId, TopicId};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
-use crate::checker::Checker;
+use crate::checker::{AdminAsk, Checker};
 use crate::payload::payload;
 use crate::swarm::WorkloadConfig;
 pub use topics::{TopicModel, TopicState};
@@ -246,7 +246,28 @@ impl Workload {
             Pending::Delete { name, .. } => checker.delete_requested(name),
             _ => {}
         }
-        c.waiting = Some((request, pending, node));
+        if let Some(ask) = self.admin_ask(&pending) {
+            checker.admin_asked(request, ask);
+        }
+        self.clients[client].waiting = Some((request, pending, node));
+    }
+
+    /// What an admin request asks, for the checker of admin answers.
+    fn admin_ask(&self, pending: &Pending) -> Option<AdminAsk> {
+        Some(match pending {
+            Pending::Create { name, partitions } => {
+                AdminAsk::Create { name: name.clone(), partitions: *partitions }
+            }
+            Pending::Delete { name } => {
+                let meant = match self.topics.get(name) {
+                    Some(TopicState::Deleting { id }) => Some(id),
+                    _ => None,
+                };
+                AdminAsk::Delete { name: name.clone(), meant }
+            }
+            Pending::Lookup { name } => AdminAsk::Lookup { name: name.clone() },
+            Pending::Produce { .. } | Pending::Consume { .. } => return None,
+        })
     }
 
     /// The request from the last `wake` could not be sent (node down): retry later.

@@ -29,6 +29,7 @@ impl Workload {
         };
         let (_, pending, _) =
             self.clients[client].waiting.take().expect("invariant: found waiting");
+        checker.admin_answered(node, request, Some(reply));
         let next = self.handle(node, &pending, Some(reply), checker);
         Some((client, self.after(client, pending, next)))
     }
@@ -45,6 +46,7 @@ impl Workload {
         if let Pending::Produce { ids, .. } = &pending {
             self.late.insert(request, ids.clone());
         }
+        checker.admin_answered(node, request, None);
         let next = self.handle(node, &pending, None, checker);
         Some((client, self.after(client, pending, next)))
     }

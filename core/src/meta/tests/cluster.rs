@@ -241,3 +241,50 @@ fn barriers_from_several_followers_do_not_collide_at_the_leader() {
     assert!(world.run_until(1_000, |w| asks.iter().all(|a| w.barriers.contains_key(a))));
     assert!(asks.iter().all(|a| world.barriers[a]), "{:?}", world.barriers);
 }
+
+/// A leader takes two proposals, is cut off before they commit, and a new leader commits its own
+/// empty entry and another create at exactly those indices. After the heal the old leader's log
+/// is overwritten: its waiters must hear that their proposals were lost (503), never the result
+/// of the entries that took their indices (a waiter matched by index alone would be told that
+/// `kept` was created, as if its own create had been).
+#[test]
+fn a_proposal_whose_index_a_new_leader_took_is_never_answered_with_that_entry() {
+    let configs = (1..=3)
+        .map(|n| {
+            let mut config = super::harness::config(n, 3, 53);
+            (config.request_timeout_ms, config.dead_after_ms) = (60_000, 600_000);
+            config
+        })
+        .collect();
+    let mut world = World::with_configs(configs);
+    elect(&mut world);
+    world.heartbeating = (1..=3).map(NodeId).collect();
+    let leader = world.leader().unwrap();
+    assert!(world.run_until(5_000, |w| (1..=3).all(|n| w.meta(leader).is_alive(NodeId(n)))));
+    world.heartbeating.clear();
+    world.run_for(1_000);
+    let old = world.leader().unwrap();
+    let last = world.meta(old).applied_index();
+    assert!((1..=3).all(|n| world.meta(n).applied_index() == last), "all caught up");
+    world.isolate(old);
+    let stale =
+        [world.propose(old, create("stale-a", 1)), world.propose(old, create("stale-b", 1))]
+            .map(|waiter| waiter.expect("it still believes it leads"));
+    let others: Vec<u32> = (1..=3).filter(|&n| n != old).collect();
+    assert!(world.run_until(5_000, |w| others.iter().any(|&n| w.meta(n).is_leader())));
+    let new = *others.iter().find(|&&n| world.meta(n).is_leader()).unwrap();
+    let kept = world.propose(new, create("kept", 1)).unwrap();
+    assert!(world.run_until(2_000, |w| w.results.contains_key(&kept)));
+    assert!(matches!(&world.results[&kept], Ok(Applied::Created(t)) if t.name == "kept"));
+    assert_eq!(world.meta(new).applied_index(), last + 2, "an empty entry, then `kept`");
+    assert!(stale.iter().all(|w| !world.results.contains_key(w)), "undecided while cut off");
+    world.cut.clear();
+    assert!(world.run_until(5_000, |w| stale.iter().all(|s| w.results.contains_key(s))));
+    for waiter in stale {
+        match &world.results[&waiter] {
+            Err(ClientError::Unavailable(why)) => assert!(why.contains("leader change"), "{why}"),
+            other => panic!("a lost proposal was answered with {other:?}"),
+        }
+    }
+    assert!(world.meta(old).topic("kept").is_some() && world.meta(old).topic("stale-b").is_none());
+}

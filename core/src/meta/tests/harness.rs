@@ -256,7 +256,7 @@ impl World {
             match output {
                 MetaOutput::Disk { io, op } => self.disk(node, io, op),
                 MetaOutput::Send { to, bytes } => self.send(node, to, bytes),
-                MetaOutput::Applied { waiter, result } => {
+                MetaOutput::Applied { waiter, result, .. } => {
                     self.applied.entry(node).or_default().push(result.clone());
                     if let Some(waiter) = waiter {
                         assert!(self.results.insert(waiter, result).is_none(), "one answer");
