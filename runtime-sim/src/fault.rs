@@ -64,11 +64,19 @@ pub enum FaultClass {
     /// A transient write error hit the metastore's Raft log or snapshot (observed: the subset
     /// of `WriteError` that reaches the metastore's persistence pipeline).
     WriteErrorMeta,
+    /// A WAL segment was compacted away while a sealed segment still held undispatched records
+    /// (observed on the disk: the checkpoint file's value is below the newest segment's first
+    /// sequence when a segment is deleted), so compaction ran with several sealed segments and a
+    /// backlog.
+    WalSealedWithBacklog,
+    /// A write to a partition log after a failed commit on it (a failed write, create or fsync,
+    /// or a write that landed torn or misdirected): the retried or next commit on that partition.
+    PartitionCommitAfterFailure,
 }
 
 impl FaultClass {
     /// Every class, in reporting order.
-    pub const ALL: [FaultClass; 29] = [
+    pub const ALL: [FaultClass; 31] = [
         FaultClass::ProcessCrash,
         FaultClass::PowerLoss,
         FaultClass::TornWrite,
@@ -98,6 +106,8 @@ impl FaultClass {
         FaultClass::LeaderChange,
         FaultClass::MetaSnapshotWrite,
         FaultClass::WriteErrorMeta,
+        FaultClass::WalSealedWithBacklog,
+        FaultClass::PartitionCommitAfterFailure,
     ];
 
     /// Stable snake_case name (JSON keys, reports).
@@ -132,6 +142,8 @@ impl FaultClass {
             FaultClass::LeaderChange => "leader_change",
             FaultClass::MetaSnapshotWrite => "meta_snapshot_write",
             FaultClass::WriteErrorMeta => "write_error_meta",
+            FaultClass::WalSealedWithBacklog => "wal_sealed_with_backlog",
+            FaultClass::PartitionCommitAfterFailure => "partition_commit_after_failure",
         }
     }
 
@@ -187,7 +199,7 @@ mod tests {
         total.add(&hits);
         assert_eq!(total.get(FaultClass::BitFlip), 2);
         assert_eq!(total.classes_hit(), 1);
-        assert_eq!(FaultClass::ALL.len(), 29);
+        assert_eq!(FaultClass::ALL.len(), 31);
         for (i, class) in FaultClass::ALL.iter().enumerate() {
             assert_eq!(class.index(), i);
         }

@@ -158,6 +158,7 @@ pub fn draw_schedule_on(
         net::draw_network(&mut out, net, nodes, horizon_ms, rng);
     }
     draw_write_errors(&mut out, plan, nodes, horizon_ms, rng);
+    draw_partition_failures(&mut out, plan, horizon_ms, rng);
     out.sort_by_key(|f| f.at_ms);
     out
 }
@@ -182,6 +183,30 @@ fn draw_write_errors(
         };
         let node = if nodes > 1 { rng.random_range(0..nodes) } else { 0 };
         out.push(ScheduledFault::on(node, t, FaultAction::FailNextWrite(FileMatch::class(class))));
+    }
+}
+
+/// One-shot failures aimed at partition logs (drawn last of all): a failed fsync, a failed
+/// write, or a torn write (whose read-back fails), each at one partition index or any partition.
+fn draw_partition_failures(
+    out: &mut Vec<ScheduledFault>,
+    plan: &FaultPlan,
+    horizon_ms: u64,
+    rng: &mut ChaCha8Rng,
+) {
+    for _ in 0..plan.partition_failure_shots {
+        let t = rng.random_range(20..horizon_ms.max(21));
+        let target = if rng.random_bool(0.5) {
+            FileMatch::partition(rng.random_range(0..3))
+        } else {
+            FileMatch::class(FileClass::Partition)
+        };
+        let action = match rng.random_range(0..3) {
+            0 => FaultAction::FailNextSync(target),
+            1 => FaultAction::FailNextWrite(target),
+            _ => FaultAction::TornNextWrite(target),
+        };
+        out.push(ScheduledFault::on(0, t, action));
     }
 }
 

@@ -40,6 +40,9 @@ pub struct SweepReport {
     pub duplicates_same_partition: u64,
     pub lost_to_corruption: u64,
     pub faults: FaultHits,
+    /// Seeds in which each class hit at least once (observed classes included: e.g. how many
+    /// seeds compacted the WAL with a sealed backlog, or committed after a failed commit).
+    pub seeds_hit: FaultHits,
     pub wall_secs: f64,
     /// Records rerouted to sibling partitions and commits sent to other nodes, over all seeds.
     pub rerouted: u64,
@@ -62,6 +65,11 @@ impl SweepReport {
         self.duplicates_same_partition += outcome.verdict.duplicates_same_partition;
         self.lost_to_corruption += outcome.verdict.lost_to_corruption;
         self.faults.add(&outcome.faults);
+        for (class, hits) in outcome.faults.iter() {
+            if hits > 0 {
+                self.seeds_hit.hit(class);
+            }
+        }
         self.rerouted += outcome.totals.rerouted;
         self.remote_commits += outcome.totals.remote_commits;
         let tally = self.by_nodes.entry(outcome.nodes).or_default();
@@ -120,6 +128,7 @@ impl SweepReport {
             "simulated_ms": self.simulated_ms,
             "faults": RunOutcome::faults_json(&self.faults),
             "fault_classes_hit": self.faults.classes_hit(),
+            "seeds_by_fault_class": RunOutcome::faults_json(&self.seeds_hit),
             "acked": self.acked,
             "visible": self.visible,
             "duplicates": self.duplicates,

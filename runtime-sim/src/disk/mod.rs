@@ -10,7 +10,7 @@ pub mod faults;
 pub mod file;
 pub mod process;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 use narad_core::{DiskDone, DiskError, DiskOp, FileId, Instant};
@@ -43,6 +43,11 @@ pub struct SimDisk {
     /// Hits per fault class on this disk.
     pub hits: FaultHits,
     damage: Vec<Damage>,
+    /// Partition logs whose last commit failed (observed: the next write is a commit after a
+    /// failure, `PartitionCommitAfterFailure`).
+    partition_failed: BTreeSet<FileId>,
+    /// The current write struck silently (landed torn or misdirected).
+    silent_fault: bool,
 }
 
 impl SimDisk {
@@ -55,6 +60,8 @@ impl SimDisk {
             faults: DiskFaults::default(),
             hits: FaultHits::default(),
             damage: Vec::new(),
+            partition_failed: BTreeSet::new(),
+            silent_fault: false,
         }
     }
 
@@ -86,6 +93,18 @@ impl SimDisk {
 
     /// Performs `op` (at its completion time) and returns what the node is told.
     pub fn complete(&mut self, op: &DiskOp) -> Result<DiskDone, DiskError> {
+        let file = op.file();
+        let partition = FileClass::of(&file) == FileClass::Partition;
+        let after_failure = partition && self.partition_failed.contains(&file);
+        self.silent_fault = false;
+        let result = self.perform(op);
+        if partition {
+            self.observe_partition(op, after_failure, result.is_ok());
+        }
+        result
+    }
+
+    fn perform(&mut self, op: &DiskOp) -> Result<DiskDone, DiskError> {
         match op {
             DiskOp::Create { file } => self.create(*file),
             DiskOp::Write { file, offset, data } => self.write(*file, *offset, data),
@@ -93,9 +112,52 @@ impl SimDisk {
             DiskOp::Read { file, offset, len } => self.read(*file, *offset, *len),
             DiskOp::Truncate { file, len } => self.truncate(*file, *len),
             DiskOp::Delete { file } => {
+                self.observe_wal_delete(file);
                 self.files.remove(file);
                 Ok(DiskDone::Done)
             }
+        }
+    }
+
+    /// Counts a write to a partition log after a failed commit on it, and remembers a failure
+    /// (a failed create, write or sync, or a write that landed torn or misdirected). Read errors
+    /// are not counted: a read may be a consumer's as well as a commit's read-back.
+    fn observe_partition(&mut self, op: &DiskOp, after_failure: bool, ok: bool) {
+        let file = op.file();
+        let is_write = matches!(op, DiskOp::Write { .. });
+        if is_write && ok && after_failure {
+            self.hits.hit(FaultClass::PartitionCommitAfterFailure);
+            self.partition_failed.remove(&file);
+        }
+        let commit_op = is_write || matches!(op, DiskOp::Sync { .. } | DiskOp::Create { .. });
+        if commit_op && (!ok || self.silent_fault) {
+            self.partition_failed.insert(file);
+        }
+    }
+
+    /// Counts a WAL segment deleted while the durable checkpoint (what the checkpoint file holds)
+    /// is below the newest segment's first sequence: a sealed segment still holds undispatched
+    /// records while compaction runs.
+    fn observe_wal_delete(&mut self, file: &FileId) {
+        if !matches!(file, FileId::WalSegment { .. }) {
+            return;
+        }
+        let newest = self
+            .files
+            .keys()
+            .filter_map(|f| match f {
+                FileId::WalSegment { first_seq } => Some(*first_seq),
+                _ => None,
+            })
+            .max();
+        let checkpoint = self
+            .files
+            .get(&FileId::WalCheckpoint)
+            .and_then(|f| narad_core::wal::checkpoint::decode_file(f.data()));
+        if let (Some(newest), Some(checkpoint)) = (newest, checkpoint)
+            && checkpoint < newest
+        {
+            self.hits.hit(FaultClass::WalSealedWithBacklog);
         }
     }
 
@@ -133,6 +195,7 @@ impl SimDisk {
         if self.torn_live(&file) {
             self.write_torn(file, offset, data);
         } else if let Some(sectors) = self.misdirect(&file) {
+            self.silent_fault = true;
             self.write_misdirected(file, offset, data, sectors);
         } else {
             self.file_mut(file).write(offset, data);
@@ -172,6 +235,7 @@ impl SimDisk {
     /// A write that reports success although only a sector-aligned prefix landed (zeros after).
     fn write_torn(&mut self, file: FileId, offset: u64, data: &[u8]) {
         self.hits.hit(FaultClass::TornWriteLive);
+        self.silent_fault = true;
         let end = offset + data.len() as u64;
         let first = (offset / SECTOR_BYTES + 1) * SECTOR_BYTES;
         let cut = if first < end {
@@ -369,6 +433,46 @@ mod tests {
             .count() as u64;
         assert!((50..150).contains(&failed), "{failed} of 500 writes failed at rate 0.2");
         assert_eq!(d.hits.get(FaultClass::WriteError), 1 + failed);
+    }
+
+    #[test]
+    fn a_write_after_a_failed_partition_commit_is_counted_once() {
+        let mut d = disk();
+        let key = narad_core::PartitionKey { topic: narad_core::TopicId(1), partition: 0 };
+        let log = FileId::PartitionLog(key);
+        d.complete(&DiskOp::Create { file: log }).expect("create");
+        d.complete(&write(log, 0, b"a")).expect("write");
+        assert_eq!(d.hits.get(FaultClass::PartitionCommitAfterFailure), 0, "no failure yet");
+        d.faults.fail_next_sync = Some(FileMatch::class(FileClass::Partition));
+        assert!(d.complete(&DiskOp::Sync { file: log }).is_err());
+        d.complete(&DiskOp::Truncate { file: log, len: 0 }).expect("repair");
+        d.complete(&write(log, 0, b"a")).expect("retry");
+        d.complete(&write(log, 1, b"b")).expect("next");
+        assert_eq!(d.hits.get(FaultClass::PartitionCommitAfterFailure), 1);
+        let wal = FileId::WalSegment { first_seq: 0 };
+        d.complete(&DiskOp::Create { file: wal }).expect("create");
+        d.faults.fail_next_write = Some(FileMatch::class(FileClass::Wal));
+        assert!(d.complete(&write(wal, 0, b"x")).is_err());
+        d.complete(&write(wal, 0, b"x")).expect("write");
+        assert_eq!(d.hits.get(FaultClass::PartitionCommitAfterFailure), 1, "only partitions");
+    }
+
+    #[test]
+    fn compaction_with_a_sealed_backlog_is_observed() {
+        let mut d = disk();
+        for first_seq in [0, 5, 9] {
+            d.complete(&DiskOp::Create { file: FileId::WalSegment { first_seq } }).expect("create");
+        }
+        let ckpt = FileId::WalCheckpoint;
+        d.complete(&DiskOp::Create { file: ckpt }).expect("create");
+        let slot = Bytes::from(narad_core::wal::checkpoint::encode_slot(7));
+        d.complete(&DiskOp::Write { file: ckpt, offset: 0, data: slot }).expect("write");
+        d.complete(&DiskOp::Delete { file: FileId::WalSegment { first_seq: 0 } }).expect("del");
+        assert_eq!(d.hits.get(FaultClass::WalSealedWithBacklog), 1, "segment 5 holds 7 and 8");
+        let slot = Bytes::from(narad_core::wal::checkpoint::encode_slot(9));
+        d.complete(&DiskOp::Write { file: ckpt, offset: 512, data: slot }).expect("write");
+        d.complete(&DiskOp::Delete { file: FileId::WalSegment { first_seq: 5 } }).expect("del");
+        assert_eq!(d.hits.get(FaultClass::WalSealedWithBacklog), 1, "no backlog in a sealed one");
     }
 
     #[test]

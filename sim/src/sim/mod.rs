@@ -387,6 +387,8 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
     // at an entry well before the wanted offset and skip frames (as production reads do).
     config.partition_index_interval_bytes = SIM_PARTITION_INDEX_INTERVAL_BYTES;
     config.meta_snapshot_every_entries = cfg.sizes.meta_snapshot_every_entries;
+    config.wal_segment_bytes = cfg.sizes.wal_segment_bytes;
+    config.wal_rotate_dispatched_bytes = cfg.sizes.wal_rotate_dispatched_bytes;
     config
 }
 

@@ -114,6 +114,9 @@ pub struct FaultPlan {
     pub write_error_shots: u32,
     /// Reading a metastore file at start-up fails (per file and start-up): the process exits.
     pub start_read_error_rate: f64,
+    /// Single node: one-shot failures aimed at partition logs (a failed write or fsync, a torn
+    /// write), so failed commits and the commits after them are common.
+    pub partition_failure_shots: u32,
 }
 
 impl FaultPlan {
@@ -145,6 +148,7 @@ impl FaultPlan {
             (self.clock_skew, "clock_skew"),
             (self.write_error_rate > 0.0 || self.write_error_shots > 0, "write_error"),
             (self.start_read_error_rate > 0.0, "start_read_error"),
+            (self.partition_failure_shots > 0, "partition_failure"),
         ];
         flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect()
     }
@@ -228,22 +232,36 @@ pub struct SwarmConfig {
 pub struct NodeSizes {
     /// `Config::meta_snapshot_every_entries`.
     pub meta_snapshot_every_entries: u64,
+    /// `Config::wal_segment_bytes`.
+    pub wal_segment_bytes: u64,
+    /// `Config::wal_rotate_dispatched_bytes`.
+    pub wal_rotate_dispatched_bytes: u64,
 }
 
 impl Default for NodeSizes {
     fn default() -> Self {
         NodeSizes {
             meta_snapshot_every_entries: narad_core::constants::META_SNAPSHOT_EVERY_ENTRIES,
+            wal_segment_bytes: narad_core::constants::WAL_SEGMENT_BYTES,
+            wal_rotate_dispatched_bytes: narad_core::constants::WAL_ROTATE_DISPATCHED_BYTES,
         }
     }
 }
 
 /// Half the seeds snapshot the metastore every 4 to 64 entries (a run applies a few hundred:
-/// heartbeats, creates, deletes), so snapshots, log resets and their faults happen.
+/// heartbeats, creates, deletes), so snapshots, log resets and their faults happen. Then (drawn
+/// last) half the seeds seal WAL segments past 1 to 64 KiB and rotate dispatched ones past 512 B
+/// up to the segment size: a run writes tens of KiB to a few MiB, so it holds several sealed
+/// segments, some with a backlog, and compaction and recovery work across them.
 pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng) -> NodeSizes {
     let mut sizes = NodeSizes::default();
     if rng.random_bool(0.5) {
         sizes.meta_snapshot_every_entries = rng.random_range(4..=64);
+    }
+    if rng.random_bool(0.5) {
+        let segment_log2 = rng.random_range(10..=16u32);
+        sizes.wal_segment_bytes = 1 << segment_log2;
+        sizes.wal_rotate_dispatched_bytes = 1 << rng.random_range(9..=segment_log2);
     }
     sizes
 }
@@ -278,6 +296,7 @@ impl SwarmConfig {
         let horizon_ms = rng.random_range(300..2_500);
         draw_io_errors(&mut rng, &mut faults);
         let sizes = draw_sizes(&mut rng);
+        draw_partition_failures(&mut rng, &mut faults);
         workload.think_max_us = think_for(&workload, horizon_ms);
         SwarmConfig {
             nodes: 1,
@@ -378,6 +397,15 @@ pub(crate) fn draw_io_errors(rng: &mut ChaCha8Rng, plan: &mut FaultPlan) {
     }
 }
 
+/// Single node, drawn last of all: four seeds in ten aim 2 to 12 one-shot failures at partition
+/// logs (`schedule::draw_partition_failures` places them), so a failed commit and the commit
+/// after it on the same partition happen in most of those seeds rather than once in hundreds.
+pub(crate) fn draw_partition_failures(rng: &mut ChaCha8Rng, plan: &mut FaultPlan) {
+    if rng.random_bool(0.4) {
+        plan.partition_failure_shots = rng.random_range(2..=12);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -417,5 +445,16 @@ mod tests {
         let reads = plans.iter().filter(|p| p.start_read_error_rate > 0.0).count();
         assert!((250..450).contains(&writes), "{writes} of 1000 seeds with write errors");
         assert!((150..350).contains(&reads), "{reads} of 1000 seeds with start-up read errors");
+        let shots = plans.iter().filter(|p| p.partition_failure_shots > 0).count();
+        assert!((300..500).contains(&shots), "{shots} of 1000 seeds with partition failures");
+    }
+
+    #[test]
+    fn half_the_seeds_have_tiny_wal_segments_that_still_rotate_below_their_size() {
+        let sizes: Vec<NodeSizes> = (0..1000).map(|s| SwarmConfig::draw(s).sizes).collect();
+        let tiny: Vec<&NodeSizes> =
+            sizes.iter().filter(|s| s.wal_segment_bytes <= 64 * 1024).collect();
+        assert!((400..600).contains(&tiny.len()), "{} of 1000 seeds", tiny.len());
+        assert!(tiny.iter().all(|s| s.wal_rotate_dispatched_bytes <= s.wal_segment_bytes));
     }
 }
