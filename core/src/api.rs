@@ -124,6 +124,10 @@ pub enum ClientError {
     ShuttingDown,
     #[error("{0}")]
     Unavailable(String),
+    /// A bound of the node's internal queues is reached: the request was refused before it
+    /// changed anything (a produce is refused before it is staged); retry after a pause.
+    #[error("node overloaded: {0}; retry later")]
+    Overloaded(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -138,6 +142,7 @@ impl ClientError {
             ClientError::TooLarge(_) => 413,
             ClientError::WalFailed(_) | ClientError::Internal(_) => 500,
             ClientError::ShuttingDown | ClientError::Unavailable(_) => 503,
+            ClientError::Overloaded(_) => 503,
         }
     }
 }

@@ -17,6 +17,7 @@
 //! - **Discard** only for incarnations the authority confirms gone (asked once per topic per pass).
 
 mod destination;
+mod invariants;
 
 use std::collections::{BTreeMap, BTreeSet};
 

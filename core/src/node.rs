@@ -11,6 +11,7 @@ mod client;
 mod cluster;
 mod commit;
 mod discard;
+mod invariants;
 mod metastore;
 mod owner;
 mod recovery;
@@ -21,7 +22,7 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 
 use crate::accept::Resolver;
-use crate::api::{ClientOp, ClientReply, Stats};
+use crate::api::{ClientError, ClientOp, ClientReply, Stats};
 use crate::dispatch::{Dispatcher, Placement};
 use crate::ids::{Instant, IoToken, NodeId, PartitionKey, RequestId, TopicId};
 use crate::io::{DiskOp, Effect, FileId, Input, NodeEvent};
@@ -160,6 +161,25 @@ enum Deferred {
 
 /// Most peer messages held during the start-up syncs.
 const DEFERRED_PEER_MAX: usize = 4_096;
+
+/// Most client requests held during the start-up syncs (the tokio driver's command queue holds
+/// as many); past it a request is answered `Overloaded` at once.
+const DEFERRED_CLIENT_MAX: usize = 4_096;
+
+/// Most produces waiting for a group commit (staged or in flight), and most bytes staged for the
+/// next one: past either, a produce is answered `Overloaded` before anything is staged.
+pub(crate) const PRODUCE_WAITERS_MAX: usize = 16_384;
+const STAGED_BYTES_MAX: usize = 64 * 1024 * 1024;
+
+/// Most requests outstanding with peers (forwarded commands and consumes, answers settling,
+/// topic statistics being gathered): past it a client request is answered `Overloaded`, and the
+/// node's own heartbeat or confirmation is not sent (it is asked again next pass).
+const PEER_REQUESTS_MAX: usize = 4_096;
+
+/// Most commit jobs on our partitions before a peer's commit batch is refused ("overloaded": its
+/// dispatcher backs off and retries). A dispatcher has at most `COMMIT_FANOUT` commits in flight,
+/// so peers well within the bound never meet it; our own dispatcher's jobs are never refused.
+const PEER_COMMIT_JOBS_MAX: usize = 1_024;
 
 /// Bound on undrained events: the oldest are dropped past it.
 const EVENT_QUEUE_MAX: usize = 65_536;
@@ -342,7 +362,7 @@ impl Node {
         self.now = self.now.max(now);
         match input {
             Input::Client { request, op } if self.startup_syncs_left > 0 => {
-                self.deferred.push_back(Deferred::Client(request, op));
+                self.defer_client(request, op);
             }
             Input::Peer { from, bytes } if self.startup_syncs_left > 0 => {
                 let peers =
@@ -361,6 +381,17 @@ impl Node {
             }
         }
         self.pump();
+    }
+
+    /// Holds a client request until the start-up syncs are done, or refuses it past the bound.
+    fn defer_client(&mut self, request: RequestId, op: ClientOp) {
+        let clients = self.deferred.iter().filter(|d| matches!(d, Deferred::Client(..))).count();
+        if clients < DEFERRED_CLIENT_MAX {
+            self.deferred.push_back(Deferred::Client(request, op));
+        } else {
+            let error = ClientError::Overloaded("too many requests held during start-up".into());
+            self.reply(request, ClientReply::Error(error));
+        }
     }
 
     /// Called when the deadline from `poll_timeout` has passed.

@@ -8,6 +8,7 @@
 mod dedup;
 pub mod frame;
 mod index;
+mod invariants;
 mod recovery;
 
 use std::collections::VecDeque;

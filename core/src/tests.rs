@@ -4,3 +4,4 @@ mod cluster_flow;
 mod cluster_harness;
 mod harness;
 mod node_flow;
+mod overload;

@@ -20,6 +20,7 @@
 
 pub mod checkpoint;
 mod damage;
+pub mod invariants;
 pub mod record;
 mod recovery;
 

@@ -3,7 +3,7 @@
 //! the owner's through a forwarded read).
 
 use super::cluster::Forwarded;
-use super::{ConsumeAsker, IoPurpose, Node, ProduceWaiter};
+use super::{ConsumeAsker, IoPurpose, Node, PRODUCE_WAITERS_MAX, ProduceWaiter, STAGED_BYTES_MAX};
 use crate::api::{
     ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, PartitionStats, ProduceMessage,
 };
@@ -136,10 +136,22 @@ impl Node {
         if let Some(error) = self.wal.latched() {
             return Err(ClientError::WalFailed(error.to_string()));
         }
+        self.check_produce_room()?;
         let info = self.meta.topic(topic).ok_or_else(|| self.unknown_topic(topic))?;
         let drafts = self.resolver.resolve(info, messages, batch, self.now.as_millis())?;
         let waiter = ProduceWaiter { request, records: drafts.len() };
         self.wal.stage(drafts, waiter).map_err(|error| ClientError::WalFailed(error.to_string()))
+    }
+
+    /// A produce past the group commit's bounds is refused before it is staged.
+    fn check_produce_room(&self) -> Result<(), ClientError> {
+        let (waiters, staged) = (self.wal.produce_waiters(), self.wal.staged_bytes());
+        if waiters >= PRODUCE_WAITERS_MAX || staged >= STAGED_BYTES_MAX {
+            return Err(ClientError::Overloaded(format!(
+                "{waiters} produces and {staged} bytes wait for the ingress WAL"
+            )));
+        }
+        Ok(())
     }
 
     /// Answers the produces of a completed group commit.

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{ConsumeAsker, IoPurpose, MetaWaiter, Node};
+use super::{ConsumeAsker, IoPurpose, MetaWaiter, Node, PEER_COMMIT_JOBS_MAX, PEER_REQUESTS_MAX};
 use crate::accept::check_record_limits;
 use crate::api::{ClientError, ClientReply, ConsumedRecord};
 use crate::constants::{COMMIT_TIMEOUT_MS, MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
@@ -176,6 +176,8 @@ impl Node {
             Some("owner's metastore replica is behind".to_string())
         } else if known && self.meta.owner(target) != Some(self.config.node_id) {
             Some(format!("node {} does not own {target}", self.config.node_id.0))
+        } else if self.jobs.len() >= PEER_COMMIT_JOBS_MAX {
+            Some(format!("owner overloaded: {} commit jobs queued", self.jobs.len()))
         } else {
             None // unknown to a caught-up replica: enqueue_commit answers TopicGone
         };
@@ -422,7 +424,8 @@ impl Node {
             .map(|p| NodeId(p.owner_node))
             .filter(|owner| *owner != self.config.node_id && self.meta.is_alive(*owner))
             .collect();
-        if waiting.is_empty() {
+        if waiting.is_empty() || self.peer_requests() >= PEER_REQUESTS_MAX {
+            // Nobody to ask, or too much outstanding: answer with what is known here.
             return self.reply(request, ClientReply::Topic(topic, stats));
         }
         let id = self.remote.next_id();
@@ -460,10 +463,28 @@ impl Node {
         kind: Forwarded,
         message: impl FnOnce(u64) -> PeerMessage,
     ) {
+        if self.peer_requests() >= PEER_REQUESTS_MAX {
+            return self.refuse_forward(kind);
+        }
         let id = self.remote.next_id();
         let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
         self.remote.forwards.insert(id, (kind, to, deadline));
         self.send(to, &message(id));
+    }
+
+    /// Requests outstanding with peers (bounded by `PEER_REQUESTS_MAX`).
+    pub(super) fn peer_requests(&self) -> usize {
+        let remote = &self.remote;
+        remote.forwards.len() + remote.settling.len() + remote.topic_stats.len()
+    }
+
+    /// Too many requests are outstanding with peers: a client's is answered `Overloaded`, the
+    /// node's own (heartbeat, confirmation) waits for the next pass.
+    fn refuse_forward(&mut self, kind: Forwarded) {
+        if let Forwarded::Admin { request, .. } | Forwarded::Consume { request, .. } = kind {
+            let error = ClientError::Overloaded("too many requests outstanding with peers".into());
+            self.reply(request, ClientReply::Error(error));
+        }
     }
 
     /// A forwarded request will get no answer: its client gets a 503.

@@ -27,6 +27,19 @@ pub(super) struct Job {
     reply_to: ReplyTo,
 }
 
+impl Job {
+    /// A job (tests build broken node states with it).
+    #[cfg(test)]
+    pub(super) fn new(key: PartitionKey, origin: NodeId, reply_to: ReplyTo) -> Job {
+        Job { key, origin, reply_to }
+    }
+
+    /// Who waits for this job's outcome.
+    pub(super) fn reply_to(&self) -> ReplyTo {
+        self.reply_to
+    }
+}
+
 impl Node {
     /// Queues records for `key` (started by `start_queued_commits`).
     pub(super) fn enqueue_commit(

@@ -1,4 +1,8 @@
 //! The API's error answer: a status code and `{"error": "<what went wrong>"}`.
+//!
+//! An overloaded node (a bound of its internal queues reached, `ClientError::Overloaded`) answers
+//! 503 with `Retry-After: 1`, not 429: the limit is the node's, not the client's (429 says "you
+//! send too much"), and 503 is what clients already retry for every other transient refusal.
 
 use std::borrow::Cow;
 
@@ -11,12 +15,17 @@ use narad_core::{ClientError, ClientReply};
 pub struct ApiError {
     status: StatusCode,
     message: Cow<'static, str>,
+    /// Seconds for a `Retry-After` header (overload answers).
+    retry_after: Option<u32>,
 }
+
+/// The `Retry-After` of an overload answer, in seconds.
+const OVERLOAD_RETRY_AFTER_SECS: u32 = 1;
 
 impl ApiError {
     /// An error with `status` and a human-readable `message`.
     pub fn new(status: StatusCode, message: impl Into<Cow<'static, str>>) -> ApiError {
-        ApiError { status, message: message.into() }
+        ApiError { status, message: message.into(), retry_after: None }
     }
 
     /// 400 Bad Request.
@@ -50,7 +59,9 @@ impl From<ClientError> for ApiError {
     fn from(error: ClientError) -> ApiError {
         let status = StatusCode::from_u16(error.http_status())
             .expect("invariant: http_status returns a valid status code");
-        ApiError::new(status, error.to_string())
+        let retry_after =
+            matches!(error, ClientError::Overloaded(_)).then_some(OVERLOAD_RETRY_AFTER_SECS);
+        ApiError { retry_after, ..ApiError::new(status, error.to_string()) }
     }
 }
 
@@ -58,6 +69,25 @@ impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let body = serde_json::json!({ "error": self.message }).to_string();
         let content_type = HeaderValue::from_static("application/json");
-        (self.status, [(header::CONTENT_TYPE, content_type)], body).into_response()
+        let mut response =
+            (self.status, [(header::CONTENT_TYPE, content_type)], body).into_response();
+        if let Some(secs) = self.retry_after {
+            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        response
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_overloaded_node_answers_503_with_retry_after() {
+        let response = ApiError::from(ClientError::Overloaded("full".into())).into_response();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "1");
+        let other = ApiError::from(ClientError::Unavailable("no leader".into())).into_response();
+        assert!(other.headers().get(header::RETRY_AFTER).is_none());
     }
 }

@@ -1,0 +1,108 @@
+//! Cheap self-checks of the WAL's bookkeeping and its load gauges, for `Node::check_invariants`
+//! (the simulator runs it after every step) and for the node's produce bound: sequences in order,
+//! the cursor inside the segments it reads, every operation handed out counted.
+
+use super::Wal;
+
+/// WAL disk operations handed out and not yet completed, by what they are for.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OutstandingIo {
+    pub batch: u32,
+    pub checkpoint: u32,
+    pub cursor_reads: u32,
+    pub repairs: u32,
+}
+
+impl<W> Wal<W> {
+    /// Produces waiting for a group commit (staged or in flight).
+    pub fn produce_waiters(&self) -> usize {
+        self.staging.waiters.len() + self.in_flight.as_ref().map_or(0, |f| f.waiters.len())
+    }
+
+    /// Bytes staged for the next group commit.
+    pub fn staged_bytes(&self) -> usize {
+        self.staging.bytes.len()
+    }
+
+    /// Where the dispatcher's cursor reads next (equals the dispatcher's `read_upto`).
+    pub fn cursor_seq(&self) -> u64 {
+        self.cursor.seq
+    }
+
+    /// Operations the WAL expects completions for (its outbox is empty after every pump).
+    pub fn outstanding_io(&self) -> OutstandingIo {
+        OutstandingIo {
+            batch: self.in_flight.as_ref().map_or(0, |f| f.ios_left),
+            checkpoint: self.checkpoint.in_flight.map_or(0, |(_, ios, _)| ios),
+            cursor_reads: u32::from(self.read_in_flight),
+            repairs: self.repairs_left,
+        }
+    }
+
+    /// Durable checkpoint ≤ target ≤ cursor ≤ durable sequence ≤ next sequence; the batch in
+    /// flight starts at the durable sequence and the staged records follow it densely; the
+    /// cursor sits in a known segment, at most at its durable end.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        let cp = &self.checkpoint;
+        let chain = [cp.durable, cp.target, self.cursor.seq, self.durable_seq, self.next_seq];
+        if chain.windows(2).any(|w| w[0] > w[1]) {
+            return Err(format!(
+                "wal: checkpoint {} ≤ target {} ≤ cursor {} ≤ durable {} ≤ next {} broken",
+                chain[0], chain[1], chain[2], chain[3], chain[4]
+            ));
+        }
+        self.check_batches()?;
+        self.check_segments()?;
+        if let Some((value, ios, _)) = cp.in_flight
+            && (ios == 0 || (value != u64::MAX && value > cp.target))
+        {
+            return Err(format!("wal: checkpoint write of {value} ({ios} ops) past target"));
+        }
+        Ok(())
+    }
+
+    fn check_batches(&self) -> Result<(), String> {
+        let mut next = self.durable_seq;
+        if let Some(flight) = &self.in_flight {
+            if flight.first_seq != next || flight.ios_left == 0 {
+                let first = flight.first_seq;
+                return Err(format!("wal: batch in flight at {first}, durable sequence {next}"));
+            }
+            next += flight.records.len() as u64;
+        }
+        if let Some(first) = self.staging.records.first()
+            && first.seq != next
+        {
+            return Err(format!("wal: staged records start at {}, expected {next}", first.seq));
+        }
+        next += self.staging.records.len() as u64;
+        if self.latched.is_none() && next != self.next_seq {
+            return Err(format!("wal: records end at {next}, next sequence {}", self.next_seq));
+        }
+        Ok(())
+    }
+
+    fn check_segments(&self) -> Result<(), String> {
+        let Some(segment) = self.segments.get(&self.cursor.segment) else {
+            // Before the first group commit (or after a recovery that found everything
+            // dispatched) the cursor waits at the start of the segment the next batch creates.
+            let c = self.cursor;
+            if c.offset == 0 && c.segment == c.seq && c.seq == self.durable_seq {
+                return Ok(());
+            }
+            return Err(format!("wal: cursor in unknown segment {}", self.cursor.segment));
+        };
+        if self.cursor.offset > segment.durable || segment.durable > segment.written {
+            let (at, durable, written) = (self.cursor.offset, segment.durable, segment.written);
+            return Err(format!(
+                "wal: cursor at {at}, segment durable {durable}, written {written}"
+            ));
+        }
+        match self.segments.last_key_value() {
+            Some((&first, _)) if first > self.next_seq => {
+                Err(format!("wal: active segment {first} past next sequence {}", self.next_seq))
+            }
+            _ => Ok(()),
+        }
+    }
+}
