@@ -120,6 +120,13 @@ impl Checker {
     /// for their origin node (their commit may have landed durably while a crash hid its
     /// answer), and as held by `node`.
     pub fn recovered_origins(&mut self, node: u32, origins: &[(u32, u64)]) {
+        let owners = &self.owners;
+        let on_this_disk = |key: &PartitionKey| owners.get(key).is_none_or(|&o| o == node);
+        for (_, state) in self.parts.iter_mut().filter(|(k, s)| s.damage_unread && on_this_disk(k))
+        {
+            state.amnesia = true;
+            state.damage_unread = false;
+        }
         for &(origin, seq) in origins {
             self.mark_done(origin, seq);
             self.held(node, origin, &[seq]);
@@ -159,7 +166,9 @@ impl Checker {
     /// A lying disk lost acknowledged bytes of `key`'s log: its watermark may restart lower and
     /// offsets may be reused.
     pub fn amnesia(&mut self, key: PartitionKey) {
-        self.parts.entry(key).or_default().amnesia = true;
+        let state = self.parts.entry(key).or_default();
+        state.amnesia = true;
+        state.damage_unread = true;
         let stale: Vec<(PartitionKey, u64)> =
             self.seen.range((key, 0)..=(key, u64::MAX)).map(|(k, _)| *k).collect();
         for k in stale {

@@ -121,6 +121,10 @@ struct PartState {
     hwm: u64,
     /// A lying disk lost acknowledged bytes of this log: its watermark may restart lower.
     amnesia: bool,
+    /// The damage behind `amnesia` is on disk but no recovery has read it yet: the next start
+    /// of a process reads it, so `amnesia` holds again then (a restart already in flight when
+    /// the damage struck may consume `amnesia` first, with the old bytes).
+    damage_unread: bool,
 }
 
 /// What the checker tracks per node.

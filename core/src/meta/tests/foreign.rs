@@ -36,7 +36,14 @@ fn raft_messages_from_a_non_voter_are_dropped() {
         message(MessageType::MsgTimeoutNow, u64::from(u32::MAX), 124, 0),
     ];
     for (from, bytes) in [(NodeId(2), &foreign[0]), (NodeId(u32::MAX), &foreign[1])] {
-        world.hosts.get_mut(&NodeId(1)).unwrap().meta.as_mut().unwrap().handle_message(now, from, bytes);
+        world
+            .hosts
+            .get_mut(&NodeId(1))
+            .unwrap()
+            .meta
+            .as_mut()
+            .unwrap()
+            .handle_message(now, from, bytes);
         world.drain(NodeId(1));
     }
     world.run_for(500);
