@@ -6,6 +6,12 @@
 //! I/O, reads no clock, draws randomness only from the seed it was given and never iterates a
 //! hash map, so the same inputs always give the same outputs: that is what lets the simulator
 //! reproduce any run bit for bit.
+//!
+//! The drain rule: after feeding inputs, drain `poll_effect` to `None`, then `poll_event`, then
+//! re-arm the timer; the core answers the same whether one input or many came between drains.
+//! The tokio runtime feeds up to 256 inputs of one channel (disk completions, peer messages or
+//! client requests) per wakeup before it drains, a timer expiry or the shutdown signal alone;
+//! the simulator batches the same way in a share of its seeds (docs/contributing.md).
 #![forbid(unsafe_code)]
 #![warn(clippy::too_many_lines)]
 

@@ -4,6 +4,14 @@
 //! flight are gone; completions of the old incarnation are dropped by epoch), restart from disk,
 //! and pause (inputs queue up and are delivered in order on resume). A host may run its node on
 //! a skewed clock ([`ClockSkew`]): the node sees its own time, the event queue keeps one.
+//!
+//! Batching ([`NodeHost::set_batching`]): as the tokio driver takes up to 256 inputs from one
+//! channel (disk completions, peer messages, client requests) before it drains, a batching host
+//! hands consecutive inputs of one channel to the node back to back and drains once: when the
+//! batch is full, when an input of another kind comes, or when the simulation flushes it.
+//!
+//! After every input the host runs `Node::check_invariants` (the deep variant every
+//! `DEEP_CHECK_EVERY` inputs); the first failure is kept for the simulation to report.
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -85,7 +93,36 @@ pub struct NodeHost {
     /// The running node has reported ready since it started.
     ready: bool,
     skew: ClockSkew,
+    /// Most inputs handed to the node before a drain (1: drain after every input).
+    batch_max: usize,
+    /// The batch being fed, not drained yet.
+    batch: Option<OpenBatch>,
+    /// Inputs checked so far (every `DEEP_CHECK_EVERY`th gets the deep check).
+    checks: u64,
+    /// The first failure of `Node::check_invariants`.
+    invariant_failure: Option<String>,
 }
+
+/// Which driver channel an input arrives on: the runtime batches inputs of one channel only.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Channel {
+    Disk,
+    Peer,
+    Client,
+}
+
+/// Inputs handed to the node since the last drain.
+#[derive(Clone, Copy, Debug)]
+struct OpenBatch {
+    channel: Channel,
+    inputs: usize,
+    /// Simulated time of the first input.
+    since: Instant,
+}
+
+/// Inputs between two deep invariant checks (the deep check walks every partition log and the
+/// dispatcher's window).
+const DEEP_CHECK_EVERY: u64 = 16;
 
 impl NodeHost {
     /// A host for node `index` that is not running yet.
@@ -101,7 +138,34 @@ impl NodeHost {
             timer_generation: 0,
             ready: false,
             skew: ClockSkew::default(),
+            batch_max: 1,
+            batch: None,
+            checks: 0,
+            invariant_failure: None,
         }
+    }
+
+    /// Hands up to `max` consecutive inputs of one channel to the node before draining (the
+    /// tokio driver takes up to 256); 1 drains after every input.
+    pub fn set_batching(&mut self, max: usize) {
+        self.batch_max = max.max(1);
+    }
+
+    /// When the open batch's first input was handed over, if inputs wait for a drain.
+    pub fn batch_since(&self) -> Option<Instant> {
+        self.batch.map(|batch| batch.since)
+    }
+
+    /// Drains the open batch (the driver's wakeup ends), unless the process is paused.
+    pub fn flush(&mut self, rt: &mut impl HostRuntime) {
+        if self.batch.is_some() && self.node.is_some() && !self.paused {
+            self.drain(rt);
+        }
+    }
+
+    /// The first invariant failure of the node since the last call, if any.
+    pub fn take_invariant_failure(&mut self) -> Option<String> {
+        self.invariant_failure.take()
     }
 
     /// Runs the node on a skewed clock from now on (set it before `start`).
@@ -148,6 +212,7 @@ impl NodeHost {
         self.node = Some(Node::recover_in_chunks(config, now, files, SCAN_CHUNK_BYTES)?);
         self.paused = false;
         self.ready = false;
+        self.check_node();
         self.drain(rt);
         Ok(())
     }
@@ -158,6 +223,7 @@ impl NodeHost {
         self.epoch += 1;
         self.paused = false;
         self.deferred.clear();
+        self.batch = None;
         self.timer = None;
         self.timer_generation += 1;
     }
@@ -222,19 +288,48 @@ impl NodeHost {
     }
 
     fn step(&mut self, now: Instant, input: Option<Input>, rt: &mut impl HostRuntime) {
-        let node = self.node.as_mut().expect("invariant: step only a running node");
-        let now = self.skew.node_time(now);
-        let _span = tracing::info_span!("node", id = self.index).entered();
-        match input {
-            Some(input) => node.handle_input(now, input),
-            None => node.handle_timeout(now),
+        let channel = input.as_ref().and_then(channel_of).filter(|_| self.batch_max > 1);
+        let joins = self.batch.is_some_and(|b| Some(b.channel) == channel);
+        if self.batch.is_some() && !joins {
+            self.drain(rt); // a wakeup takes one channel; timers and control inputs come alone
         }
-        self.drain(rt);
+        let node = self.node.as_mut().expect("invariant: step only a running node");
+        let node_now = self.skew.node_time(now);
+        let span = tracing::info_span!("node", id = self.index).entered();
+        match input {
+            Some(input) => node.handle_input(node_now, input),
+            None => node.handle_timeout(node_now),
+        }
+        drop(span);
+        self.check_node();
+        let Some(channel) = channel else {
+            return self.drain(rt);
+        };
+        let batch = self.batch.get_or_insert(OpenBatch { channel, inputs: 0, since: now });
+        batch.inputs += 1;
+        if batch.inputs >= self.batch_max {
+            self.drain(rt);
+        }
+    }
+
+    /// Runs the node's invariant checks; keeps the first failure.
+    fn check_node(&mut self) {
+        let node = self.node.as_ref().expect("invariant: check only a running node");
+        self.checks += 1;
+        let checked = if self.checks.is_multiple_of(DEEP_CHECK_EVERY) {
+            node.check_invariants_deep()
+        } else {
+            node.check_invariants()
+        };
+        if let Err(failure) = checked {
+            self.invariant_failure.get_or_insert(failure);
+        }
     }
 
     /// Events are drained before effects: a checker then learns of a commit (watermark) or a
     /// latch before it sees replies produced by the same input.
     fn drain(&mut self, rt: &mut impl HostRuntime) {
+        self.batch = None;
         let node = self.node.as_mut().expect("invariant: drain only a running node");
         while let Some(event) = node.poll_event() {
             rt.event(self.index, event);
@@ -258,6 +353,16 @@ impl NodeHost {
                 rt.arm_timer(self.index, self.skew.sim_time(at), self.timer_generation);
             }
         }
+    }
+}
+
+/// The driver channel an input arrives on; `None` for inputs the driver handles alone.
+fn channel_of(input: &Input) -> Option<Channel> {
+    match input {
+        Input::Disk { .. } => Some(Channel::Disk),
+        Input::Peer { .. } | Input::PeerUnreachable { .. } => Some(Channel::Peer),
+        Input::Client { .. } => Some(Channel::Client),
+        Input::BeginShutdown => None,
     }
 }
 

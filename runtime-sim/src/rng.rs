@@ -24,6 +24,8 @@ pub enum Component {
     Disk(u32),
     /// The seed handed to one node's `Config`.
     Node(u32),
+    /// Whether and how a seed batches inputs before a drain (see `NodeHost::set_batching`).
+    Batching,
 }
 
 impl Component {
@@ -35,6 +37,7 @@ impl Component {
             Component::Network => 4,
             Component::Routing => 5,
             Component::Topology => 6,
+            Component::Batching => 7,
             Component::Disk(node) => (1 << 32) | u64::from(node),
             Component::Node(node) => (2 << 32) | u64::from(node),
         }

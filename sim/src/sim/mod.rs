@@ -36,6 +36,33 @@ const SIM_PARTITION_INDEX_INTERVAL_BYTES: u64 = 512;
 const MAX_EVENTS: u64 = 5_000_000;
 /// Events at one instant beyond this are a livelock (a timer re-armed in the past forever).
 const MAX_EVENTS_AT_ONE_INSTANT: u64 = 200_000;
+/// The violation `Node::check_invariants` failing after a step is reported as.
+pub const NODE_INVARIANTS: &str = "node-invariants";
+
+/// How a seed feeds its nodes (`Component::Batching`): like the tokio driver, which takes up to
+/// 256 inputs of one channel per wakeup before it drains, or one input per drain.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Batching {
+    /// Most inputs of one channel handed to a node before a drain (1: no batching).
+    pub max: usize,
+    /// A batch is drained once no further event falls within this long of its first input
+    /// (the inputs that queued while the driver was busy).
+    pub window_micros: u64,
+}
+
+impl Batching {
+    /// The draw of `seed`: 40 % of seeds batch, with a max of 2 to 256 and a window of 0 (same
+    /// instant only) to 5 ms.
+    pub fn for_seed(seed: u64) -> Batching {
+        let mut rng = component_rng(seed, Component::Batching);
+        if !rng.random_bool(0.4) {
+            return Batching { max: 1, window_micros: 0 };
+        }
+        let max = [2, 4, 8, 16, 64, 256][rng.random_range(0..6)];
+        let window_micros = [0, 50, 500, 2_000, 5_000][rng.random_range(0..5)];
+        Batching { max, window_micros }
+    }
+}
 
 /// One seeded run.
 pub struct Simulation {
@@ -51,6 +78,7 @@ pub struct Simulation {
     hold_until: Instant,
     /// Nodes still down after the heal (their recovery refused a damaged disk), a bit each.
     lost_nodes: u32,
+    pub batching: Batching,
 }
 
 impl Simulation {
@@ -59,7 +87,16 @@ impl Simulation {
         let cfg = SwarmConfig::for_seed(seed, options);
         let mut rng = component_rng(seed, Component::Faults);
         let schedule = draw_schedule_on(&cfg.faults, &cfg.net, cfg.nodes, cfg.horizon_ms, &mut rng);
-        Simulation::new(seed, cfg, schedule, keep_trace)
+        Simulation::new(seed, cfg, schedule, keep_trace).with_batching(Batching::for_seed(seed))
+    }
+
+    /// Feeds the nodes in batches as `batching` says (swarm seeds draw it; scenarios do not).
+    pub fn with_batching(mut self, batching: Batching) -> Simulation {
+        for host in &mut self.hosts {
+            host.set_batching(batching.max);
+        }
+        self.batching = batching;
+        self
     }
 
     /// Prints every trace record as it happens instead of keeping them (`replay --trace`).
@@ -76,6 +113,7 @@ impl Simulation {
         keep_trace: bool,
     ) -> Simulation {
         let nodes = cfg.nodes.max(1);
+        let batching = Batching { max: 1, window_micros: 0 };
         let hosts = (0..nodes).map(|n| NodeHost::new(n, node_config(seed, &cfg, n))).collect();
         let disks = (0..nodes)
             .map(|n| {
@@ -126,6 +164,7 @@ impl Simulation {
             aborted: false,
             hold_until,
             lost_nodes: 0,
+            batching,
         }
     }
 
@@ -184,7 +223,27 @@ impl Simulation {
     fn step(&mut self, event: Event) {
         self.step_event(event);
         for n in 0..self.hosts.len() {
+            self.report_invariants(n);
             self.exit_if_fatal(n);
+            self.flush_batch(n);
+        }
+    }
+
+    /// A node whose `check_invariants` failed is a violation; the run stops there (what follows
+    /// would only report the consequences).
+    fn report_invariants(&mut self, n: usize) {
+        if let Some(failure) = self.hosts[n].take_invariant_failure() {
+            self.world.checker.violation(NODE_INVARIANTS, format!("node {n}: {failure}"));
+            self.aborted = true;
+        }
+    }
+
+    /// Drains a node's batch once no further event falls within the batching window.
+    fn flush_batch(&mut self, n: usize) {
+        let Some(since) = self.hosts[n].batch_since() else { return };
+        let end = since.0 + self.batching.window_micros;
+        if self.aborted || self.world.queue.peek_time().is_none_or(|t| t.0 > end) {
+            self.hosts[n].flush(&mut self.world);
         }
     }
 
