@@ -28,7 +28,7 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(again, messages, "round trip");
 });
 
-/// Lenient base64 as SPEC.md allows it: padding optional.
+/// Lenient base64 as the batch API accepts it (docs/design.md §2): padding optional.
 fn base64_decode(text: &str) -> Vec<u8> {
     let trimmed = text.trim_end_matches('=');
     let engine = base64::engine::GeneralPurpose::new(

@@ -1,6 +1,6 @@
 //! Fuzzes the produce and consume query-string parsers (`runtime-tokio/src/http/query.rs`)
-//! against a small model of SPEC.md §2 written here (pairs split at `&`, `+` is a space, `%XX` a
-//! byte, unknown names ignored, a known name twice is an error), and checks that parameters
+//! against a small model of docs/design.md §2 written here (pairs split at `&`, `+` is a space,
+//! `%XX` a byte, unknown names ignored, a known name twice is an error), and checks that parameters
 //! written back as a query string parse to the same parameters.
 #![no_main]
 
