@@ -54,7 +54,8 @@ impl<W> Metastore<W> {
         while self.next_tick <= self.now && ticks < MAX_CATCH_UP_TICKS {
             self.next_tick = self.next_tick.plus_millis(self.config.tick_ms);
             ticks += 1;
-            if self.raw.raft.state != StateRole::Leader && self.skip_ticks > 0 {
+            let leaderless = self.raw.raft.leader_id == raft::INVALID_ID;
+            if self.raw.raft.state != StateRole::Leader && leaderless && self.skip_ticks > 0 {
                 self.skip_ticks -= 1;
                 continue;
             }
@@ -87,11 +88,19 @@ impl<W> Metastore<W> {
                 self.seen = self.state.alive_members().map(|m| (m, now)).collect();
                 self.skip_ticks = 0;
             }
-            StateRole::PreCandidate | StateRole::Candidate => {
-                self.skip_ticks = self.rng.random_range(0..self.config.election_ticks.max(1));
+            // A campaign, or a campaign lost without a leader to follow (a split vote turns
+            // the candidates back into followers): draw a new spread. Resetting it there let
+            // nodes with one election timeout campaign in lockstep forever (seed 0x26ea).
+            StateRole::PreCandidate | StateRole::Candidate => self.draw_campaign_spread(),
+            StateRole::Follower if self.raw.raft.leader_id == raft::INVALID_ID => {
+                self.draw_campaign_spread();
             }
             _ => self.skip_ticks = 0,
         }
+    }
+
+    fn draw_campaign_spread(&mut self) {
+        self.skip_ticks = self.rng.random_range(0..self.config.election_ticks.max(1));
     }
 
     /// Leader only: proposes `MarkDead` for members whose heartbeats this leader has not seen
