@@ -50,6 +50,8 @@ scenarios!(
     bit_flip_at_rest,
     new_files_vanish_without_dir_fsync,
     torn_tails_at_power_loss,
+    failed_commits_are_cut_back_before_the_next,
+    wal_sequence_reused_after_a_lying_fsync,
     leader_isolated_during_load,
     owner_dies_and_its_share_is_rerouted,
     topic_deleted_while_a_node_is_cut_off,

@@ -152,6 +152,10 @@ pub struct Counters {
     pub records_read: u64,
     /// Produce attempts that ended ambiguously (5xx, timeout, connection reset).
     pub ambiguous_attempts: u64,
+    /// WAL sequences staged again for another message after the first message under them was
+    /// committed (a disk lost WAL data it claimed durable): the owner's idempotent check must
+    /// tell the two records apart by their content, or it drops the second.
+    pub reused_sequences: u64,
     /// When the first record was discarded (scenarios check it waited for the leader).
     pub first_discard_at: Option<Instant>,
 }
@@ -291,7 +295,10 @@ impl Checker {
         if !msg.stagings.contains(&(node, topic)) {
             msg.stagings.push((node, topic));
         }
-        self.by_origin.insert((node, seq), id);
+        let before = self.by_origin.insert((node, seq), id);
+        if before.is_some_and(|old| old != id && !self.msgs[old as usize].placed.is_empty()) {
+            self.counters.reused_sequences += 1;
+        }
     }
 
     /// Node `node` committed these WAL sequences of `origin` to one of its partitions.

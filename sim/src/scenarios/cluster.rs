@@ -6,7 +6,7 @@
 use narad_sim_runtime::FaultClass;
 
 use super::Scenario;
-use super::catalog::{check, hit, plan, workload};
+use super::kit::{check, hit, plan, workload};
 use crate::schedule::{FaultAction as A, ScheduledFault};
 use crate::sim::START;
 use crate::swarm::{NetPlan, WorkloadConfig};

@@ -4,6 +4,8 @@
 
 pub mod catalog;
 mod cluster;
+mod kit;
+mod single;
 
 use std::fmt::Write;
 
