@@ -78,6 +78,7 @@ impl Checker {
         let (hwm, amnesia) = (state.hwm, state.amnesia);
         state.hwm = first_offset + origins.len() as u64;
         state.amnesia = false;
+        state.tail_written = false;
         if first_offset != hwm && !amnesia {
             let what = if first_offset < hwm { "below" } else { "leaving a gap above" };
             let detail = format!("{key}: commit at offset {first_offset} {what} watermark {hwm}");
@@ -152,15 +153,29 @@ impl Checker {
                 continue;
             }
             let state = self.parts.entry(key).or_default();
-            let (before, amnesia) = (state.hwm, state.amnesia);
+            let (before, amnesia, tail_written) = (state.hwm, state.amnesia, state.tail_written);
             state.hwm = *hwm;
             state.amnesia = false;
+            state.tail_written = false;
             if *hwm < before && !amnesia {
                 let detail =
                     format!("{key}: watermark {before} before the crash, {hwm} after recovery");
                 self.violation(inv::VISIBLE_THEN_GONE, detail);
             }
+            if *hwm > before && !tail_written && !amnesia {
+                let detail = format!(
+                    "{key}: watermark {before} before the crash, {hwm} after recovery, yet no write landed past it"
+                );
+                self.violation(inv::RECOVERED_UNWRITTEN, detail);
+            }
         }
+    }
+
+    /// A write to `key`'s log landed (in the page cache at least): records past the reported
+    /// watermark may be in the file until the next reported commit (a recovery may find them,
+    /// or not: a cut-back, a failed sync or a power loss may remove them again).
+    pub fn partition_write_landed(&mut self, key: PartitionKey) {
+        self.parts.entry(key).or_default().tail_written = true;
     }
 
     /// A lying disk lost acknowledged bytes of `key`'s log: its watermark may restart lower and
@@ -203,5 +218,42 @@ impl Checker {
     /// The watermark the checker knows for `key`.
     pub fn known_hwm(&self, key: PartitionKey) -> u64 {
         self.parts.get(&key).map_or(0, |s| s.hwm)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use narad_core::{NodeEvent, NodeId, PartitionKey, TopicId};
+
+    use crate::checker::{Checker, inv};
+
+    const KEY: PartitionKey = PartitionKey { topic: TopicId(1), partition: 0 };
+
+    fn committed(checker: &mut Checker, first_offset: u64, count: u64) {
+        let origins = (first_offset..first_offset + count).collect();
+        let event = NodeEvent::Committed { key: KEY, first_offset, origin: NodeId(1), origins };
+        checker.on_event(0, &event);
+    }
+
+    fn unwritten(checker: &Checker) -> usize {
+        checker.violations().0.iter().filter(|v| v.invariant == inv::RECOVERED_UNWRITTEN).count()
+    }
+
+    /// A restart may find more records than were reported only if a write landed since the
+    /// last reported commit (that commit's answer was lost in the crash).
+    #[test]
+    fn a_restart_recovers_unreported_records_only_after_a_landed_write() {
+        let mut checker = Checker::new(false);
+        checker.topic_live("t1", KEY.topic);
+        checker.on_restart(0, &[(KEY, 0)]);
+        committed(&mut checker, 0, 3);
+        checker.partition_write_landed(KEY);
+        checker.on_restart(0, &[(KEY, 5)]);
+        assert_eq!(unwritten(&checker), 0, "a write in flight at the crash landed durably");
+        committed(&mut checker, 5, 2);
+        // A failed commit's frames left behind a later, shorter commit: nothing landed since
+        // the last report, yet recovery finds two more records.
+        checker.on_restart(0, &[(KEY, 9)]);
+        assert_eq!(unwritten(&checker), 1);
     }
 }

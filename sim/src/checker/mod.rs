@@ -48,6 +48,9 @@ pub mod inv {
     /// An answer to a topic create, delete or lookup that the applied metastore history
     /// contradicts (see `admin.rs`).
     pub const ADMIN: &str = "admin-answer";
+    /// A restart recovered records past a partition's reported watermark that no unfinished
+    /// commit wrote (a failed commit's frames left in the file, taken for committed ones).
+    pub const RECOVERED_UNWRITTEN: &str = "recovered-unwritten";
 }
 
 /// One message the workload produced (or tried to).
@@ -125,6 +128,9 @@ struct PartState {
     /// of a process reads it, so `amnesia` holds again then (a restart already in flight when
     /// the damage struck may consume `amnesia` first, with the old bytes).
     damage_unread: bool,
+    /// A write to the log file landed since the last reported commit or restart: only then
+    /// may a restart recover more records than were reported.
+    tail_written: bool,
 }
 
 /// What the checker tracks per node.

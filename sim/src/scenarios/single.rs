@@ -223,27 +223,34 @@ pub(super) fn torn_tails_at_power_loss() -> Scenario {
 }
 
 pub(super) fn failed_commits_are_cut_back_before_the_next() -> Scenario {
-    // Each failure leaves the failed commit's bytes in the log file (a write whose sync failed,
-    // or a write that failed after part of it landed); the next commit to that partition must
-    // start where the last good frame ends.
+    // A failed commit can leave bytes in the log file: a torn write lands intact frames before
+    // the tear, and a read-back that fails leaves the whole batch. The next commit must start
+    // where the last good frame ends and nothing of the failed one may survive past it. The
+    // process restart after each failure (the page cache survives it) reads the file again:
+    // frames left behind would be recovered as committed records (`recovered-unwritten`).
     let mut schedule = Vec::new();
     for i in 0..6 {
         let target = FileMatch::class(FileClass::Partition);
         let action = if i % 2 == 0 { A::FailNextSync(target) } else { A::TornNextWrite(target) };
-        schedule.push(at(80 + i * 180, action));
+        let t = 80 + i * 250;
+        schedule.push(at(t, action));
+        schedule.push(at(t + 150, A::ProcessCrash));
+        schedule.push(at(t + 180, A::Restart));
     }
     Scenario {
         name: "failed_commits_are_cut_back_before_the_next",
-        story: "partition-log syncs fail and writes tear, six times, under load: each failed commit is cut back to the last good frame before the partition's next commit, which lands at the same offsets; nothing is duplicated, nothing acknowledged is lost",
+        story: "partition-log syncs fail and writes tear, six times, under load, each followed by a process restart: each failed commit is cut back to the last good frame before the partition's next commit, recovery finds exactly the committed records, nothing acknowledged is lost",
         seed: 22,
         nodes: 1,
         net: NetPlan::default(),
-        workload: WorkloadConfig { batch_prob: 0.3, max_batch: 8, ..workload(300, 2, 1_500) },
+        workload: WorkloadConfig { batch_prob: 0.5, max_batch: 12, ..workload(300, 2, 1_800) },
         faults: plan(),
         schedule,
         expect: |o| {
             hit(o, FaultClass::FsyncError)?;
+            hit(o, FaultClass::TornWriteLive)?;
             hit(o, FaultClass::PartitionCommitAfterFailure)?;
+            check(o.counters.restarts >= 3, "fewer than three restarts")?;
             check(o.counters.commits_failed >= 2, "fewer than two commits failed")
         },
     }

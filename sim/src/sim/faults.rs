@@ -172,6 +172,7 @@ impl Simulation {
         let just_ops: Vec<DiskOp> = ops.iter().map(|(_, op)| op.clone()).collect();
         for (i, result) in self.world.disks[n].complete_handed_over(&just_ops) {
             let (token, op) = &ops[i];
+            self.note_partition_tail(op);
             let (kind, _, _) = OpKind::of(op);
             let (token, file, result) = (token.0, op.file(), DoneCode::of(&result));
             self.world.record(node, What::DiskDone { token, kind, file, result });

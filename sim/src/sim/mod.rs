@@ -11,7 +11,7 @@ mod final_read;
 mod net_faults;
 pub mod world;
 
-use narad_core::{Config, DiskOp, Input, Instant, IoToken, NodeId};
+use narad_core::{Config, DiskOp, FileId, Input, Instant, IoToken, NodeId};
 use narad_sim_runtime::{
     Component, EventQueue, FaultHits, NodeHost, SimDisk, SimNetwork, component_rng, component_seed,
 };
@@ -300,6 +300,14 @@ impl Simulation {
         }
     }
 
+    /// Tells the checker when a partition log's tail may hold bytes no reported commit covers:
+    /// a write landed (a cut-back or a failed sync may or may not remove them again).
+    pub(super) fn note_partition_tail(&mut self, op: &DiskOp) {
+        if let DiskOp::Write { file: FileId::PartitionLog(key), .. } = op {
+            self.world.checker.partition_write_landed(*key);
+        }
+    }
+
     fn disk_done(&mut self, node: u32, epoch: u32, token: IoToken, op: DiskOp) {
         let n = node as usize;
         if epoch != self.hosts[n].epoch() {
@@ -313,6 +321,7 @@ impl Simulation {
             What::DiskDone { token: token.0, kind, file, result: DoneCode::of(&result) },
         );
         self.collect_damage(n);
+        self.note_partition_tail(&op);
         if let Some(armed) = self.world.armed_crash
             && armed.node == node
             && kind == armed.after
