@@ -7,6 +7,14 @@
 //! `persisted_messages` (every message of a non-leader, e.g. votes and append acks) are held
 //! until that job's fsync completes, and only then is `on_persist_ready` called. A leader's own
 //! messages go out at once: raft counts its own entry only after `on_persist_ready`.
+//!
+//! Committed entries are applied only once a commit index covering them is durable on this
+//! node (a hard state frame written by a log job, or the recovered files). Raft itself allows
+//! applying earlier, but a replica that applied (and answered) an entry whose commit index was
+//! still in memory comes back after a crash at the older durable commit index, and serves the
+//! state from before that entry (finding M4: a 204'd delete undone for as long as the restarted
+//! single voter cannot commit an entry of its term). The wait costs no extra fsync: the hard
+//! state is written anyway, by the next log job.
 
 use bytes::Bytes;
 use protobuf::Message as _;
@@ -299,7 +307,7 @@ impl<W> Metastore<W> {
             } else {
                 Some(self.install_snapshot(ready.snapshot().clone()))
             };
-            self.apply_entries(ready.take_committed_entries());
+            self.unapplied.extend(ready.take_committed_entries());
             for read in ready.take_read_states() {
                 self.on_read_state(read);
             }
@@ -317,11 +325,13 @@ impl<W> Metastore<W> {
                 ready: Some(ready.number()),
                 messages: ready.take_persisted_messages(),
                 snapshot_index,
+                commit: hard_state.as_ref().map(|hs| hs.commit),
             };
             let now_durable = self.persist.push_ready(data, durable, must_sync);
             self.raw.advance_append_async(ready);
-            if let Some(durable) = now_durable {
-                self.on_durable(durable);
+            match now_durable {
+                Some(durable) => self.on_durable(durable),
+                None => self.apply_durable(),
             }
             for to in snapshots_sent {
                 // Optimistic, like etcd: if it was lost, the follower rejects the next append
@@ -331,19 +341,38 @@ impl<W> Metastore<W> {
         }
     }
 
-    /// A ready's writes are durable: tell raft, then release the messages that waited.
+    /// A ready's writes are durable: tell raft, apply what its commit index now covers, then
+    /// release the messages that waited.
     pub(super) fn on_durable(&mut self, durable: Durable) {
         if let Some(number) = durable.ready {
             self.raw.on_persist_ready(number);
         }
-        if let Some(index) = durable.snapshot_index
-            && self.raw.raft.raft_log.applied < index
-        {
-            self.raw.advance_apply_to(index);
+        if let Some(index) = durable.snapshot_index {
+            self.durable_commit = self.durable_commit.max(index);
+            if self.raw.raft.raft_log.applied < index {
+                self.raw.advance_apply_to(index);
+            }
         }
+        if let Some(commit) = durable.commit {
+            self.durable_commit = self.durable_commit.max(commit);
+        }
+        self.apply_durable();
         for message in durable.messages {
             self.send(message);
         }
+    }
+
+    /// Applies the committed entries that a durable commit index covers (see the module docs).
+    fn apply_durable(&mut self) {
+        let mut entries = Vec::new();
+        while let Some(entry) = self.unapplied.pop_front() {
+            if entry.index > self.durable_commit {
+                self.unapplied.push_front(entry);
+                break;
+            }
+            entries.push(entry);
+        }
+        self.apply_entries(entries);
     }
 
     fn send(&mut self, message: Message) {
@@ -423,6 +452,8 @@ impl<W> Metastore<W> {
         let old = std::mem::replace(&mut self.state, state);
         self.report_differences(&old);
         self.applied = self.applied.max(index);
+        // Committed entries still waiting for their commit index to be durable are in the image.
+        self.unapplied.retain(|entry| entry.index > index);
         let covered: Vec<u64> = self.proposals.range(..=index).map(|(i, _)| *i).collect();
         for i in covered {
             let proposal = self.proposals.remove(&i).expect("listed above");

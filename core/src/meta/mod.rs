@@ -29,6 +29,7 @@ mod tests;
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
+use raft::eraftpb::Entry;
 use raft::{RawNode, ReadOnlyOption, StateRole};
 use rand::{RngExt, SeedableRng};
 use rand_chacha::ChaCha8Rng;
@@ -171,6 +172,11 @@ pub struct Metastore<W> {
     raw: RawNode<LogStore>,
     state: MetaState,
     applied: u64,
+    /// Highest commit index durable on this node's disk (a hard state frame or the snapshot).
+    durable_commit: u64,
+    /// Committed entries handed out by raft, applied once `durable_commit` covers them, so that
+    /// whatever this replica applied (and answered) is applied again after any restart.
+    unapplied: VecDeque<Entry>,
     snapshot_seq: u64,
     persist: Persister,
     now: Instant,
@@ -211,6 +217,7 @@ impl<W> Metastore<W> {
             config.seed ^ u64::from(config.node_id.0).wrapping_mul(0x9E37_79B9_7F4A_7C15),
         );
         let applied = recovered.store.snapshot_index();
+        let durable_commit = recovered.store.hard_state().commit;
         let raft_config = raft_config(&config, applied, &mut rng);
         let logger = slog::Logger::root(slog::Discard, slog::o!());
         let raw = RawNode::new(&raft_config, recovered.store, &logger).map_err(|e| {
@@ -226,6 +233,8 @@ impl<W> Metastore<W> {
             raw,
             state: recovered.state,
             applied,
+            durable_commit,
+            unapplied: VecDeque::new(),
             snapshot_seq: recovered.snapshot_seq,
             persist: recovered.persister,
             now,
@@ -381,16 +390,18 @@ impl<W> Metastore<W> {
         }
     }
 
-    /// Knows a leader and has applied everything it knows to be committed (no disk failure). A
-    /// leader must first have committed an entry of its own term: until then entries of earlier
-    /// terms in its log may be committed without it knowing (a restarted single voter elects
-    /// itself before its commit index catches up with its log).
+    /// Knows a leader and holds everything it knows to be committed (no disk failure): applied,
+    /// or handed out and waiting only for this node's own write of the commit index. A leader
+    /// must first have committed an entry of its own term: until then entries of earlier terms
+    /// in its log may be committed without it knowing (a restarted single voter elects itself
+    /// before its commit index catches up with its log).
     pub fn caught_up(&self) -> bool {
         let leader_settled = !self.is_leader() || self.raw.raft.commit_to_current_term();
+        let received = self.unapplied.back().map_or(self.applied, |entry| entry.index);
         self.leader().is_some()
             && leader_settled
             && self.persist.failed().is_none()
-            && self.applied >= self.raw.raft.raft_log.committed
+            && received >= self.raw.raft.raft_log.committed
     }
 
     /// Incarnation `id` was issued and is absent from this replica. Leader confirmation is a
@@ -417,6 +428,28 @@ impl<W> Metastore<W> {
     /// Index of the last applied entry.
     pub fn applied_index(&self) -> u64 {
         self.applied
+    }
+
+    /// White-box checks (run by `Node::check_invariants`): the entries waiting to be applied
+    /// follow the applied index without a gap, and each waits for a commit index not yet durable.
+    pub fn check_invariants(&self) -> Result<(), String> {
+        for (expected, entry) in (self.applied + 1..).zip(&self.unapplied) {
+            if entry.index != expected {
+                return Err(format!(
+                    "metastore: unapplied entry {} where {expected} was due",
+                    entry.index
+                ));
+            }
+        }
+        if let Some(first) = self.unapplied.front()
+            && first.index <= self.durable_commit
+        {
+            return Err(format!(
+                "metastore: entry {} unapplied though commit {} is durable",
+                first.index, self.durable_commit
+            ));
+        }
+        Ok(())
     }
 
     pub fn counters(&self) -> MetaCounters {

@@ -3,7 +3,8 @@
 //!
 //! Ordering is the whole point. Jobs run in the order Raft produced them. A log job is a write
 //! plus a sync; its completion acknowledges its `Ready` (and releases the messages that had to
-//! wait for it). A snapshot job writes a record to a fresh slot of the snapshot file and syncs it;
+//! wait for it) and makes the commit index of the hard state it wrote durable (entries up to it
+//! may then be applied: see `driver.rs`). A snapshot job writes a record to a fresh slot of the snapshot file and syncs it;
 //! only then is the log reset (truncate, sync, new header, sync), and log jobs queued behind it
 //! wait until that reset is durable: a log write emitted behind a header write that then fails
 //! would leave valid frames after a hole, which recovery must refuse as corruption. The runtime
@@ -48,6 +49,8 @@ pub struct Durable {
     pub messages: Vec<Message>,
     /// Index of a received snapshot that is now durable.
     pub snapshot_index: Option<u64>,
+    /// Commit index of the last hard state this job wrote: entries up to it may be applied.
+    pub commit: Option<u64>,
 }
 
 enum Job {
@@ -193,6 +196,7 @@ impl Persister {
             if let Some(last) = self.last_pending() {
                 last.ready = last.ready.max(durable.ready);
                 last.messages.extend(durable.messages);
+                last.commit = last.commit.max(durable.commit);
                 return None;
             }
             return Some(durable);
@@ -254,6 +258,7 @@ impl Persister {
                         durable.ready = durable.ready.max(later.ready);
                         durable.messages.extend(later.messages);
                         durable.snapshot_index = durable.snapshot_index.max(later.snapshot_index);
+                        durable.commit = durable.commit.max(later.commit);
                     }
                     self.emit_log_job(data, durable);
                 }

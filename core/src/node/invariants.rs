@@ -26,6 +26,7 @@ impl Node {
         self.check_sequences()?;
         self.wal.check_invariants()?;
         self.dispatcher.check()?;
+        self.meta.check_invariants()?;
         self.check_io()?;
         self.check_commits()?;
         self.check_bounds()

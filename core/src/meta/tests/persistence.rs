@@ -38,6 +38,44 @@ fn a_single_voter_commits_after_its_fsync_and_keeps_it_across_a_crash() {
     assert!(world.meta(1).is_ready());
 }
 
+/// Finding M4 (seed 0x384e nodes=1): a single voter answered a delete once the delete's entry
+/// was durable, but the hard state carrying the new commit index still waited behind another
+/// log job. A crash then left a log whose entries held the delete and whose durable commit
+/// index did not: the restarted replica came back at the older commit index, with the topic
+/// live again, and served it until it could commit an entry of its new term. Whatever the
+/// replica applied (and so answered) must be covered by a durable commit index.
+#[test]
+fn an_answered_delete_survives_a_crash_before_the_next_hard_state_is_written() {
+    let mut world = single();
+    let Ok(Applied::Created(topic)) = world.propose_and_wait(create("t", 2)) else {
+        panic!("create applied");
+    };
+    world.hosts.get_mut(&NodeId(1)).unwrap().disk_delay_ms = 20;
+    let delete = MetaCommand::DeleteTopic { name: "t".into(), id: topic.id };
+    let waiter = world.propose(1, delete).unwrap();
+    // A second entry whose log job is in flight when the delete commits: the hard state with
+    // the delete's commit index has to queue behind it.
+    world.run_for(10);
+    world.propose(1, create("u", 1)).unwrap();
+    let mut steps = 0;
+    while !world.results.contains_key(&waiter) {
+        world.run_for(1);
+        steps += 1;
+        assert!(steps < 5_000, "the delete is answered");
+    }
+    assert!(matches!(world.results[&waiter], Ok(Applied::Deleted(_))));
+    assert!(world.meta(1).topic("t").is_none());
+    world.crash(NodeId(1));
+    world.start(NodeId(1));
+    assert!(
+        world.meta(1).topic("t").is_none(),
+        "the restarted replica shows a topic whose delete it answered before the crash"
+    );
+    world.run_for(500);
+    assert!(world.meta(1).topic("t").is_none());
+    assert!(world.meta(1).caught_up());
+}
+
 #[test]
 fn three_nodes_restart_from_synced_bytes_with_a_torn_tail() {
     let mut world = World::new(3, 61);
