@@ -27,6 +27,9 @@ pub const LINGER_CAP_MS: u64 = 50;
 /// A partition log's in-memory index keeps one entry per this many bytes of log (not one per
 /// record): a consume reads at most this much before the records it returns.
 pub const PARTITION_INDEX_INTERVAL_BYTES: u64 = 64 * 1024;
+/// A partition log's active segment is sealed once it holds this many bytes (the next commit
+/// starts a new segment file): the unit retention deletes.
+pub const PARTITION_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
 /// Byte budget of one commit batch (at least one record is always sent).
 pub const COMMIT_BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// Reading never goes further than this many windows past the checkpoint.

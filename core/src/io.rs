@@ -23,8 +23,9 @@ pub enum FileId {
     },
     /// The WAL checkpoint: first sequence number not yet dispatched (two slots, rewritten in place).
     WalCheckpoint,
-    /// The log of one partition of one topic incarnation.
-    PartitionLog(PartitionKey),
+    /// One segment of the log of one partition of one topic incarnation: the records from
+    /// offset `base` on, up to the next segment's base.
+    PartitionSegment { key: PartitionKey, base: u64 },
     /// The metastore's Raft log (entries and hard state), append-only.
     MetaRaftLog,
     /// The metastore's latest snapshot (state machine image plus its Raft metadata).
@@ -37,8 +38,12 @@ impl FileId {
         match self {
             FileId::WalSegment { first_seq } => format!("wal/{first_seq:020}.wal"),
             FileId::WalCheckpoint => "wal/checkpoint".to_string(),
-            FileId::PartitionLog(key) => {
+            // The first segment keeps the name a partition's single-file log always had.
+            FileId::PartitionSegment { key, base: 0 } => {
                 format!("partitions/{:020}/{:05}.log", key.topic.0, key.partition)
+            }
+            FileId::PartitionSegment { key, base } => {
+                format!("partitions/{:020}/{:05}-{base:020}.log", key.topic.0, key.partition)
             }
             FileId::MetaRaftLog => "meta/raft.log".to_string(),
             FileId::MetaSnapshot => "meta/snapshot".to_string(),
@@ -65,8 +70,13 @@ impl FileId {
             ["meta", "snapshot"] => Some(FileId::MetaSnapshot),
             ["partitions", topic, name] => {
                 let topic = TopicId(topic.parse().ok()?);
-                let partition = name.strip_suffix(".log")?.parse().ok()?;
-                Some(FileId::PartitionLog(PartitionKey { topic, partition }))
+                let name = name.strip_suffix(".log")?;
+                let (partition, base) = match name.split_once('-') {
+                    Some((partition, base)) => (partition, base.parse().ok()?),
+                    None => (name, 0),
+                };
+                let key = PartitionKey { topic, partition: partition.parse().ok()? };
+                Some(FileId::PartitionSegment { key, base })
             }
             _ => None,
         }
@@ -198,7 +208,9 @@ mod tests {
         for file in [
             FileId::WalSegment { first_seq: 42 },
             FileId::WalCheckpoint,
-            FileId::PartitionLog(key),
+            FileId::PartitionSegment { key, base: 0 },
+            FileId::PartitionSegment { key, base: 1 },
+            FileId::PartitionSegment { key, base: u64::MAX },
             FileId::MetaRaftLog,
             FileId::MetaSnapshot,
         ] {
@@ -206,6 +218,8 @@ mod tests {
         }
         assert_eq!(FileId::parse("wal/notes.txt"), None);
         assert_eq!(FileId::parse("partitions/x/00001.log"), None);
+        let segment = "partitions/00000000000000000007/00003-00000000000000000042.log";
+        assert_eq!(FileId::parse(segment), Some(FileId::PartitionSegment { key, base: 42 }));
     }
 
     /// Found by reading (issue 9): `+1` and other spellings of a number parsed, so two names on
@@ -221,6 +235,9 @@ mod tests {
             "partitions/+0000000000000000007/00003.log",
             "partitions/00000000000000000007/3.log",
             "partitions/00000000000000000007/+0003.log",
+            "partitions/00000000000000000007/00003-00000000000000000000.log",
+            "partitions/00000000000000000007/00003-1.log",
+            "partitions/00000000000000000007/00003-+0000000000000000001.log",
         ] {
             assert_eq!(FileId::parse(alias), None, "{alias}");
         }

@@ -55,6 +55,9 @@ pub struct Config {
     /// Bytes of partition log per in-memory index entry (`PARTITION_INDEX_INTERVAL_BYTES`);
     /// the simulator makes it small so that its short runs read across many entries.
     pub partition_index_interval_bytes: u64,
+    /// Size past which a partition log's active segment is sealed (`PARTITION_SEGMENT_BYTES`);
+    /// the simulator makes it tiny so that its short runs roll segments all the time.
+    pub partition_segment_bytes: u64,
     /// Applied metastore entries between snapshots (`META_SNAPSHOT_EVERY_ENTRIES`); the
     /// simulator makes it small so that its short runs take snapshots and reset the Raft log.
     pub meta_snapshot_every_entries: u64,
@@ -84,6 +87,7 @@ impl Config {
             dead_after_ms: 5_000,
             idempotent_commits: true,
             partition_index_interval_bytes: crate::constants::PARTITION_INDEX_INTERVAL_BYTES,
+            partition_segment_bytes: crate::constants::PARTITION_SEGMENT_BYTES,
             meta_snapshot_every_entries: crate::constants::META_SNAPSHOT_EVERY_ENTRIES,
             wal_segment_bytes: crate::constants::WAL_SEGMENT_BYTES,
             wal_rotate_dispatched_bytes: crate::constants::WAL_ROTATE_DISPATCHED_BYTES,
@@ -262,21 +266,37 @@ impl Node {
         files: BTreeMap<FileId, Bytes>,
         chunk_bytes: usize,
     ) -> Result<Node, RecoveryError> {
-        let (files, logs): (BTreeMap<_, _>, BTreeMap<_, _>) =
-            files.into_iter().partition(|(file, _)| !matches!(file, FileId::PartitionLog(_)));
-        let recovery = Node::begin_recovery(config, now, files)?;
-        let mut partitions = Vec::with_capacity(logs.len());
-        for (file, bytes) in logs {
-            let FileId::PartitionLog(key) = file else { unreachable!("partitioned above") };
-            let mut scan = recovery.partition_scan(key);
-            for chunk in bytes.chunks(chunk_bytes.max(1)) {
-                if scan.stopped() {
-                    break;
+        let mut logs: BTreeMap<PartitionKey, Vec<(u64, Bytes)>> = BTreeMap::new();
+        let mut others = BTreeMap::new();
+        for (file, bytes) in files {
+            match file {
+                FileId::PartitionSegment { key, base } => {
+                    logs.entry(key).or_default().push((base, bytes));
                 }
-                scan.feed(chunk)?;
+                file => {
+                    others.insert(file, bytes);
+                }
             }
-            let fed = usize::try_from(scan.fed()).expect("invariant: fed bytes are in memory");
-            partitions.push(scan.finish(&bytes[fed..])?);
+        }
+        let recovery = Node::begin_recovery(config, now, others)?;
+        let mut partitions = Vec::with_capacity(logs.len());
+        for (key, mut segments) in logs {
+            segments.sort_by_key(|(base, _)| *base);
+            let mut scan = recovery.partition_scan(key);
+            let mut rest: &[u8] = &[];
+            for (base, bytes) in &segments {
+                // Sealing the segment fed before refuses it if it ended in a bad frame.
+                scan.begin_segment(*base)?;
+                for chunk in bytes.chunks(chunk_bytes.max(1)) {
+                    if scan.stopped() {
+                        break;
+                    }
+                    scan.feed(chunk)?;
+                }
+                let fed = usize::try_from(scan.fed()).expect("invariant: fed bytes are in memory");
+                rest = &bytes[fed..];
+            }
+            partitions.push(scan.finish(rest)?);
         }
         Ok(recovery.finish(partitions))
     }
@@ -291,7 +311,7 @@ impl Node {
         files: BTreeMap<FileId, Bytes>,
     ) -> Result<Recovery, RecoveryError> {
         assert!(
-            !files.keys().any(|file| matches!(file, FileId::PartitionLog(_))),
+            !files.keys().any(|file| matches!(file, FileId::PartitionSegment { .. })),
             "partition logs are scanned, not passed whole"
         );
         let meta = Metastore::recover(

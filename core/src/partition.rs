@@ -4,6 +4,14 @@
 //! watermark (the file is truncated back and synced), so a retry lands exactly one copy. We never
 //! retry an fsync over the same dirty pages: a failure poisons the log until the truncation that
 //! discards those pages is durable.
+//!
+//! A log is a sequence of segment files named by their first offset (`FileId::PartitionSegment`).
+//! Commits append to the last, active segment; once it holds `segment_bytes` the next commit
+//! rolls: it creates a new segment at the high watermark and writes there. A roll happens only
+//! between commits, with nothing to repair, so every sealed segment ends with a durable,
+//! verified frame and is never written again. Creating the new file is the commit's first step:
+//! until its write, fsync and read-back succeed, nothing of it is visible, and a crash leaves at
+//! most an empty file at the high watermark, which recovery takes as the (empty) active segment.
 
 mod dedup;
 pub mod frame;
@@ -11,7 +19,7 @@ mod index;
 mod invariants;
 mod recovery;
 
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
@@ -108,13 +116,28 @@ enum LogState {
     Poisoned,
 }
 
+/// A segment before the active one: immutable, read only.
+struct SealedSegment {
+    /// Where its offsets start (sparse); it ends at `index.records()`.
+    index: SparseIndex,
+    size: u64,
+}
+
 /// One partition log.
 pub struct PartitionLog {
     key: PartitionKey,
-    /// Where committed offsets start (sparse); its record count is the high watermark.
+    /// First offset of the active segment (the one commits append to).
+    base: u64,
+    /// Where the active segment's offsets start (sparse); its end is the high watermark.
     index: SparseIndex,
+    /// Committed bytes of the active segment.
     size: u64,
+    /// The active segment's file exists (it is created by the first commit to it).
     file_exists: bool,
+    /// The segments before the active one, by first offset.
+    sealed: BTreeMap<u64, SealedSegment>,
+    /// Bytes after which the active segment is sealed and the next commit starts a new one.
+    segment_bytes: u64,
     state: LogState,
     outbox: VecDeque<(PartIo, DiskOp)>,
     origins: OriginIndex,
@@ -137,6 +160,8 @@ pub struct ReadPlan {
     pub max_bytes: u64,
     /// The record the range starts with (at or before `first_offset`).
     pub start_offset: u64,
+    /// The segment file to read, and the range in it.
+    pub file: FileId,
     pub pos: u64,
     pub len: u64,
 }
@@ -153,9 +178,12 @@ impl PartitionLog {
     pub fn with_index_interval(key: PartitionKey, index_interval: u64) -> PartitionLog {
         PartitionLog {
             key,
+            base: 0,
             index: SparseIndex::new(index_interval),
             size: 0,
             file_exists: false,
+            sealed: BTreeMap::new(),
+            segment_bytes: crate::constants::PARTITION_SEGMENT_BYTES,
             state: LogState::Idle,
             outbox: VecDeque::new(),
             origins: OriginIndex::default(),
@@ -164,9 +192,36 @@ impl PartitionLog {
         }
     }
 
+    /// Seals the active segment once it holds `bytes` (at least 1).
+    pub fn with_segment_bytes(mut self, bytes: u64) -> PartitionLog {
+        self.segment_bytes = bytes.max(1);
+        self
+    }
+
     /// The partition this log holds.
     pub fn key(&self) -> PartitionKey {
         self.key
+    }
+
+    /// The first offset the log holds (records below it are gone).
+    pub fn log_start_offset(&self) -> u64 {
+        self.sealed.keys().next().copied().unwrap_or(self.base)
+    }
+
+    /// Segments, the active one included (whether or not its file exists yet).
+    pub fn segment_count(&self) -> usize {
+        self.sealed.len() + 1
+    }
+
+    /// Every segment file of the log that exists, oldest first.
+    pub fn files(&self) -> Vec<FileId> {
+        let active = self.file_exists.then_some(self.base);
+        let bases = self.sealed.keys().copied().chain(active);
+        bases.map(|base| FileId::PartitionSegment { key: self.key, base }).collect()
+    }
+
+    fn active_file(&self) -> FileId {
+        FileId::PartitionSegment { key: self.key, base: self.base }
     }
 
     /// The high watermark: offsets below it are visible.
@@ -174,9 +229,9 @@ impl PartitionLog {
         self.index.records()
     }
 
-    /// Committed bytes.
+    /// Committed bytes, every segment together.
     pub fn size_bytes(&self) -> u64 {
-        self.size
+        self.size + self.sealed.values().map(|segment| segment.size).sum::<u64>()
     }
 
     /// A commit may be started now: the log is idle, or poisoned (starting one begins the repair).
@@ -258,11 +313,12 @@ impl PartitionLog {
             parts.push(WrittenPart { id, origin, origin_seqs, fingerprints });
         }
         let data = Bytes::from(data);
+        self.roll_if_full();
         let (stage, ios_left) = if self.file_exists {
             self.emit_write(&data);
             (Stage::Persisting, WRITE_SYNC_READ)
         } else {
-            let file = FileId::PartitionLog(self.key);
+            let file = self.active_file();
             self.outbox.push_back((PartIo::Commit, DiskOp::Create { file }));
             (Stage::Creating, 1)
         };
@@ -277,8 +333,28 @@ impl PartitionLog {
         });
     }
 
+    /// Seals a full active segment: the commit being started goes to a new one at the high
+    /// watermark (only ever called between commits, with nothing to repair).
+    fn roll_if_full(&mut self) {
+        if self.size >= self.segment_bytes && self.file_exists {
+            self.roll_to(self.high_watermark());
+        }
+    }
+
+    /// Seals the active segment; a new, empty one (no file yet) starts at `base`, the high
+    /// watermark.
+    fn roll_to(&mut self, base: u64) {
+        debug_assert_eq!(base, self.high_watermark(), "segments are dense");
+        let interval = self.index.interval();
+        let index = std::mem::replace(&mut self.index, SparseIndex::starting_at(base, interval));
+        let size = std::mem::take(&mut self.size);
+        self.sealed.insert(self.base, SealedSegment { index, size });
+        self.base = base;
+        self.file_exists = false;
+    }
+
     fn emit_write(&mut self, data: &Bytes) {
-        let file = FileId::PartitionLog(self.key);
+        let file = self.active_file();
         let write = DiskOp::Write { file, offset: self.size, data: data.clone() };
         self.outbox.push_back((PartIo::Commit, write));
         self.outbox.push_back((PartIo::Commit, DiskOp::Sync { file }));
@@ -393,7 +469,7 @@ impl PartitionLog {
     /// Truncates the file back to the committed size and syncs it, discarding whatever a failed
     /// commit (or a crash) left past the high watermark.
     fn start_repair(&mut self) {
-        let file = FileId::PartitionLog(self.key);
+        let file = self.active_file();
         self.outbox.push_back((PartIo::Repair, DiskOp::Truncate { file, len: self.size }));
         self.outbox.push_back((PartIo::Repair, DiskOp::Sync { file }));
         self.fsyncs += 1;
@@ -416,15 +492,22 @@ impl PartitionLog {
     /// watermark. The range may start a little before `offset` and end a little past what is
     /// returned (the index is sparse): `decode_read` skips and cuts.
     pub fn read_plan(&self, offset: u64, max: u64, max_bytes: u64) -> Option<ReadPlan> {
-        if offset >= self.high_watermark() || max == 0 {
+        if offset >= self.high_watermark() || offset < self.log_start_offset() || max == 0 {
             return None;
         }
-        let span = self.index.span(offset, max, max_bytes, self.size);
+        let (base, index, size) = match self.sealed.range(..=offset).next_back() {
+            Some((&base, sealed)) if offset >= base && offset < self.base => {
+                (base, &sealed.index, sealed.size)
+            }
+            _ => (self.base, &self.index, self.size),
+        };
+        let span = index.span(offset, max, max_bytes, size);
         Some(ReadPlan {
             first_offset: offset,
             max,
             max_bytes,
             start_offset: span.start.offset,
+            file: FileId::PartitionSegment { key: self.key, base },
             pos: span.start.pos,
             len: span.end - span.start.pos,
         })
@@ -494,5 +577,7 @@ fn claimed_frame_end(bytes: &[u8], pos: usize) -> Option<usize> {
     (body_len > 0 && body_len <= MAX_FRAME_BODY_BYTES && end <= bytes.len()).then_some(end)
 }
 
+#[cfg(test)]
+mod segment_tests;
 #[cfg(test)]
 mod tests;

@@ -22,10 +22,10 @@ fn arbitrary_file(u: &mut Unstructured<'_>) -> arbitrary::Result<FileId> {
     Ok(match u.int_in_range(0..=4u8)? {
         0 => FileId::WalSegment { first_seq: u.arbitrary()? },
         1 => FileId::WalCheckpoint,
-        2 => FileId::PartitionLog(PartitionKey {
-            topic: TopicId(u.arbitrary()?),
-            partition: u.arbitrary()?,
-        }),
+        2 => FileId::PartitionSegment {
+            key: PartitionKey { topic: TopicId(u.arbitrary()?), partition: u.arbitrary()? },
+            base: u.arbitrary()?,
+        },
         3 => FileId::MetaRaftLog,
         _ => FileId::MetaSnapshot,
     })

@@ -202,10 +202,14 @@ fn meta_files() -> Vec<u8> {
 
 fn file_names() -> Vec<Vec<u8>> {
     let key = PartitionKey { topic: TopicId(12), partition: 3 };
-    [FileId::WalSegment { first_seq: 42 }, FileId::PartitionLog(key), FileId::MetaSnapshot]
-        .iter()
-        .map(|f| f.relative_path().into_bytes())
-        .collect()
+    [
+        FileId::WalSegment { first_seq: 42 },
+        FileId::PartitionSegment { key, base: 0 },
+        FileId::MetaSnapshot,
+    ]
+    .iter()
+    .map(|f| f.relative_path().into_bytes())
+    .collect()
 }
 
 fn queries() -> Vec<Vec<u8>> {

@@ -72,11 +72,14 @@ pub enum FaultClass {
     /// A write to a partition log after a failed commit on it (a failed write, create or fsync,
     /// or a write that landed torn or misdirected): the retried or next commit on that partition.
     PartitionCommitAfterFailure,
+    /// A partition log rolled: a segment after its first was created (observed on the disk), so
+    /// commits, reads and recovery ran across sealed segments.
+    PartitionSegmentRoll,
 }
 
 impl FaultClass {
     /// Every class, in reporting order.
-    pub const ALL: [FaultClass; 31] = [
+    pub const ALL: [FaultClass; 32] = [
         FaultClass::ProcessCrash,
         FaultClass::PowerLoss,
         FaultClass::TornWrite,
@@ -108,6 +111,7 @@ impl FaultClass {
         FaultClass::WriteErrorMeta,
         FaultClass::WalSealedWithBacklog,
         FaultClass::PartitionCommitAfterFailure,
+        FaultClass::PartitionSegmentRoll,
     ];
 
     /// Stable snake_case name (JSON keys, reports).
@@ -144,6 +148,7 @@ impl FaultClass {
             FaultClass::WriteErrorMeta => "write_error_meta",
             FaultClass::WalSealedWithBacklog => "wal_sealed_with_backlog",
             FaultClass::PartitionCommitAfterFailure => "partition_commit_after_failure",
+            FaultClass::PartitionSegmentRoll => "partition_segment_roll",
         }
     }
 
@@ -199,7 +204,7 @@ mod tests {
         total.add(&hits);
         assert_eq!(total.get(FaultClass::BitFlip), 2);
         assert_eq!(total.classes_hit(), 1);
-        assert_eq!(FaultClass::ALL.len(), 31);
+        assert_eq!(FaultClass::ALL.len(), 32);
         for (i, class) in FaultClass::ALL.iter().enumerate() {
             assert_eq!(class.index(), i);
         }

@@ -86,6 +86,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "N", env = "NARAD_THREADS", default_value_t = 1,
           value_parser = clap::value_parser!(u16).range(1..=256))]
     pub threads: u16,
+    /// Size at which a partition log's active segment is sealed and the next commit starts a
+    /// new segment file (whole sealed segments are what retention will delete).
+    #[arg(long, value_name = "BYTES", env = "NARAD_PARTITION_SEGMENT_BYTES",
+          default_value_t = narad_core::constants::PARTITION_SEGMENT_BYTES,
+          value_parser = clap::value_parser!(u64).range(4096..))]
+    pub partition_segment_bytes: u64,
     #[command(flatten)]
     pub cluster: crate::cluster_cli::ClusterArgs,
 }

@@ -52,8 +52,9 @@ pub struct Found {
     /// Every recognised file but the partition logs, read whole (they are small: the WAL is
     /// compacted behind its checkpoint, the metastore behind its snapshot).
     pub files: BTreeMap<FileId, Bytes>,
-    /// The partition logs, which may be far larger than memory: scanned by `recover_partitions`.
-    pub partition_logs: Vec<(PartitionKey, PathBuf)>,
+    /// The partition logs' segment files (first offset, path), which may be far larger than
+    /// memory: scanned by `recover_partitions`.
+    pub partition_logs: BTreeMap<PartitionKey, Vec<(u64, PathBuf)>>,
 }
 
 impl Found {
@@ -87,8 +88,10 @@ fn walk(dir: &Path, prefix: &str, found: &mut Found) -> anyhow::Result<()> {
         let kind = entry.file_type().with_context(|| format!("stat {relative}"))?;
         if kind.is_dir() {
             walk(&entry.path(), &relative, found)?;
-        } else if let Some(FileId::PartitionLog(key)) = FileId::parse(&relative) {
-            found.partition_logs.push((key, entry.path()));
+        } else if let Some(FileId::PartitionSegment { key, base }) = FileId::parse(&relative) {
+            let segments = found.partition_logs.entry(key).or_default();
+            segments.push((base, entry.path()));
+            segments.sort_by_key(|(base, _)| *base);
         } else if let Some(file) = FileId::parse(&relative) {
             let bytes = fs::read(entry.path())
                 .with_context(|| format!("reading {}", entry.path().display()))?;
@@ -108,35 +111,42 @@ const SCAN_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 /// inner one is damage recovery refuses to repair.
 pub fn recover_partitions(
     recovery: &Recovery,
-    logs: &[(PartitionKey, PathBuf)],
+    logs: &BTreeMap<PartitionKey, Vec<(u64, PathBuf)>>,
 ) -> anyhow::Result<Result<Vec<PartitionLog>, RecoveryError>> {
     scan_in_chunks(recovery, logs, SCAN_CHUNK_BYTES)
 }
 
 fn scan_in_chunks(
     recovery: &Recovery,
-    logs: &[(PartitionKey, PathBuf)],
+    logs: &BTreeMap<PartitionKey, Vec<(u64, PathBuf)>>,
     chunk_bytes: usize,
 ) -> anyhow::Result<Result<Vec<PartitionLog>, RecoveryError>> {
     let mut recovered = Vec::with_capacity(logs.len());
     let mut chunk = vec![0u8; chunk_bytes];
-    for (key, path) in logs {
-        let read = |e| anyhow::Error::new(e).context(format!("reading {}", path.display()));
-        let mut file = File::open(path).map_err(read)?;
+    for (key, segments) in logs {
         let mut scan = recovery.partition_scan(*key);
-        while !scan.stopped() {
-            let n = file.read(&mut chunk).map_err(read)?;
-            if n == 0 {
-                break;
-            }
-            if let Err(damage) = scan.feed(&chunk[..n]) {
+        let mut rest = Vec::new();
+        for (base, path) in segments {
+            // Sealing the segment scanned before refuses it if it ended in a bad frame.
+            if let Err(damage) = scan.begin_segment(*base) {
                 return Ok(Err(damage));
             }
+            let read = |e| anyhow::Error::new(e).context(format!("reading {}", path.display()));
+            let mut file = File::open(path).map_err(read)?;
+            while !scan.stopped() {
+                let n = file.read(&mut chunk).map_err(read)?;
+                if n == 0 {
+                    break;
+                }
+                if let Err(damage) = scan.feed(&chunk[..n]) {
+                    return Ok(Err(damage));
+                }
+            }
+            // Past a frame that is not intact: the rest of the file, whole (a torn tail is at
+            // most the commit that was being written).
+            rest.clear();
+            file.read_to_end(&mut rest).map_err(read)?;
         }
-        // Past a frame that is not intact: the rest of the file, whole (a torn tail is at
-        // most the commit that was being written).
-        let mut rest = Vec::new();
-        file.read_to_end(&mut rest).map_err(read)?;
         match scan.finish(&rest) {
             Ok(log) => recovered.push(log),
             Err(damage) => return Ok(Err(damage)),
@@ -164,7 +174,7 @@ mod tests {
         let names: Vec<String> = found.files.keys().map(FileId::relative_path).collect();
         assert_eq!(names, ["wal/00000000000000000000.wal", "wal/checkpoint"]);
         assert_eq!(found.files[&FileId::WalCheckpoint], Bytes::from_static(b"cp"));
-        let logs: Vec<_> = found.partition_logs.iter().map(|(key, _)| *key).collect();
+        let logs: Vec<_> = found.partition_logs.keys().copied().collect();
         let key = PartitionKey { topic: narad_core::TopicId(1), partition: 2 };
         assert_eq!(logs, [key]);
         // One stray byte: a torn tail, truncated by the recovered log's first effects.
@@ -201,7 +211,8 @@ mod tests {
         for chunk in [1, 7, 4096, 1 << 20] {
             let recovery = narad_core::Node::begin_recovery(config.clone(), now, BTreeMap::new())
                 .expect("nothing to recover");
-            let logs = scan_in_chunks(&recovery, &[(key, path.clone())], chunk).expect("io");
+            let segments = BTreeMap::from([(key, vec![(0, path.clone())])]);
+            let logs = scan_in_chunks(&recovery, &segments, chunk).expect("io");
             let log = &logs.expect("no damage")[0];
             assert_eq!((log.high_watermark(), log.size_bytes()), (300, whole), "chunk {chunk}");
         }

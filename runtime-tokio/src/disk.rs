@@ -108,7 +108,7 @@ impl DiskExecutor {
 /// The pool thread that owns `file`: a pure function of the file, so its operations stay ordered.
 fn pool_index(file: FileId, threads: usize) -> usize {
     let hash = match file {
-        FileId::PartitionLog(key) => {
+        FileId::PartitionSegment { key, .. } => {
             key.topic.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(key.partition)
         }
         _ => 0,
@@ -501,7 +501,10 @@ mod tests {
     #[test]
     fn create_write_read_truncate_delete() {
         let mut h = Harness::new();
-        let file = FileId::PartitionLog(PartitionKey { topic: TopicId(7), partition: 3 });
+        let file = FileId::PartitionSegment {
+            key: PartitionKey { topic: TopicId(7), partition: 3 },
+            base: 0,
+        };
         assert_eq!(h.run(DiskOp::Create { file }), Ok(DiskDone::Done));
         assert!(h.root.join(file.relative_path()).is_file());
         let data = Bytes::from_static(b"hello world");
@@ -552,7 +555,10 @@ mod tests {
         assert!(bytes[9..].iter().all(|&b| b == 0), "a zero tail the core reads as a clean end");
         assert!(bytes.len() as u64 <= PREFILL_CHUNK_BYTES + PREFILL_LOW_WATER_BYTES + 9);
         // Pool threads never pre-write.
-        let log = FileId::PartitionLog(PartitionKey { topic: TopicId(1), partition: 0 });
+        let log = FileId::PartitionSegment {
+            key: PartitionKey { topic: TopicId(1), partition: 0 },
+            base: 0,
+        };
         assert_eq!(h.run(DiskOp::Create { file: log }), Ok(DiskDone::Done));
         let data = Bytes::from_static(b"x");
         assert_eq!(h.run(DiskOp::Write { file: log, offset: 0, data }), Ok(DiskDone::Done));
@@ -596,7 +602,10 @@ mod tests {
         });
         assert!(ran, "the WAL thread never went idle");
         // Other files always go to their thread.
-        let log = FileId::PartitionLog(PartitionKey { topic: TopicId(1), partition: 0 });
+        let log = FileId::PartitionSegment {
+            key: PartitionKey { topic: TopicId(1), partition: 0 },
+            base: 0,
+        };
         assert!(h.disk.run_wal_inline(IoToken(104), DiskOp::Create { file: log }).is_err());
     }
 
@@ -611,7 +620,7 @@ mod tests {
     fn partition_logs_spread_over_the_pool() {
         let lanes: std::collections::BTreeSet<usize> = (0..8)
             .map(|p| PartitionKey { topic: TopicId(1), partition: p })
-            .map(|key| pool_index(FileId::PartitionLog(key), POOL_THREADS))
+            .map(|key| pool_index(FileId::PartitionSegment { key, base: 0 }, POOL_THREADS))
             .collect();
         assert_eq!(lanes.len(), POOL_THREADS);
     }

@@ -43,7 +43,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         "recovering"
     );
     let seed = args.seed.unwrap_or_else(clock_seed);
-    let config = plan.node_config(args.node_id, seed, args.http);
+    let mut config = plan.node_config(args.node_id, seed, args.http);
+    config.partition_segment_bytes = args.partition_segment_bytes;
     let mut clock = Clock::default();
     let recovered = match Node::begin_recovery(config, clock.now(), found.files) {
         Ok(recovery) => datadir::recover_partitions(&recovery, &found.partition_logs)?

@@ -269,7 +269,10 @@ fn file_word(file: &FileId) -> [u64; 2] {
     match file {
         FileId::WalSegment { first_seq } => [1, *first_seq],
         FileId::WalCheckpoint => [2, 0],
-        FileId::PartitionLog(key) => [4 | (u64::from(key.partition) << 8), key.topic.0],
+        FileId::PartitionSegment { key, base } => [
+            4 | (u64::from(key.partition) << 8),
+            key.topic.0 ^ base.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        ],
         FileId::MetaRaftLog => [5, 0],
         FileId::MetaSnapshot => [6, 0],
     }

@@ -9,7 +9,7 @@ use crate::api::{
 };
 use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::ids::{PartitionKey, RequestId};
-use crate::io::{DiskDone, DiskError, DiskOp, FileId};
+use crate::io::{DiskDone, DiskError, DiskOp};
 use crate::meta::{MetaCommand, validate_retention};
 use crate::partition::{PartitionLog, ReadPlan};
 use crate::peer::{PeerMessage, WireConsumed, WireError};
@@ -224,7 +224,7 @@ impl Node {
         let Some(plan) = plan else {
             return self.reply(request, ClientReply::Records(Vec::new()));
         };
-        let op = DiskOp::Read { file: FileId::PartitionLog(key), offset: plan.pos, len: plan.len };
+        let op = DiskOp::Read { file: plan.file, offset: plan.pos, len: plan.len };
         let asker = ConsumeAsker::Client { request, topic };
         self.emit(IoPurpose::Consume { key, plan, asker }, op);
     }

@@ -11,7 +11,7 @@ use crate::api::{ClientError, ClientReply, ConsumedRecord};
 use crate::constants::{COMMIT_TIMEOUT_MS, MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::dispatch::CommitResult;
 use crate::ids::{Instant, NodeId, PartitionKey, RequestId, TopicId};
-use crate::io::{DiskOp, FileId};
+use crate::io::DiskOp;
 use crate::meta::decode_command;
 use crate::partition::{CommitId, PartitionRecord};
 use crate::peer::{
@@ -284,8 +284,7 @@ impl Node {
             self.send(from, &PeerMessage::ConsumeReply { id, result: Ok(Vec::new()) });
             return;
         };
-        let op =
-            DiskOp::Read { file: FileId::PartitionLog(target), offset: plan.pos, len: plan.len };
+        let op = DiskOp::Read { file: plan.file, offset: plan.pos, len: plan.len };
         let asker = ConsumeAsker::Peer { from, id };
         self.emit(IoPurpose::Consume { key: target, plan, asker }, op);
     }

@@ -7,7 +7,7 @@
 use super::cluster::Forwarded;
 use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
 use crate::ids::{PartitionKey, TopicId};
-use crate::io::{DiskOp, FileId, NodeEvent};
+use crate::io::{DiskOp, NodeEvent};
 use crate::peer::PeerMessage;
 
 impl Node {
@@ -98,8 +98,7 @@ impl Node {
             );
         }
         for key in orphaned {
-            self.partitions.remove(&key);
-            self.emit(IoPurpose::FileDelete, DiskOp::Delete { file: FileId::PartitionLog(key) });
+            self.delete_log_files(key);
         }
         self.orphan_files_asked.remove(&topic);
     }
@@ -109,13 +108,15 @@ impl Node {
     pub(super) fn drop_partitions(&mut self, topic: TopicId, partitions: u32) {
         self.abandon_jobs_of(topic);
         for partition in 0..partitions {
-            let key = PartitionKey { topic, partition };
-            if self.partitions.remove(&key).is_some() {
-                self.emit(
-                    IoPurpose::FileDelete,
-                    DiskOp::Delete { file: FileId::PartitionLog(key) },
-                );
-            }
+            self.delete_log_files(PartitionKey { topic, partition });
+        }
+    }
+
+    /// Forgets the log of `key`, if this node holds one, and deletes its segment files.
+    fn delete_log_files(&mut self, key: PartitionKey) {
+        let Some(log) = self.partitions.remove(&key) else { return };
+        for file in log.files() {
+            self.emit(IoPurpose::FileDelete, DiskOp::Delete { file });
         }
     }
 }

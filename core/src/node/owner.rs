@@ -74,10 +74,10 @@ impl Node {
             let parts = self.commit_queue.remove(&key).unwrap_or_default();
             let ids: Vec<CommitId> = parts.iter().map(|part| part.id).collect();
             let interval = self.config.partition_index_interval_bytes;
-            let log = self
-                .partitions
-                .entry(key)
-                .or_insert_with(|| PartitionLog::with_index_interval(key, interval));
+            let segment_bytes = self.config.partition_segment_bytes;
+            let log = self.partitions.entry(key).or_insert_with(|| {
+                PartitionLog::with_index_interval(key, interval).with_segment_bytes(segment_bytes)
+            });
             log.idempotent = self.config.idempotent_commits;
             match log.begin_commit(parts) {
                 Ok(decided) => {

@@ -28,6 +28,7 @@ impl Recovery {
         let config = &self.node.config;
         let checkpoint = self.node.wal.durable_checkpoint();
         PartitionScan::new(key, config.partition_index_interval_bytes)
+            .with_segment_bytes(config.partition_segment_bytes)
             .forgetting_origin_below(config.node_id, checkpoint)
     }
 
@@ -36,7 +37,7 @@ impl Recovery {
         let Recovery { mut node, mut found } = self;
         for mut log in partitions {
             log.idempotent = node.config.idempotent_commits;
-            found.push(FileId::PartitionLog(log.key()));
+            found.extend(log.files());
             node.partitions.insert(log.key(), log);
         }
         node.sync_found_files(found.iter());

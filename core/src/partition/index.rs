@@ -1,4 +1,5 @@
-//! The in-memory offset index of a partition log. It keeps one entry (offset, byte position) per
+//! The in-memory offset index of one partition log segment (offsets are the log's, positions
+//! the segment file's). It keeps one entry (offset, byte position) per
 //! interval of log (`PARTITION_INDEX_INTERVAL_BYTES`, 64 KiB), not one per record: a partition taking 60,000 records of 256
 //! bytes a second for an hour holds 216 M records, 1.7 GiB of positions at 8 bytes a record, but
 //! about 1 MiB of entries this way. A read starts at the entry at or before the wanted offset and
@@ -37,10 +38,20 @@ pub struct Span {
 impl SparseIndex {
     /// An empty index with an entry per `interval` bytes of log (at least 1).
     pub fn new(interval: u64) -> SparseIndex {
-        SparseIndex { entries: Vec::new(), records: 0, interval: interval.max(1) }
+        SparseIndex::starting_at(0, interval)
     }
 
-    /// Records indexed (the next offset).
+    /// An empty index of a segment whose first record will be offset `base`.
+    pub fn starting_at(base: u64, interval: u64) -> SparseIndex {
+        SparseIndex { entries: Vec::new(), records: base, interval: interval.max(1) }
+    }
+
+    /// Bytes of log between two entries.
+    pub fn interval(&self) -> u64 {
+        self.interval
+    }
+
+    /// The offset after the last record indexed (the next offset).
     pub fn records(&self) -> u64 {
         self.records
     }

@@ -35,18 +35,21 @@ impl PartitionLog {
     /// once it exists.
     pub fn check_invariants(&self) -> Result<(), String> {
         let (key, hw, size) = (self.key, self.high_watermark(), self.size);
-        if hw.saturating_mul(FRAME_HEADER_BYTES as u64) > size || (hw == 0) != (size == 0) {
+        let records = hw - self.base;
+        if records.saturating_mul(FRAME_HEADER_BYTES as u64) > size || (records == 0) != (size == 0)
+        {
             return Err(format!("partition {key}: watermark {hw} beyond {size} committed bytes"));
         }
-        if hw > 0 {
+        if records > 0 {
             let last = self.index.span(hw - 1, 1, u64::MAX, size);
             if last.start.offset >= hw || last.start.pos >= size || last.end > size {
                 return Err(format!("partition {key}: index {last:?} outside {size} bytes"));
             }
         }
-        if hw > 0 && !self.file_exists {
+        if records > 0 && !self.file_exists {
             return Err(format!("partition {key}: {hw} records but no file"));
         }
+        self.check_segments()?;
         match &self.state {
             LogState::Committing(commit) => {
                 let creating = matches!(commit.stage, Stage::Creating);
@@ -58,6 +61,21 @@ impl PartitionLog {
                 return Err(format!("partition {key}: repair with nothing outstanding"));
             }
             _ => {}
+        }
+        Ok(())
+    }
+
+    /// Sealed segments are non-empty and dense: each ends where the next (or the active one)
+    /// starts.
+    fn check_segments(&self) -> Result<(), String> {
+        let key = self.key;
+        let mut next = None;
+        for (&base, segment) in self.sealed.iter().rev() {
+            let end = segment.index.records();
+            if end <= base || segment.size == 0 || end != next.unwrap_or(self.base) {
+                return Err(format!("partition {key}: sealed segment {base}..{end} out of place"));
+            }
+            next = Some(base);
         }
         Ok(())
     }

@@ -7,9 +7,13 @@
 //! frame with no valid frame after it is a torn tail to truncate, and one followed by a valid
 //! frame is corruption of acknowledged records: recovery refuses). After a crash that tail is at
 //! most the commit that was being written.
+//!
+//! A log of several segments is fed segment by segment, oldest first (`begin_segment` before
+//! each). Only the last may end in a torn tail: the earlier ones were sealed after a verified
+//! commit, so a bad tail there, or a segment that does not start where the one before it ends,
+//! is damage and recovery refuses.
 
 use crate::codec::{ScanEnd, classify_bad, frame_at, frame_incomplete};
-use crate::io::FileId;
 use crate::recovery_error::RecoveryError;
 
 use super::PartitionLog;
@@ -25,6 +29,8 @@ pub struct PartitionScan {
     carry_at: u64,
     /// A frame that is not intact was found at `carry_at`: the rest of the file goes to `finish`.
     stopped: bool,
+    /// `begin_segment` was called (a scan fed without it reads one segment at offset 0).
+    begun: bool,
     /// Records of this origin below this sequence are not remembered for idempotent commits
     /// (see `forgetting_origin_below`).
     forget_below: Option<(NodeId, u64)>,
@@ -35,7 +41,55 @@ impl PartitionScan {
     pub fn new(key: PartitionKey, index_interval: u64) -> PartitionScan {
         let mut log = PartitionLog::with_index_interval(key, index_interval);
         log.file_exists = true;
-        PartitionScan { log, carry: Vec::new(), carry_at: 0, stopped: false, forget_below: None }
+        PartitionScan {
+            log,
+            carry: Vec::new(),
+            carry_at: 0,
+            stopped: false,
+            begun: false,
+            forget_below: None,
+        }
+    }
+
+    /// Rolls the recovered log's active segment at `bytes` (see `PartitionLog::with_segment_bytes`).
+    pub fn with_segment_bytes(mut self, bytes: u64) -> PartitionScan {
+        self.log = self.log.with_segment_bytes(bytes);
+        self
+    }
+
+    /// The next bytes fed are the segment starting at offset `base`. The segment fed until now
+    /// is sealed: it must have ended cleanly (no torn tail, no damage) with at least one
+    /// record, and `base` must be where it ended.
+    pub fn begin_segment(&mut self, base: u64) -> Result<(), RecoveryError> {
+        if !self.begun {
+            self.begun = true;
+            let interval = self.log.index.interval();
+            self.log.base = base;
+            self.log.index = super::index::SparseIndex::starting_at(base, interval);
+            return Ok(());
+        }
+        let file = self.file();
+        if self.stopped || !self.carry.is_empty() {
+            return Err(RecoveryError::Inconsistent {
+                file,
+                what: format!("a sealed segment ends in a damaged frame at byte {}", self.carry_at),
+            });
+        }
+        let end = self.log.high_watermark();
+        if end == self.log.base || base != end {
+            return Err(RecoveryError::Inconsistent {
+                file,
+                what: format!(
+                    "holds offsets {}..{end}, the next segment starts at {base}",
+                    self.log.base
+                ),
+            });
+        }
+        self.log.size = self.carry_at;
+        self.log.roll_to(base);
+        self.log.file_exists = true;
+        self.carry_at = 0;
+        Ok(())
     }
 
     /// Does not remember records of `origin` below `checkpoint` for idempotent commits: that
@@ -60,6 +114,7 @@ impl PartitionScan {
     /// the next offset) fails recovery at once.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<(), RecoveryError> {
         assert!(!self.stopped, "feed after the scan stopped");
+        self.begun = true;
         self.carry.extend_from_slice(chunk);
         let mut pos = 0;
         while pos < self.carry.len() {
@@ -100,7 +155,7 @@ impl PartitionScan {
     }
 
     fn file(&self) -> String {
-        FileId::PartitionLog(self.log.key).relative_path()
+        self.log.active_file().relative_path()
     }
 }
 
@@ -123,7 +178,7 @@ fn take(
             Ok(())
         }
         _ => Err(RecoveryError::Inconsistent {
-            file: FileId::PartitionLog(log.key).relative_path(),
+            file: log.active_file().relative_path(),
             what: format!("frame at byte {at} is not offset {expected}"),
         }),
     }

@@ -154,7 +154,7 @@ fn stuck_destination_pins_checkpoint_while_others_commit_then_drains() {
     let mut h = Harness::new();
     create(&mut h, "t", 3);
     let stuck = |op: &DiskOp| match op {
-        DiskOp::Sync { file: FileId::PartitionLog(key) } if key.partition == 0 => {
+        DiskOp::Sync { file: FileId::PartitionSegment { key, .. } } if key.partition == 0 => {
             Some(DiskError::Io("EIO".into()))
         }
         _ => None,
@@ -180,7 +180,7 @@ fn deleted_topic_records_are_discarded_and_never_reach_the_new_incarnation() {
     create(&mut h, "t", 1);
     // Stop the dispatch by failing partition commits, so records wait in the WAL.
     h.fault = Some(Box::new(|op| {
-        matches!(op, DiskOp::Sync { file: FileId::PartitionLog(_) })
+        matches!(op, DiskOp::Sync { file: FileId::PartitionSegment { .. } })
             .then(|| DiskError::Io("EIO".into()))
     }));
     assert!(matches!(
@@ -239,7 +239,7 @@ fn a_max_size_record_is_dispatched_from_disk_after_restart() {
     let mut h = Harness::new();
     create(&mut h, "t", 1);
     h.fault = Some(Box::new(|op| {
-        matches!(op, DiskOp::Sync { file: FileId::PartitionLog(_) })
+        matches!(op, DiskOp::Sync { file: FileId::PartitionSegment { .. } })
             .then(|| DiskError::Io("EIO".into()))
     }));
     let big = ProduceMessage {

@@ -25,7 +25,7 @@ impl FileClass {
         match file {
             FileId::WalSegment { .. } => FileClass::Wal,
             FileId::WalCheckpoint => FileClass::Checkpoint,
-            FileId::PartitionLog(_) => FileClass::Partition,
+            FileId::PartitionSegment { .. } => FileClass::Partition,
             FileId::MetaRaftLog | FileId::MetaSnapshot => FileClass::Meta,
         }
     }
@@ -62,7 +62,7 @@ impl FileMatch {
             return false;
         }
         match (self.partition, file) {
-            (Some(index), FileId::PartitionLog(key)) => key.partition == index,
+            (Some(index), FileId::PartitionSegment { key, .. }) => key.partition == index,
             _ => true,
         }
     }
@@ -152,7 +152,10 @@ mod tests {
 
     #[test]
     fn matches_by_class_and_partition() {
-        let p1 = FileId::PartitionLog(PartitionKey { topic: TopicId(3), partition: 1 });
+        let p1 = FileId::PartitionSegment {
+            key: PartitionKey { topic: TopicId(3), partition: 1 },
+            base: 0,
+        };
         assert!(FileMatch::partition(1).matches(&p1));
         assert!(!FileMatch::partition(0).matches(&p1));
         assert!(FileMatch::class(FileClass::Partition).matches(&p1));

@@ -166,6 +166,9 @@ impl SimDisk {
             self.hits.hit(FaultClass::DiskFull);
             return Err(DiskError::NoSpace);
         }
+        if matches!(file, FileId::PartitionSegment { base: 1.., .. }) {
+            self.hits.hit(FaultClass::PartitionSegmentRoll);
+        }
         self.files.insert(file, SimFile::new(!self.faults.missing_dir_fsync));
         Ok(DiskDone::Done)
     }
@@ -439,7 +442,7 @@ mod tests {
     fn a_write_after_a_failed_partition_commit_is_counted_once() {
         let mut d = disk();
         let key = narad_core::PartitionKey { topic: narad_core::TopicId(1), partition: 0 };
-        let log = FileId::PartitionLog(key);
+        let log = FileId::PartitionSegment { key, base: 0 };
         d.complete(&DiskOp::Create { file: log }).expect("create");
         d.complete(&write(log, 0, b"a")).expect("write");
         assert_eq!(d.hits.get(FaultClass::PartitionCommitAfterFailure), 0, "no failure yet");

@@ -37,12 +37,25 @@ impl TestNode {
 
     /// Starts a node without waiting for it.
     pub fn spawn(data_dir: &Path) -> TestNode {
+        TestNode::spawn_with(data_dir, &[])
+    }
+
+    /// Starts a node with extra `narad serve` flags and waits until it is ready.
+    pub fn start_with(data_dir: &Path, flags: &[&str]) -> TestNode {
+        let node = TestNode::spawn_with(data_dir, flags);
+        node.wait_ready();
+        node
+    }
+
+    /// Starts a node with extra `narad serve` flags, without waiting for it.
+    pub fn spawn_with(data_dir: &Path, flags: &[&str]) -> TestNode {
         let port = free_port();
         let log_path = data_dir.with_extension(format!("{port}.log"));
         let log = File::create(&log_path).expect("create node log");
         let child = Command::new(env!("CARGO_BIN_EXE_narad"))
             .args(["serve", "--http", &format!("127.0.0.1:{port}"), "--data-dir"])
             .arg(data_dir)
+            .args(flags)
             .env("RUST_LOG", "info")
             .stdin(Stdio::null())
             .stdout(Stdio::null())

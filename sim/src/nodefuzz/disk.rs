@@ -151,7 +151,7 @@ impl FuzzDisk {
 /// A `FileMatch` that selects `file` among the files of the disk.
 fn file_match(file: &FileId) -> FileMatch {
     match file {
-        FileId::PartitionLog(key) => FileMatch::partition(key.partition),
+        FileId::PartitionSegment { key, .. } => FileMatch::partition(key.partition),
         other => FileMatch::class(FileClass::of(other)),
     }
 }

@@ -112,7 +112,7 @@ fn completions_out_of_order_across_files() {
     // commit's write on the WAL.
     h.client(one(b"second"));
     let files: Vec<FileId> = h.disk.busy_files();
-    assert!(files.iter().any(|f| matches!(f, FileId::PartitionLog(_))), "{files:?}");
+    assert!(files.iter().any(|f| matches!(f, FileId::PartitionSegment { .. })), "{files:?}");
     assert!(files.iter().any(|f| matches!(f, FileId::WalSegment { .. })), "{files:?}");
     // Newest-first across files (within a file the queue keeps emission order).
     let mut order = Vec::new();

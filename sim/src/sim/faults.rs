@@ -219,7 +219,7 @@ impl Simulation {
             self.world.checker.damaged(&ids);
             // A damaged last frame looks exactly like a torn tail, and recovery truncates it: the
             // log may legitimately come back shorter.
-            if let FileId::PartitionLog(key) = damage.file {
+            if let FileId::PartitionSegment { key, .. } = damage.file {
                 self.world.checker.amnesia(key);
             }
         }
@@ -232,7 +232,7 @@ impl Simulation {
 fn recovered_origins(files: &BTreeMap<FileId, Bytes>) -> Vec<(u32, u64)> {
     let mut seqs = Vec::new();
     for (file, bytes) in files {
-        if let FileId::PartitionLog(_) = file {
+        if let FileId::PartitionSegment { .. } = file {
             for frame in codec::scan(bytes).frames {
                 if let Some(record) = PartitionRecord::decode(frame.body(bytes)) {
                     seqs.push((record.origin_node.0.saturating_sub(1), record.origin_seq));

@@ -303,7 +303,7 @@ impl Simulation {
     /// Tells the checker when a partition log's tail may hold bytes no reported commit covers:
     /// a write landed (a cut-back or a failed sync may or may not remove them again).
     pub(super) fn note_partition_tail(&mut self, op: &DiskOp) {
-        if let DiskOp::Write { file: FileId::PartitionLog(key), .. } = op {
+        if let DiskOp::Write { file: FileId::PartitionSegment { key, .. }, .. } = op {
             self.world.checker.partition_write_landed(*key);
         }
     }
@@ -457,6 +457,7 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
     config.meta_snapshot_every_entries = cfg.sizes.meta_snapshot_every_entries;
     config.wal_segment_bytes = cfg.sizes.wal_segment_bytes;
     config.wal_rotate_dispatched_bytes = cfg.sizes.wal_rotate_dispatched_bytes;
+    config.partition_segment_bytes = cfg.sizes.partition_segment_bytes;
     config
 }
 

@@ -236,6 +236,8 @@ pub struct NodeSizes {
     pub wal_segment_bytes: u64,
     /// `Config::wal_rotate_dispatched_bytes`.
     pub wal_rotate_dispatched_bytes: u64,
+    /// `Config::partition_segment_bytes`.
+    pub partition_segment_bytes: u64,
 }
 
 impl Default for NodeSizes {
@@ -244,6 +246,7 @@ impl Default for NodeSizes {
             meta_snapshot_every_entries: narad_core::constants::META_SNAPSHOT_EVERY_ENTRIES,
             wal_segment_bytes: narad_core::constants::WAL_SEGMENT_BYTES,
             wal_rotate_dispatched_bytes: narad_core::constants::WAL_ROTATE_DISPATCHED_BYTES,
+            partition_segment_bytes: narad_core::constants::PARTITION_SEGMENT_BYTES,
         }
     }
 }
@@ -252,7 +255,10 @@ impl Default for NodeSizes {
 /// heartbeats, creates, deletes), so snapshots, log resets and their faults happen. Then (drawn
 /// last) half the seeds seal WAL segments past 1 to 64 KiB and rotate dispatched ones past 512 B
 /// up to the segment size: a run writes tens of KiB to a few MiB, so it holds several sealed
-/// segments, some with a backlog, and compaction and recovery work across them.
+/// segments, some with a backlog, and compaction and recovery work across them. Last, half the
+/// seeds seal partition log segments past 128 B to 16 KiB: a partition takes a few KiB in a run,
+/// so its log rolls (often after every commit at the low end) and reads and recovery cross
+/// segment boundaries.
 pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng) -> NodeSizes {
     let mut sizes = NodeSizes::default();
     if rng.random_bool(0.5) {
@@ -262,6 +268,9 @@ pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng) -> NodeSizes {
         let segment_log2 = rng.random_range(10..=16u32);
         sizes.wal_segment_bytes = 1 << segment_log2;
         sizes.wal_rotate_dispatched_bytes = 1 << rng.random_range(9..=segment_log2);
+    }
+    if rng.random_bool(0.5) {
+        sizes.partition_segment_bytes = 1 << rng.random_range(7..=14u32);
     }
     sizes
 }
