@@ -8,6 +8,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod checker;
+pub mod clock;
 pub mod nodefuzz;
 pub mod outcome;
 pub mod payload;

@@ -6,7 +6,27 @@ use narad_sim_runtime::FaultHits;
 use serde_json::{Value, json};
 
 use crate::checker::{Counters, Verdict};
-use crate::sim::{START, Simulation};
+
+/// Counters summed over every node and every incarnation (a node's own counters restart with
+/// it, so each incarnation's are added when it dies, and the running ones at the end).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterTotals {
+    /// Records committed to a sibling partition because their owner was dead or failing.
+    pub rerouted: u64,
+    /// Commits sent to other nodes and acknowledged.
+    pub remote_commits: u64,
+    /// Records discarded (deleted topics, leader-confirmed).
+    pub discarded: u64,
+}
+
+impl ClusterTotals {
+    /// Adds one incarnation's counters.
+    pub fn add(&mut self, stats: &narad_core::Stats) {
+        self.rerouted += stats.records_rerouted;
+        self.remote_commits += stats.remote_commits_ok;
+        self.discarded += stats.records_discarded;
+    }
+}
 
 /// The result of one seed.
 #[derive(Clone, Debug)]
@@ -29,7 +49,7 @@ pub struct RunOutcome {
     pub violation_count: usize,
     pub counters: Counters,
     /// Cluster counters over every incarnation (reroutes, remote commits, discards).
-    pub totals: crate::sim::world::ClusterTotals,
+    pub totals: ClusterTotals,
     pub recovery_refused: Option<String>,
     /// The last trace lines.
     pub tail: Vec<String>,
@@ -38,42 +58,8 @@ pub struct RunOutcome {
 }
 
 impl RunOutcome {
-    /// Collects the outcome of a finished simulation.
-    pub fn build(sim: &Simulation, verdict: Verdict) -> RunOutcome {
-        let world = sim.world();
-        let (violations, violation_count) = world.checker.violations();
-        let mut faults_on = sim.cfg.faults.names();
-        faults_on.extend(sim.cfg.net.names());
-        if sim.cfg.faults.restart_on_latch {
-            faults_on.push("restart_on_latch");
-        }
-        RunOutcome {
-            seed: sim.seed,
-            scenario: sim.scenario.clone(),
-            nodes: sim.cfg.nodes,
-            idempotent_commits: sim.cfg.idempotent_commits,
-            passed: violation_count == 0,
-            events: world.queue.popped(),
-            simulated_ms: (world.queue.now().0 - START.0) / 1_000,
-            trace_hash: world.trace.hash().hex(),
-            verdict,
-            faults: sim.fault_hits(),
-            faults_on,
-            violations: violations
-                .iter()
-                .map(|v| format!("{} (t={}): {}", v.invariant, v.at.0 - START.0, v.detail))
-                .collect(),
-            violation_count,
-            counters: world.checker.counters,
-            totals: sim.totals(),
-            recovery_refused: world.checker.recovery_refused.clone(),
-            tail: world.trace.tail().iter().map(ToString::to_string).collect(),
-            full_trace: Vec::new(),
-        }
-    }
-
     /// The outcome of a run that panicked.
-    pub fn panicked(seed: u64, options: &crate::RunOptions, message: &str) -> RunOutcome {
+    pub fn panicked(seed: u64, options: &crate::swarm::RunOptions, message: &str) -> RunOutcome {
         let cfg = crate::swarm::SwarmConfig::for_seed(seed, options);
         RunOutcome {
             seed,

@@ -15,7 +15,7 @@ use super::values::{NODE, Values};
 use super::{ACTIVE_STEPS, MAX_TIMER_FIRES};
 
 /// Simulated start time (the simulator's).
-pub const START: Instant = crate::sim::START;
+pub const START: Instant = crate::clock::START;
 /// Partition index interval of `small_index` runs (the simulator's).
 const SMALL_INDEX_BYTES: u64 = 512;
 /// Metastore entries between snapshots in `small_index` runs (production: 1,024).

@@ -9,6 +9,7 @@ mod faults;
 mod final_phase;
 mod final_read;
 mod net_faults;
+mod report;
 pub mod world;
 
 use narad_core::{Config, DiskOp, FileId, Input, Instant, IoToken, NodeId};
@@ -17,7 +18,9 @@ use narad_sim_runtime::{
 };
 
 use crate::checker::{Checker, inv};
-use crate::outcome::RunOutcome;
+/// Re-exported: the simulation's clock origin lives in the leaf `crate::clock`.
+pub use crate::clock::START;
+use crate::outcome::{ClusterTotals, RunOutcome};
 use crate::schedule::{FaultAction, ScheduledFault, draw_schedule_on};
 use crate::swarm::{RunOptions, SwarmConfig};
 use crate::trace::{DoneCode, OpKind, Trace, What};
@@ -25,8 +28,6 @@ use crate::workload::{Wake, Workload};
 use rand::RngExt;
 pub use world::{Event, World};
 
-/// Simulated start time: 2026-01-01T00:00:00Z in microseconds.
-pub const START: Instant = Instant(1_767_225_600_000_000);
 /// The active phase ends after this long even if clients are not done (clusters: twice that,
 /// so long deaths and network windows play out).
 const ACTIVE_CAP_MICROS: u64 = 30_000_000;
@@ -190,7 +191,7 @@ impl Simulation {
         }
         let read_complete = if self.aborted { false } else { self.final_phase() };
         let verdict = self.world.checker.verdict(read_complete, self.lost_nodes);
-        let mut outcome = RunOutcome::build(&self, verdict);
+        let mut outcome = self.outcome(verdict);
         outcome.full_trace = self.world.trace.take_full();
         outcome
     }
@@ -417,7 +418,7 @@ impl Simulation {
     }
 
     /// Cluster counters over every incarnation of every node, up to now.
-    pub fn totals(&self) -> world::ClusterTotals {
+    pub fn totals(&self) -> ClusterTotals {
         let mut totals = self.world.totals;
         for host in &self.hosts {
             if let Some(node) = host.node() {

@@ -16,6 +16,7 @@ use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
 use crate::checker::Checker;
+use crate::outcome::ClusterTotals;
 use crate::payload::parse_id;
 use crate::schedule::FaultAction;
 use crate::trace::{OpKind, Trace, TraceRecord, What};
@@ -47,27 +48,6 @@ pub enum Event {
 
 /// How long a transport takes to notice that a peer cannot be reached.
 const UNREACHABLE_AFTER_MICROS: u64 = 1_000;
-
-/// Counters summed over every node and every incarnation (a node's own counters restart with
-/// it, so each incarnation's are added when it dies, and the running ones at the end).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ClusterTotals {
-    /// Records committed to a sibling partition because their owner was dead or failing.
-    pub rerouted: u64,
-    /// Commits sent to other nodes and acknowledged.
-    pub remote_commits: u64,
-    /// Records discarded (deleted topics, leader-confirmed).
-    pub discarded: u64,
-}
-
-impl ClusterTotals {
-    /// Adds one incarnation's counters.
-    pub fn add(&mut self, stats: &narad_core::Stats) {
-        self.rerouted += stats.records_rerouted;
-        self.remote_commits += stats.remote_commits_ok;
-        self.discarded += stats.records_discarded;
-    }
-}
 
 /// An open network window: the links it cut or clogged.
 #[derive(Clone, Debug)]
@@ -131,7 +111,7 @@ pub struct World {
 impl World {
     /// Appends a trace line for `node` at the current time.
     pub fn record(&mut self, node: u32, what: What) {
-        let t = self.queue.now().0 - super::START.0;
+        let t = crate::clock::since_start(self.queue.now());
         let record = TraceRecord { t, e: self.queue.popped(), node, what };
         self.trace.push(record);
     }
