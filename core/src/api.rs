@@ -21,8 +21,6 @@ pub enum ClientOp {
     Produce { topic: String, messages: Vec<ProduceMessage>, batch: bool },
     /// Read committed records of one partition from `offset`, at most `max` of them.
     Consume { topic: String, partition: u32, offset: u64, max: u32 },
-    /// A snapshot of the node's counters.
-    Stats,
     /// The cluster's members as this node's metastore replica sees them.
     Members,
 }
@@ -53,8 +51,6 @@ pub enum ClientReply {
     Produced { accepted: usize },
     /// 200 (or 204 when empty): committed records, in offset order.
     Records(Vec<ConsumedRecord>),
-    /// 200: counters.
-    Stats(Box<Stats>),
     /// 200: cluster members.
     Members(Vec<MemberView>),
     /// The request failed and changed nothing (except `WalFailed`, which is ambiguous).
@@ -199,4 +195,13 @@ pub struct Stats {
     pub remote_commits_failed: u64,
     /// Peer messages that could not be decoded (refused).
     pub peer_messages_refused: u64,
+    /// Metastore peer messages dropped: they did not decode, or were not for this node.
+    pub meta_messages_dropped: u64,
+    /// Metastore messages raft refused to step.
+    pub meta_step_errors: u64,
+    /// Committed metastore entries that did not decode as a command (applied as no-ops).
+    pub meta_undecodable_entries: u64,
+    /// Metastore snapshots taken locally / installed from the leader.
+    pub meta_snapshots_taken: u64,
+    pub meta_snapshots_installed: u64,
 }

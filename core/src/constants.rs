@@ -1,9 +1,6 @@
 //! Every tuning constant of docs/design.md §6, named and in one place, so they are grep-able and a
 //! reviewer can see the whole performance envelope at once.
 
-/// Bounds a missed wakeup of the group-commit loop. The sans-IO WAL starts a sync as soon as one is
-/// possible, so this is only the cadence at which a node re-examines idle state.
-pub const WAL_SYNC_BACKSTOP_MS: u64 = 10;
 /// A WAL segment is sealed once it grows past this size (the default of `Config::wal_segment_bytes`;
 /// a group commit always lands whole, so this never limits a record).
 pub const WAL_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
@@ -14,8 +11,6 @@ pub const MAX_WAL_SEQ: u64 = 1 << 62;
 /// A fully dispatched active segment past this size is rotated so it can be deleted (the default
 /// of `Config::wal_rotate_dispatched_bytes`).
 pub const WAL_ROTATE_DISPATCHED_BYTES: u64 = 1024 * 1024;
-/// How long the dispatcher sleeps when it has nothing to do.
-pub const DISPATCH_IDLE_POLL_MS: u64 = 10;
 /// Lower bound of the dispatch window (records held at once).
 pub const WINDOW_BASE_RECORDS: usize = 4_096;
 /// Upper bound of the dispatch window.

@@ -437,19 +437,6 @@ impl Dispatcher {
         });
         destinations.chain(confirmations).min()
     }
-
-    /// Checks the structural invariants (used by tests and the simulator's checker).
-    pub fn check_invariants(&self) {
-        assert!(self.checkpoint <= self.read_upto);
-        assert!(self.held.keys().all(|&s| s >= self.checkpoint && s < self.read_upto));
-        assert!(self.done_ahead.iter().all(|&s| s > self.checkpoint && s < self.read_upto));
-        assert!(self.held.keys().all(|s| !self.done_ahead.contains(s)));
-        assert!(
-            (self.read_upto - self.checkpoint) as usize == self.held.len() + self.done_ahead.len()
-        );
-        let lookahead = (LOOKAHEAD_WINDOWS * WINDOW_MAX_RECORDS) as u64;
-        assert!(self.read_upto - self.checkpoint <= lookahead);
-    }
 }
 
 /// The other partitions of `of`'s topic, starting after it and wrapping around.

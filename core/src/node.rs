@@ -494,6 +494,7 @@ impl Node {
     pub fn stats(&self) -> Stats {
         let wal = self.wal.counters();
         let dispatch = self.dispatcher.counters();
+        let meta = self.meta.counters();
         let (wal_segments, wal_bytes_on_disk) = self.wal.disk_usage();
         let partitions = self
             .partitions
@@ -529,6 +530,11 @@ impl Node {
             remote_commits_ok: self.counters.remote_commits_ok,
             remote_commits_failed: self.counters.remote_commits_failed,
             peer_messages_refused: self.counters.peer_messages_refused,
+            meta_messages_dropped: meta.messages_dropped,
+            meta_step_errors: meta.step_errors,
+            meta_undecodable_entries: meta.undecodable_entries,
+            meta_snapshots_taken: meta.snapshots_taken,
+            meta_snapshots_installed: meta.snapshots_installed,
         }
     }
 

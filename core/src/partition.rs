@@ -107,7 +107,8 @@ struct Commit {
 enum LogState {
     Idle,
     Committing(Commit),
-    /// Truncating back to the committed size; `pending` is a commit waiting for it.
+    /// Truncating back to the committed size; `failed` once one of its operations failed (the
+    /// repair then ends `Poisoned`).
     Repairing {
         ios_left: u32,
         failed: bool,

@@ -280,14 +280,6 @@ impl<W> Wal<W> {
         (self.segments.len() as u64, bytes)
     }
 
-    /// True when no group commit or checkpoint write is in flight or pending.
-    pub fn is_idle(&self) -> bool {
-        self.in_flight.is_none()
-            && self.staging.waiters.is_empty()
-            && self.checkpoint.in_flight.is_none()
-            && self.checkpoint.target == self.checkpoint.durable
-    }
-
     /// Stages records for the next group commit; `waiter` is returned in the batch outcome.
     /// Fails at once (with the latch reason) if the WAL is latched.
     pub fn stage(&mut self, drafts: Vec<Draft>, waiter: W) -> Result<(), DiskError> {

@@ -19,6 +19,11 @@ fn health_readiness_and_metrics() {
     assert_eq!(client.get("/healthz").0, 200);
     assert_eq!(client.get("/readyz").0, 200);
     assert_eq!(client.metric("narad_ready"), 1.0);
+    let metrics = client.metrics();
+    assert_eq!(metrics.get("narad_meta_leader"), Some(&1.0), "a lone ready node leads");
+    for name in ["narad_meta_messages_dropped_total", "narad_meta_snapshots_taken_total"] {
+        assert!(metrics.contains_key(name), "{name} missing from /metrics");
+    }
     let (status, body) = client.get("/v1/topics");
     assert_eq!(status, 200);
     assert_eq!(body, br#"{"topics":[]}"#);

@@ -153,7 +153,7 @@ impl TopicTag {
         let name = match op {
             Op::CreateTopic { name, .. } | Op::DeleteTopic { name } | Op::GetTopic { name } => name,
             Op::Produce { topic, .. } | Op::Consume { topic, .. } => topic,
-            Op::ListTopics | Op::Stats | Op::Members => return TopicTag::default(),
+            Op::ListTopics | Op::Members => return TopicTag::default(),
         };
         let mut tag = TopicTag::default();
         let n = name.len().min(tag.bytes.len());

@@ -1,17 +1,13 @@
-//! Cheap self-checks of the dispatcher's bookkeeping for `Node::check_invariants` (run by the
-//! simulator after every step), returning what broke instead of panicking. `check` costs a few
-//! map look-ups; `check_deep` also walks every held record and destination.
+//! Cheap self-checks of the dispatcher's bookkeeping, returning what broke instead of panicking.
+//! `check` costs a few map look-ups and runs in `Node::check_invariants` (the simulator's host
+//! runs it after every input); `check_deep` also walks every held record and destination and
+//! runs in `Node::check_invariants_deep` (every few inputs) and in the dispatcher's own tests.
 
 use super::Dispatcher;
 use crate::constants::{COMMIT_FANOUT, LOOKAHEAD_WINDOWS, WINDOW_MAX_RECORDS};
 use crate::partition::CommitId;
 
 impl Dispatcher {
-    /// Ids of the commits in flight.
-    pub fn in_flight_ids(&self) -> impl Iterator<Item = CommitId> + '_ {
-        self.in_flight.keys().copied()
-    }
-
     /// Whether commit `id` is in flight.
     pub fn is_in_flight(&self, id: CommitId) -> bool {
         self.in_flight.contains_key(&id)

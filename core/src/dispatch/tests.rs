@@ -144,7 +144,7 @@ impl Model {
     }
 
     fn check(&self) {
-        self.dispatcher.check_invariants();
+        self.dispatcher.check_deep().expect("dispatcher consistent");
         let checkpoint = self.dispatcher.checkpoint();
         assert!(
             (0..checkpoint).all(|s| self.committed.contains(&s)),
@@ -237,7 +237,7 @@ fn lookahead_bounds_reading_past_a_stuck_record() {
     }
     assert_eq!(dispatcher.checkpoint(), 0, "pinned by the stuck record");
     assert_eq!(dispatcher.read_upto(), limit, "reading stops at 16 windows past the checkpoint");
-    dispatcher.check_invariants();
+    dispatcher.check_deep().expect("dispatcher consistent");
 }
 
 /// Topic 1 with two partitions; the owner of `dead` (if any) is dead per membership.
@@ -267,7 +267,7 @@ fn run_passes(d: &mut Dispatcher, now: &mut Instant, passes: u32, placement: &Pa
                 CommitResult::Failed("owner unreachable".into())
             };
             d.on_commit(request.id, result, *now, placement);
-            d.check_invariants();
+            d.check_deep().expect("dispatcher consistent");
         }
         *now = now.plus_millis(FAILURE_BACKOFF_MS);
     }

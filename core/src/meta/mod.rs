@@ -415,11 +415,6 @@ impl<W> Metastore<W> {
         self.persist.is_repaired()
     }
 
-    /// True when no disk work is queued or in flight (for a clean shutdown).
-    pub fn is_idle(&self) -> bool {
-        !self.persist.is_busy()
-    }
-
     /// The latched disk error, if the metastore's disk failed (restart to recover).
     pub fn failed(&self) -> Option<&DiskError> {
         self.persist.failed()

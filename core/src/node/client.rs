@@ -56,10 +56,6 @@ impl Node {
             ClientOp::Consume { topic, partition, offset, max } => {
                 self.consume(request, &topic, partition, offset, max);
             }
-            ClientOp::Stats => {
-                let stats = Box::new(self.stats());
-                self.reply(request, ClientReply::Stats(stats));
-            }
             ClientOp::Members => {
                 let members = self.member_views();
                 self.reply(request, ClientReply::Members(members));

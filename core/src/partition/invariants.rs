@@ -1,6 +1,7 @@
-//! Cheap self-checks of one partition log for `Node::check_invariants` (run by the simulator
-//! after every step): the high watermark stays within the committed bytes, the index points
-//! inside them, and the commit or repair in progress is consistent with the file's state.
+//! Cheap self-checks of one partition log for `Node::check_invariants_deep` (the simulator's
+//! host runs the deep variant every few inputs): the high watermark stays within the committed
+//! bytes, the index points inside them, and the commit or repair in progress is consistent with
+//! the file's state.
 
 use super::{LogState, PartitionLog, Stage};
 use crate::codec::FRAME_HEADER_BYTES;

@@ -62,7 +62,7 @@ struct Scalar {
 }
 
 /// Every node-wide metric, in exposition order.
-const SCALARS: [Scalar; 19] = [
+const SCALARS: [Scalar; 29] = [
     Scalar {
         name: "narad_produce_requests_accepted_total",
         kind: Kind::Counter,
@@ -177,6 +177,66 @@ const SCALARS: [Scalar; 19] = [
         help: "1 once recovery finished and the node serves requests.",
         value: |s| s.ready,
     },
+    Scalar {
+        name: "narad_records_lost_total",
+        kind: Kind::Counter,
+        help: "Acknowledged records found damaged in the WAL before dispatch (their only copy): lost.",
+        value: |s| s.records_lost,
+    },
+    Scalar {
+        name: "narad_remote_commits_ok_total",
+        kind: Kind::Counter,
+        help: "Commits sent to other nodes and acknowledged.",
+        value: |s| s.remote_commits_ok,
+    },
+    Scalar {
+        name: "narad_remote_commits_failed_total",
+        kind: Kind::Counter,
+        help: "Commits sent to other nodes that failed or timed out.",
+        value: |s| s.remote_commits_failed,
+    },
+    Scalar {
+        name: "narad_peer_messages_refused_total",
+        kind: Kind::Counter,
+        help: "Peer messages the node could not decode (refused).",
+        value: |s| s.peer_messages_refused,
+    },
+    Scalar {
+        name: "narad_meta_leader",
+        kind: Kind::Gauge,
+        help: "1 while this node is the metastore leader.",
+        value: |s| s.meta_leader,
+    },
+    Scalar {
+        name: "narad_meta_messages_dropped_total",
+        kind: Kind::Counter,
+        help: "Metastore peer messages dropped: undecodable, or not for this node.",
+        value: |s| s.meta_messages_dropped,
+    },
+    Scalar {
+        name: "narad_meta_step_errors_total",
+        kind: Kind::Counter,
+        help: "Metastore messages raft refused to step.",
+        value: |s| s.meta_step_errors,
+    },
+    Scalar {
+        name: "narad_meta_undecodable_entries_total",
+        kind: Kind::Counter,
+        help: "Committed metastore entries that did not decode as a command (applied as no-ops).",
+        value: |s| s.meta_undecodable_entries,
+    },
+    Scalar {
+        name: "narad_meta_snapshots_taken_total",
+        kind: Kind::Counter,
+        help: "Metastore snapshots taken locally.",
+        value: |s| s.meta_snapshots_taken,
+    },
+    Scalar {
+        name: "narad_meta_snapshots_installed_total",
+        kind: Kind::Counter,
+        help: "Metastore snapshots installed from the leader.",
+        value: |s| s.meta_snapshots_installed,
+    },
 ];
 
 fn render_partitions(out: &mut String, stats: &Stats) {
@@ -211,11 +271,15 @@ mod tests {
         let stats = Stats {
             wal_fsyncs: 3,
             dispatch_backlog: 9,
+            records_lost: 2,
             partitions: vec![("orders".to_string(), 1, 42, 4096)],
             ..Stats::default()
         };
         let text = render(&stats);
         assert!(text.contains("\nnarad_wal_fsyncs_total 3\n"), "{text}");
+        assert!(
+            text.contains("# TYPE narad_records_lost_total counter\nnarad_records_lost_total 2\n")
+        );
         assert!(text.contains("# TYPE narad_dispatch_backlog gauge\nnarad_dispatch_backlog 9\n"));
         assert!(
             text.contains("narad_partition_high_watermark{topic=\"orders\",partition=\"1\"} 42\n")
@@ -224,5 +288,38 @@ mod tests {
             text.contains("narad_partition_size_bytes{topic=\"orders\",partition=\"1\"} 4096\n")
         );
         assert_eq!(escape_label("a\"b"), "a\\\"b");
+    }
+
+    #[test]
+    fn renders_metastore_counters() {
+        let stats = Stats {
+            meta_leader: 1,
+            meta_messages_dropped: 4,
+            meta_step_errors: 5,
+            meta_undecodable_entries: 6,
+            meta_snapshots_taken: 7,
+            meta_snapshots_installed: 8,
+            ..Stats::default()
+        };
+        let text = render(&stats);
+        for line in [
+            "# TYPE narad_meta_leader gauge\nnarad_meta_leader 1\n",
+            "# TYPE narad_meta_messages_dropped_total counter\nnarad_meta_messages_dropped_total 4\n",
+            "\nnarad_meta_step_errors_total 5\n",
+            "\nnarad_meta_undecodable_entries_total 6\n",
+            "\nnarad_meta_snapshots_taken_total 7\n",
+            "\nnarad_meta_snapshots_installed_total 8\n",
+        ] {
+            assert!(text.contains(line), "missing {line:?} in\n{text}");
+        }
+    }
+
+    #[test]
+    fn every_metric_name_is_unique() {
+        let mut names: Vec<&str> = SCALARS.iter().map(|m| m.name).collect();
+        names.sort_unstable();
+        let before = names.len();
+        names.dedup();
+        assert_eq!(names.len(), before, "a metric name appears twice");
     }
 }

@@ -127,7 +127,6 @@ impl Values {
                 offset: offset_value(*offset),
                 max: u32::from(*max),
             },
-            ClientCmd::Stats => ClientOp::Stats,
             ClientCmd::Members => ClientOp::Members,
         }
     }

@@ -167,7 +167,6 @@ pub fn status_of(reply: &ClientReply) -> (u16, u64) {
         ClientReply::Topic(_, parts) => (200, parts.len() as u64),
         ClientReply::Produced { accepted } => (202, *accepted as u64),
         ClientReply::Records(records) => (200, records.len() as u64),
-        ClientReply::Stats(_) => (200, 0),
         ClientReply::Members(members) => (200, members.len() as u64),
         ClientReply::Error(e) => (e.http_status(), 0),
     }
@@ -183,7 +182,6 @@ pub fn op_name(op: &ClientOp) -> &'static str {
         ClientOp::Produce { batch: true, .. } => "produce-batch",
         ClientOp::Produce { .. } => "produce",
         ClientOp::Consume { .. } => "consume",
-        ClientOp::Stats => "stats",
         ClientOp::Members => "members",
     }
 }
