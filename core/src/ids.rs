@@ -1,5 +1,6 @@
 //! Small newtypes for the identities and quantities that cross module boundaries. Keeping them
-//! distinct types stops a partition index from being passed where a WAL sequence is expected.
+//! distinct types stops a node id from being passed where a topic id or a request id is expected.
+//! (WAL sequence numbers are still plain `u64`, bounded by `constants::MAX_WAL_SEQ`.)
 
 use std::fmt;
 
@@ -33,10 +34,6 @@ pub struct NodeId(pub u32);
 /// id, so records staged for the old incarnation can never land in the new one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct TopicId(pub u64);
-
-/// Sequence number of a record in a node's ingress WAL: dense and increasing.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct Lsn(pub u64);
 
 /// Identifies one client request; the runtime keeps whatever it needs to answer it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

@@ -36,7 +36,7 @@ mod tests;
 pub use api::{
     ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, ProduceMessage, Stats,
 };
-pub use ids::{Instant, IoToken, Lsn, NodeId, PartitionKey, RequestId, TopicId};
+pub use ids::{Instant, IoToken, NodeId, PartitionKey, RequestId, TopicId};
 pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent};
 pub use node::{Config, Node, Recovery};
 pub use partition::{PartitionLog, PartitionScan};

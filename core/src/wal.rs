@@ -152,13 +152,24 @@ struct Cursor {
     offset: u64,
 }
 
+/// A checkpoint write handed to the disk (create, write, sync of one slot).
+#[derive(Clone, Copy, Debug)]
+struct CheckpointWrite {
+    /// The checkpoint being written; `None` once one of its operations failed, so it will not
+    /// become durable when the rest complete.
+    value: Option<u64>,
+    /// Operations not yet completed.
+    ios_left: u32,
+    /// The slot written (0 or 1).
+    slot: u64,
+}
+
 #[derive(Default)]
 struct CheckpointState {
     durable: u64,
     target: u64,
     dirty_since: Option<Instant>,
-    /// Value being written, operations left, slot written.
-    in_flight: Option<(u64, u32, u64)>,
+    in_flight: Option<CheckpointWrite>,
     next_slot: u64,
     file_exists: bool,
     /// After a failed write, not before this (even when flushing for shutdown).
@@ -497,7 +508,7 @@ impl<W> Wal<W> {
         let data = Bytes::from(checkpoint::encode_slot(state.target));
         self.outbox.push_back((WalIo::Checkpoint, DiskOp::Write { file, offset, data }));
         self.outbox.push_back((WalIo::Checkpoint, DiskOp::Sync { file }));
-        state.in_flight = Some((state.target, ios, slot));
+        state.in_flight = Some(CheckpointWrite { value: Some(state.target), ios_left: ios, slot });
         state.dirty_since = None;
         self.counters.fsyncs += 1;
     }
@@ -511,28 +522,25 @@ impl<W> Wal<W> {
         now: Instant,
     ) -> Option<u64> {
         let state = &mut self.checkpoint;
-        let (value, ios_left, slot) =
-            state.in_flight.as_mut().expect("checkpoint io while in flight");
-        *ios_left -= 1;
+        let write = state.in_flight.as_mut().expect("invariant: checkpoint io while in flight");
+        write.ios_left -= 1;
         if result.is_err() {
             // Not durable: retry later, into the same slot, so the other slot keeps the last
             // good checkpoint. Re-create the file only if creating it is what failed (creating
             // truncates: it would destroy the good slot).
             state.dirty_since = Some(now);
             state.retry_at = Some(now.plus_millis(crate::constants::FAILURE_BACKOFF_MS));
-            state.next_slot = *slot;
+            state.next_slot = write.slot;
             if io == WalIo::CheckpointCreate {
                 state.file_exists = false;
             }
-            *value = u64::MAX;
+            write.value = None;
         }
-        if *ios_left > 0 {
+        if write.ios_left > 0 {
             return None;
         }
-        let (value, _, _) = state.in_flight.take().expect("checked above");
-        if value == u64::MAX {
-            return None;
-        }
+        let write = state.in_flight.take().expect("invariant: checked above");
+        let value = write.value?;
         state.durable = value;
         if state.target > value {
             state.dirty_since.get_or_insert(now);

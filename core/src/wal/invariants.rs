@@ -33,7 +33,7 @@ impl<W> Wal<W> {
     pub fn outstanding_io(&self) -> OutstandingIo {
         OutstandingIo {
             batch: self.in_flight.as_ref().map_or(0, |f| f.ios_left),
-            checkpoint: self.checkpoint.in_flight.map_or(0, |(_, ios, _)| ios),
+            checkpoint: self.checkpoint.in_flight.map_or(0, |write| write.ios_left),
             cursor_reads: u32::from(self.read_in_flight),
             repairs: self.repairs_left,
         }
@@ -53,10 +53,11 @@ impl<W> Wal<W> {
         }
         self.check_batches()?;
         self.check_segments()?;
-        if let Some((value, ios, _)) = cp.in_flight
-            && (ios == 0 || (value != u64::MAX && value > cp.target))
+        if let Some(write) = cp.in_flight
+            && (write.ios_left == 0 || write.value.is_some_and(|value| value > cp.target))
         {
-            return Err(format!("wal: checkpoint write of {value} ({ios} ops) past target"));
+            let (value, ios) = (write.value, write.ios_left);
+            return Err(format!("wal: checkpoint write of {value:?} ({ios} ops) past target"));
         }
         Ok(())
     }
