@@ -18,6 +18,7 @@ pub mod frame;
 mod index;
 mod invariants;
 mod recovery;
+mod retention;
 
 use std::collections::{BTreeMap, VecDeque};
 
@@ -30,6 +31,7 @@ use dedup::OriginIndex;
 pub use frame::{PartitionRecord, RecordView};
 use index::SparseIndex;
 pub use recovery::PartitionScan;
+pub use retention::{RetentionPolicy, Trimmed};
 
 /// Identifies a commit so its outcome can be matched to the dispatcher's request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -42,6 +44,8 @@ pub enum PartIo {
     Commit,
     /// Truncation back to the high watermark (and its sync).
     Repair,
+    /// Deletion of a sealed segment by retention.
+    Trim,
 }
 
 /// The result of a commit.
@@ -96,6 +100,8 @@ struct WrittenPart {
 struct Commit {
     data: Bytes,
     count: u64,
+    /// Timestamp of the newest record written.
+    newest_ms: u64,
     parts: Vec<WrittenPart>,
     stage: Stage,
     ios_left: u32,
@@ -122,6 +128,8 @@ struct SealedSegment {
     /// Where its offsets start (sparse); it ends at `index.records()`.
     index: SparseIndex,
     size: u64,
+    /// Timestamp of its newest record (what retention by time judges).
+    newest_ms: u64,
 }
 
 /// One partition log.
@@ -139,6 +147,12 @@ pub struct PartitionLog {
     sealed: BTreeMap<u64, SealedSegment>,
     /// Bytes after which the active segment is sealed and the next commit starts a new one.
     segment_bytes: u64,
+    /// Timestamp of the active segment's newest committed record.
+    active_newest_ms: u64,
+    /// The retention pass in progress (a segment's delete in flight).
+    trim: Option<retention::Trim>,
+    /// Completed deletions not yet taken by `poll_trimmed`.
+    trimmed: VecDeque<Trimmed>,
     state: LogState,
     outbox: VecDeque<(PartIo, DiskOp)>,
     origins: OriginIndex,
@@ -185,6 +199,9 @@ impl PartitionLog {
             file_exists: false,
             sealed: BTreeMap::new(),
             segment_bytes: crate::constants::PARTITION_SEGMENT_BYTES,
+            active_newest_ms: 0,
+            trim: None,
+            trimmed: VecDeque::new(),
             state: LogState::Idle,
             outbox: VecDeque::new(),
             origins: OriginIndex::default(),
@@ -302,11 +319,13 @@ impl PartitionLog {
     fn start_write(&mut self, fresh_parts: Vec<(CommitId, NodeId, Vec<PartitionRecord>)>) {
         let mut data = Vec::new();
         let mut count = 0;
+        let mut newest_ms = 0;
         let mut parts = Vec::with_capacity(fresh_parts.len());
         for (id, origin, records) in fresh_parts {
             let origin_seqs = records.iter().map(|r| r.origin_seq).collect();
             let fingerprints = records.iter().map(PartitionRecord::fingerprint).collect();
             for mut record in records {
+                newest_ms = newest_ms.max(record.timestamp_ms);
                 record.offset = self.high_watermark() + count;
                 record.encode_into(&mut data);
                 count += 1;
@@ -326,6 +345,7 @@ impl PartitionLog {
         self.state = LogState::Committing(Commit {
             data,
             count,
+            newest_ms,
             parts,
             stage,
             ios_left,
@@ -349,7 +369,8 @@ impl PartitionLog {
         let interval = self.index.interval();
         let index = std::mem::replace(&mut self.index, SparseIndex::starting_at(base, interval));
         let size = std::mem::take(&mut self.size);
-        self.sealed.insert(self.base, SealedSegment { index, size });
+        let newest_ms = std::mem::take(&mut self.active_newest_ms);
+        self.sealed.insert(self.base, SealedSegment { index, size, newest_ms });
         self.base = base;
         self.file_exists = false;
     }
@@ -372,6 +393,10 @@ impl PartitionLog {
                 Vec::new()
             }
             PartIo::Commit => self.on_commit_io(result),
+            PartIo::Trim => {
+                self.on_trim_io(result);
+                Vec::new()
+            }
         }
     }
 
@@ -435,6 +460,7 @@ impl PartitionLog {
         else {
             unreachable!("checked above")
         };
+        self.active_newest_ms = self.active_newest_ms.max(commit.newest_ms);
         let mut outcomes = Vec::with_capacity(commit.parts.len());
         for part in commit.parts {
             for (&seq, &fingerprint) in part.origin_seqs.iter().zip(&part.fingerprints) {

@@ -11,6 +11,8 @@ use crate::codec::FRAME_HEADER_BYTES;
 pub struct PartOutstanding {
     pub commit: u32,
     pub repair: u32,
+    /// A retention delete.
+    pub trim: u32,
     /// Commit parts (jobs) the commit in progress will decide.
     pub parts: usize,
 }
@@ -18,7 +20,8 @@ pub struct PartOutstanding {
 impl PartitionLog {
     /// What this log waits for.
     pub fn outstanding(&self) -> PartOutstanding {
-        match &self.state {
+        let trim = self.trims_in_flight();
+        let busy = match &self.state {
             LogState::Committing(commit) => PartOutstanding {
                 commit: commit.ios_left,
                 parts: commit.parts.len(),
@@ -28,7 +31,8 @@ impl PartitionLog {
                 PartOutstanding { repair: *ios_left, ..PartOutstanding::default() }
             }
             LogState::Idle | LogState::Poisoned => PartOutstanding::default(),
-        }
+        };
+        PartOutstanding { trim, ..busy }
     }
 
     /// Every visible record is a whole frame of the committed bytes (so the watermark never

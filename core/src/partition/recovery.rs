@@ -170,6 +170,7 @@ fn take(
     match record {
         Some(record) if record.offset == expected => {
             log.index.push(at);
+            log.active_newest_ms = log.active_newest_ms.max(record.timestamp_ms);
             let (origin, seq) = (record.origin_node, record.origin_seq);
             let forgotten = forget_below.is_some_and(|(o, below)| origin == o && seq < below);
             if !forgotten {

@@ -182,3 +182,117 @@ fn recovery_refuses_a_sealed_segment_with_a_bad_tail_or_a_gap() {
     tail.0.values_mut().last().unwrap().extend_from_slice(&[9, 9, 9]);
     assert_eq!(recover(&tail, 64).expect("torn last tail").high_watermark(), 60);
 }
+
+mod retention {
+    use super::*;
+    use crate::partition::{RetentionPolicy, Trimmed};
+
+    /// A log of `commits` commits of 3 records, commit `c` stamped `1_000 * c` ms, one commit
+    /// a segment.
+    fn aged_log(commits: u64) -> (PartitionLog, Files) {
+        let mut log = PartitionLog::with_index_interval(KEY, INTERVAL).with_segment_bytes(1);
+        let mut files = Files::default();
+        for c in 0..commits {
+            let records = (c * 3..c * 3 + 3)
+                .map(|seq| PartitionRecord { timestamp_ms: 1_000 * c, ..record(seq) })
+                .collect();
+            let part =
+                CommitPart { id: CommitId(c), origin: NodeId(1), origin_checkpoint: 0, records };
+            assert!(log.begin_commit(vec![part]).expect("idle").is_empty());
+            files.run(&mut log);
+        }
+        (log, files)
+    }
+
+    /// Runs the log's queued operations; the deletes it emitted, in order.
+    fn run_trims(log: &mut PartitionLog, files: &mut Files, fail: bool) -> Vec<FileId> {
+        let mut deleted = Vec::new();
+        while let Some((io, op)) = log.poll_io() {
+            assert!(log.poll_io().is_none(), "one delete in flight at a time");
+            let DiskOp::Delete { file } = op else { panic!("only deletes: {op:?}") };
+            assert!(log.log_start_offset() < log.high_watermark() || log.segment_count() == 1);
+            let result = if fail {
+                Err(DiskError::Io("EIO".into()))
+            } else {
+                files.0.remove(&file);
+                deleted.push(file);
+                Ok(DiskDone::Done)
+            };
+            let _ = log.on_io(io, result);
+        }
+        deleted
+    }
+
+    fn trimmed(log: &mut PartitionLog) -> Vec<Trimmed> {
+        std::iter::from_fn(|| log.poll_trimmed()).collect()
+    }
+
+    #[test]
+    fn time_retention_deletes_whole_sealed_segments_oldest_first_one_at_a_time() {
+        let (mut log, mut files) = aged_log(10);
+        assert_eq!(log.segment_count(), 10);
+        let policy = RetentionPolicy { retention_ms: 5_000, retention_bytes: None };
+        // At 9.5 s, records stamped 0..=4.5 s are past 5 s: commits 0..=4.
+        log.start_retention(9_500, policy);
+        assert_eq!(log.log_start_offset(), 0, "nothing is gone before its delete completes");
+        assert!(log.is_being_trimmed(0) && !log.is_being_trimmed(log.high_watermark() - 1));
+        let deleted = run_trims(&mut log, &mut files, false);
+        assert_eq!(deleted.len(), 5, "{deleted:?}");
+        assert_eq!(log.log_start_offset(), 15);
+        assert!(log.read_plan(14, 10, 1 << 20).is_none(), "below the start: nothing to read");
+        let gone = trimmed(&mut log);
+        assert_eq!(gone.iter().map(|t| t.records).sum::<u64>(), 15);
+        assert!(gone.iter().all(|t| t.newest_ms + 5_000 <= 9_500), "only past retention");
+        assert_eq!(gone.last().unwrap().log_start_offset, 15);
+        let rest: Vec<u64> = files.read_all(&log).iter().map(|r| r.offset).collect();
+        assert_eq!(rest, (15..30).collect::<Vec<_>>(), "no gap, the rest intact");
+        log.check_invariants().expect("consistent");
+        // Recovery from what is left starts at the new log start.
+        let recovered = recover(&files, 64).expect("a trimmed log recovers");
+        assert_eq!((recovered.log_start_offset(), recovered.high_watermark()), (15, 30));
+    }
+
+    #[test]
+    fn a_quiet_partition_past_retention_is_sealed_and_emptied_never_forever_kept() {
+        let (mut log, mut files) = aged_log(4);
+        log.start_retention(60_000, RetentionPolicy { retention_ms: 0, retention_bytes: None });
+        assert!(run_trims(&mut log, &mut files, false).is_empty(), "retention 0 keeps forever");
+        log.start_retention(
+            60_000,
+            RetentionPolicy { retention_ms: 10_000, retention_bytes: None },
+        );
+        assert_eq!(
+            run_trims(&mut log, &mut files, false).len(),
+            4,
+            "every segment, the active too"
+        );
+        assert_eq!((log.log_start_offset(), log.high_watermark()), (12, 12));
+        assert!(files.0.is_empty());
+        // New records start a new segment at the old high watermark.
+        let part = CommitPart {
+            id: CommitId(50),
+            origin: NodeId(1),
+            origin_checkpoint: 0,
+            records: vec![PartitionRecord { timestamp_ms: 60_000, ..record(50) }],
+        };
+        assert!(log.begin_commit(vec![part]).expect("idle").is_empty());
+        files.run(&mut log);
+        assert_eq!(files.read_all(&log).iter().map(|r| r.offset).collect::<Vec<_>>(), [12]);
+        assert_eq!(recover(&files, 64).expect("recovers").log_start_offset(), 12);
+    }
+
+    #[test]
+    fn size_retention_keeps_at_least_the_bound_and_a_failed_delete_is_retried() {
+        let (mut log, mut files) = aged_log(10);
+        let total = log.size_bytes();
+        let policy = RetentionPolicy { retention_ms: 0, retention_bytes: Some(total / 2) };
+        log.start_retention(0, policy);
+        assert!(run_trims(&mut log, &mut files, true).is_empty(), "the delete failed");
+        assert_eq!(log.log_start_offset(), 0, "a failed delete removes nothing");
+        log.start_retention(0, policy);
+        assert!(!run_trims(&mut log, &mut files, false).is_empty());
+        assert!(log.size_bytes() >= total / 2, "never below the bound");
+        let oldest_left = log.size_bytes() - log.sealed.values().next().map_or(0, |s| s.size);
+        assert!(oldest_left < total / 2, "and the oldest left is needed to hold it");
+    }
+}
