@@ -126,6 +126,10 @@ pub enum ClientError {
     Overloaded(String),
     #[error("internal error: {0}")]
     Internal(String),
+    /// A consume below the partition's log start offset: those records are gone (retention,
+    /// or a disk that lost them). Answered 410 with the offset to read from instead.
+    #[error("offset is below the log start offset {log_start_offset}: those records are gone")]
+    Gone { log_start_offset: u64 },
 }
 
 impl ClientError {
@@ -139,6 +143,7 @@ impl ClientError {
             ClientError::WalFailed(_) | ClientError::Internal(_) => 500,
             ClientError::ShuttingDown | ClientError::Unavailable(_) => 503,
             ClientError::Overloaded(_) => 503,
+            ClientError::Gone { .. } => 410,
         }
     }
 }

@@ -31,7 +31,7 @@ use dedup::OriginIndex;
 pub use frame::{PartitionRecord, RecordView};
 use index::SparseIndex;
 pub use recovery::PartitionScan;
-pub use retention::{RetentionPolicy, Trimmed};
+pub use retention::{ReadRefusal, RetentionPolicy, Trimmed};
 
 /// Identifies a commit so its outcome can be matched to the dispatcher's request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]

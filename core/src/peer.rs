@@ -80,9 +80,14 @@ pub struct WireError {
 }
 
 impl WireError {
-    /// The error as a client sees it.
+    /// The error as a client sees it. A 410 carries the log start offset, in decimal, as its
+    /// message (what the asking node needs to answer its own client).
     pub fn from_client(error: &ClientError) -> WireError {
-        WireError { status: error.http_status(), message: error.to_string() }
+        let message = match error {
+            ClientError::Gone { log_start_offset } => log_start_offset.to_string(),
+            other => other.to_string(),
+        };
+        WireError { status: error.http_status(), message }
     }
 
     /// Back to a `ClientError` with the same status.
@@ -93,6 +98,12 @@ impl WireError {
             409 => ClientError::Conflict(self.message),
             413 => ClientError::TooLarge(self.message),
             503 => ClientError::Unavailable(self.message),
+            410 => match self.message.parse() {
+                Ok(log_start_offset) => ClientError::Gone { log_start_offset },
+                Err(_) => {
+                    ClientError::Internal(format!("410 without a log start: {}", self.message))
+                }
+            },
             _ => ClientError::Internal(self.message),
         }
     }
@@ -441,6 +452,17 @@ fn decode_consume_result(reader: &mut Reader<'_>) -> Option<Result<Vec<WireConsu
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    /// A peer's 410 reaches the asking node's client with the log start offset intact.
+    #[test]
+    fn a_gone_answer_crosses_the_wire_with_its_log_start() {
+        let gone = ClientError::Gone { log_start_offset: 1_234 };
+        let wire = WireError::from_client(&gone);
+        assert_eq!(wire.status, 410);
+        assert_eq!(wire.clone().into_client(), gone);
+        let garbled = WireError { status: 410, message: "soon".into() };
+        assert!(matches!(garbled.into_client(), ClientError::Internal(_)));
+    }
 
     fn arb_record() -> impl Strategy<Value = WireRecord> {
         (

@@ -11,7 +11,7 @@ use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::ids::{PartitionKey, RequestId};
 use crate::io::{DiskDone, DiskError, DiskOp};
 use crate::meta::{MetaCommand, validate_retention};
-use crate::partition::{PartitionLog, ReadPlan};
+use crate::partition::{PartitionLog, ReadPlan, ReadRefusal};
 use crate::peer::{PeerMessage, WireConsumed, WireError};
 
 impl Node {
@@ -215,8 +215,11 @@ impl Node {
         topic: String,
     ) {
         let max = u64::from(max.clamp(1, MAX_CONSUME_RECORDS));
-        let plan =
-            self.partitions.get(&key).and_then(|log| log.read_plan(offset, max, MAX_CONSUME_BYTES));
+        let log = self.partitions.get(&key);
+        if let Some(refusal) = log.and_then(|log| log.refuse_read(offset)) {
+            return self.reply(request, ClientReply::Error(read_refusal_error(refusal)));
+        }
+        let plan = log.and_then(|log| log.read_plan(offset, max, MAX_CONSUME_BYTES));
         let Some(plan) = plan else {
             return self.reply(request, ClientReply::Records(Vec::new()));
         };
@@ -310,4 +313,14 @@ impl Node {
 
 fn not_found(topic: &str) -> ClientError {
     ClientError::NotFound(format!("topic `{topic}` not found"))
+}
+
+/// What a client is told for a read its partition log refuses.
+pub(super) fn read_refusal_error(refusal: ReadRefusal) -> ClientError {
+    match refusal {
+        ReadRefusal::Gone { log_start_offset } => ClientError::Gone { log_start_offset },
+        ReadRefusal::BeingTrimmed => {
+            ClientError::Unavailable("these records are being deleted by retention; retry".into())
+        }
+    }
 }

@@ -280,6 +280,12 @@ impl Node {
             self.send(from, &PeerMessage::ConsumeReply { id, result });
             return;
         };
+        if let Some(refusal) = log.refuse_read(offset) {
+            let error = super::client::read_refusal_error(refusal);
+            let result = Err(WireError::from_client(&error));
+            self.send(from, &PeerMessage::ConsumeReply { id, result });
+            return;
+        }
         let Some(plan) = log.read_plan(offset, max, MAX_CONSUME_BYTES) else {
             self.send(from, &PeerMessage::ConsumeReply { id, result: Ok(Vec::new()) });
             return;

@@ -35,6 +35,15 @@ pub struct Trimmed {
     pub newest_ms: u64,
 }
 
+/// Why a read at some offset cannot be served.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReadRefusal {
+    /// Below the log start offset: the records are gone.
+    Gone { log_start_offset: u64 },
+    /// In the segment whose delete is in flight (it is about to be gone).
+    BeingTrimmed,
+}
+
 /// A retention pass in progress: a segment's delete is in flight.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Trim {
@@ -100,6 +109,15 @@ impl PartitionLog {
     /// The next completed deletion, for events and metrics.
     pub fn poll_trimmed(&mut self) -> Option<Trimmed> {
         self.trimmed.pop_front()
+    }
+
+    /// Why a read at `offset` must not be sent, if it must not.
+    pub fn refuse_read(&self, offset: u64) -> Option<ReadRefusal> {
+        let log_start_offset = self.log_start_offset();
+        if offset < log_start_offset {
+            return Some(ReadRefusal::Gone { log_start_offset });
+        }
+        self.is_being_trimmed(offset).then_some(ReadRefusal::BeingTrimmed)
     }
 
     /// True if `offset` sits in a segment whose delete is in flight (a read must not be sent).

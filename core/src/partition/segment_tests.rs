@@ -185,7 +185,7 @@ fn recovery_refuses_a_sealed_segment_with_a_bad_tail_or_a_gap() {
 
 mod retention {
     use super::*;
-    use crate::partition::{RetentionPolicy, Trimmed};
+    use crate::partition::{ReadRefusal, RetentionPolicy, Trimmed};
 
     /// A log of `commits` commits of 3 records, commit `c` stamped `1_000 * c` ms, one commit
     /// a segment.
@@ -236,10 +236,13 @@ mod retention {
         log.start_retention(9_500, policy);
         assert_eq!(log.log_start_offset(), 0, "nothing is gone before its delete completes");
         assert!(log.is_being_trimmed(0) && !log.is_being_trimmed(log.high_watermark() - 1));
+        assert_eq!(log.refuse_read(0), Some(ReadRefusal::BeingTrimmed));
         let deleted = run_trims(&mut log, &mut files, false);
         assert_eq!(deleted.len(), 5, "{deleted:?}");
         assert_eq!(log.log_start_offset(), 15);
         assert!(log.read_plan(14, 10, 1 << 20).is_none(), "below the start: nothing to read");
+        assert_eq!(log.refuse_read(14), Some(ReadRefusal::Gone { log_start_offset: 15 }));
+        assert_eq!(log.refuse_read(15), None);
         let gone = trimmed(&mut log);
         assert_eq!(gone.iter().map(|t| t.records).sum::<u64>(), 15);
         assert!(gone.iter().all(|t| t.newest_ms + 5_000 <= 9_500), "only past retention");

@@ -1,4 +1,5 @@
-//! The API's error answer: a status code and `{"error": "<what went wrong>"}`.
+//! The API's error answer: a status code and `{"error": "<what went wrong>"}` (a 410 to a consume
+//! below a partition's log start adds `"log_start_offset"`).
 //!
 //! An overloaded node (a bound of its internal queues reached, `ClientError::Overloaded`) answers
 //! 503 with `Retry-After: 1`, not 429: the limit is the node's, not the client's (429 says "you
@@ -17,6 +18,8 @@ pub struct ApiError {
     message: Cow<'static, str>,
     /// Seconds for a `Retry-After` header (overload answers).
     retry_after: Option<u32>,
+    /// The partition's first offset (410 answers to a consume below it).
+    log_start_offset: Option<u64>,
 }
 
 /// The `Retry-After` of an overload answer, in seconds.
@@ -25,7 +28,7 @@ const OVERLOAD_RETRY_AFTER_SECS: u32 = 1;
 impl ApiError {
     /// An error with `status` and a human-readable `message`.
     pub fn new(status: StatusCode, message: impl Into<Cow<'static, str>>) -> ApiError {
-        ApiError { status, message: message.into(), retry_after: None }
+        ApiError { status, message: message.into(), retry_after: None, log_start_offset: None }
     }
 
     /// 400 Bad Request.
@@ -61,13 +64,21 @@ impl From<ClientError> for ApiError {
             .expect("invariant: http_status returns a valid status code");
         let retry_after =
             matches!(error, ClientError::Overloaded(_)).then_some(OVERLOAD_RETRY_AFTER_SECS);
-        ApiError { retry_after, ..ApiError::new(status, error.to_string()) }
+        let log_start_offset = match error {
+            ClientError::Gone { log_start_offset } => Some(log_start_offset),
+            _ => None,
+        };
+        ApiError { retry_after, log_start_offset, ..ApiError::new(status, error.to_string()) }
     }
 }
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = serde_json::json!({ "error": self.message }).to_string();
+        let body = match self.log_start_offset {
+            Some(start) => serde_json::json!({ "error": self.message, "log_start_offset": start }),
+            None => serde_json::json!({ "error": self.message }),
+        }
+        .to_string();
         let content_type = HeaderValue::from_static("application/json");
         let mut response =
             (self.status, [(header::CONTENT_TYPE, content_type)], body).into_response();
@@ -81,6 +92,24 @@ impl IntoResponse for ApiError {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_read_below_the_log_start_answers_410_with_the_offset_to_read_from() {
+        let response = ApiError::from(ClientError::Gone { log_start_offset: 42 }).into_response();
+        assert_eq!(response.status(), StatusCode::GONE);
+        let body = json_body(response);
+        assert_eq!(body["log_start_offset"], 42);
+        assert!(body["error"].as_str().is_some_and(|e| e.contains("log start offset 42")));
+    }
+
+    fn json_body(response: Response) -> serde_json::Value {
+        let bytes = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("runtime")
+            .block_on(axum::body::to_bytes(response.into_body(), 1 << 20))
+            .expect("body");
+        serde_json::from_slice(&bytes).expect("JSON body")
+    }
 
     #[test]
     fn an_overloaded_node_answers_503_with_retry_after() {

@@ -178,6 +178,18 @@ impl Checker {
         self.parts.entry(key).or_default().tail_written = true;
     }
 
+    /// A read at `offset` of `key` was answered 410: the log starts at `log_start_offset`.
+    /// Nothing deletes records yet (retention is not run), so only a disk that lost them may
+    /// have moved the start: the records below it count as lost, excused only as corruption.
+    pub fn log_start_moved(&mut self, key: PartitionKey, offset: u64, log_start_offset: u64) {
+        if !self.corruption_hit {
+            let detail = format!(
+                "{key}: a read at {offset} answered 410, log start {log_start_offset}, yet no disk lost data"
+            );
+            self.violation(inv::VISIBLE_THEN_GONE, detail);
+        }
+    }
+
     /// A lying disk lost acknowledged bytes of `key`'s log: its watermark may restart lower and
     /// offsets may be reused.
     pub fn amnesia(&mut self, key: PartitionKey) {

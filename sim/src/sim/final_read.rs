@@ -116,6 +116,12 @@ impl Simulation {
                     offset += records.len() as u64;
                     max = 1_000;
                 }
+                Some(ClientReply::Error(ClientError::Gone { log_start_offset }))
+                    if log_start_offset > offset && log_start_offset <= hwm =>
+                {
+                    self.world.checker.log_start_moved(key, offset, log_start_offset);
+                    offset = log_start_offset;
+                }
                 Some(ClientReply::Error(ClientError::Unavailable(_)))
                     if self.nodes() > 1 && unavailable < UNAVAILABLE_RETRIES =>
                 {

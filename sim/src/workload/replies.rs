@@ -142,6 +142,11 @@ impl Workload {
                             format!("consume of live topic {name}: {e}"),
                         );
                     }
+                    Some(ClientReply::Error(ClientError::Gone { log_start_offset })) => {
+                        // Records below the log start are gone: read on from it (the final
+                        // read judges whether they could be).
+                        self.cursors.insert(*key, (*log_start_offset).max(*offset));
+                    }
                     Some(ClientReply::Error(_)) | None => checker.counters.consume_errors += 1,
                     Some(other) => unexpected(checker, "consume", other),
                 }
