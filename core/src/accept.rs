@@ -148,6 +148,7 @@ mod tests {
             id: TopicId(1),
             partitions,
             retention_ms: None,
+            retention_bytes: None,
             created_ms: 0,
         }
     }

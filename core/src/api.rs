@@ -9,8 +9,16 @@ use crate::ids::TopicId;
 /// A request from a client.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientOp {
-    /// Create a topic. `partitions` defaults to 3.
-    CreateTopic { name: String, partitions: Option<u32>, retention_ms: Option<u64> },
+    /// Create a topic. `partitions` defaults to 3; without `retention_ms` the default retention
+    /// (7 days) applies; `retention_bytes` (per partition) is off unless given.
+    CreateTopic {
+        name: String,
+        partitions: Option<u32>,
+        retention_ms: Option<u64>,
+        retention_bytes: Option<u64>,
+    },
+    /// Change a topic's retention (`PATCH /v1/topics/{t}`): only what `change` names changes.
+    UpdateTopic { name: String, change: TopicChange },
     /// Delete a topic (records still in the WAL for it are discarded later).
     DeleteTopic { name: String },
     /// List every topic.
@@ -43,6 +51,8 @@ pub enum ClientReply {
     TopicCreated(TopicInfo),
     /// 204: the topic was deleted.
     TopicDeleted,
+    /// 200: the topic's retention was changed; the topic as it is now.
+    TopicUpdated(TopicInfo),
     /// 200: every topic.
     Topics(Vec<TopicInfo>),
     /// 200: one topic with its partitions.
@@ -63,8 +73,44 @@ pub struct TopicInfo {
     pub name: String,
     pub id: TopicId,
     pub partitions: u32,
+    /// `None`: never given, the build's default applies (`retention_ms_in_force`); `Some(0)`:
+    /// records are kept forever.
     pub retention_ms: Option<u64>,
+    /// Bytes each partition keeps at most; `None`: no size limit.
+    pub retention_bytes: Option<u64>,
     pub created_ms: u64,
+}
+
+impl TopicInfo {
+    /// The retention that applies to this topic in milliseconds (`0`: forever), what the API
+    /// shows: the stored value, or `DEFAULT_RETENTION_MS` for a topic never given one.
+    pub fn retention_ms_in_force(&self) -> u64 {
+        self.retention_ms.unwrap_or(crate::constants::DEFAULT_RETENTION_MS)
+    }
+}
+
+/// What an update of a topic changes. A field left `None` keeps its value; `retention_bytes:
+/// Some(None)` removes the size limit. An update that changes nothing is refused (400).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TopicChange {
+    pub retention_ms: Option<u64>,
+    pub retention_bytes: Option<Option<u64>>,
+}
+
+impl TopicChange {
+    /// True when the change names no field.
+    pub fn is_empty(&self) -> bool {
+        self.retention_ms.is_none() && self.retention_bytes.is_none()
+    }
+
+    /// `topic` with this change applied.
+    pub fn applied_to(&self, topic: &TopicInfo) -> TopicInfo {
+        TopicInfo {
+            retention_ms: self.retention_ms.or(topic.retention_ms),
+            retention_bytes: self.retention_bytes.unwrap_or(topic.retention_bytes),
+            ..topic.clone()
+        }
+    }
 }
 
 /// Statistics of one partition.

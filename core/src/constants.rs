@@ -54,6 +54,20 @@ pub const MAX_PARTITIONS: u32 = 4_096;
 /// Largest `retention_ms` a topic may have: 2^53 - 1, the largest integer every JSON client
 /// represents exactly (about 285,000 years). Encodings reserve `u64::MAX` for "none".
 pub const MAX_RETENTION_MS: u64 = (1 << 53) - 1;
+/// The `retention_ms` in force for a topic that was never given one: 7 days. A topic stores no
+/// value then (the default of the build applies, as shown by the API); `0` keeps records forever.
+pub const DEFAULT_RETENTION_MS: u64 = 7 * 24 * 60 * 60 * 1_000;
+/// Smallest non-zero `retention_ms` a create or update may ask for: 1 s. Anything shorter would
+/// expire records before a consumer could read them; sub-second values are typos of seconds.
+pub const MIN_RETENTION_MS: u64 = 1_000;
+/// Smallest `retention_bytes` (per partition) a create or update may ask for: 4 MiB, twice the
+/// largest partition frame (a 1 MiB payload with its key and envelope fits a 2 MiB frame). A
+/// smaller budget could not hold a partition's newest large record with room for the one before,
+/// so it is refused as a misconfiguration rather than honoured by trimming everything.
+pub const MIN_RETENTION_BYTES: u64 = 4 * 1024 * 1024;
+/// Largest `retention_bytes`: 2^53 - 1, like `MAX_RETENTION_MS` (exact in every JSON client;
+/// encodings reserve `u64::MAX` for "none").
+pub const MAX_RETENTION_BYTES: u64 = (1 << 53) - 1;
 /// Longest topic name.
 pub const MAX_TOPIC_NAME_BYTES: usize = 200;
 /// Most records one consume returns.

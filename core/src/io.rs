@@ -191,11 +191,21 @@ pub enum NodeEvent {
     WalLatched,
     /// A partition log's commit failed (fsync, write or read-back) and was rolled back.
     CommitFailed { key: PartitionKey, reason: String },
-    /// This node's metastore replica applied a committed topic create (`created`) or delete,
-    /// the entry at Raft log `index`. Entries replayed after a restart are reported again; a
-    /// snapshot installed from the leader reports nothing. Checkers rebuild the topic history
-    /// from these (admin answers are checked against it).
-    TopicApplied { index: u64, created: bool, topic: crate::api::TopicInfo },
+    /// This node's metastore replica applied a committed topic create, update or delete, the
+    /// entry at Raft log `index`; `topic` is the topic as the change left it (a delete: as it
+    /// was). Entries replayed after a restart are reported again; a snapshot installed from the
+    /// leader reports nothing. Checkers rebuild the topic history from these (admin answers are
+    /// checked against it).
+    TopicApplied { index: u64, change: TopicApplied, topic: crate::api::TopicInfo },
+}
+
+/// Which topic change a `NodeEvent::TopicApplied` reports.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TopicApplied {
+    Created,
+    /// The retention of a live incarnation changed.
+    Updated,
+    Deleted,
 }
 
 #[cfg(test)]

@@ -35,9 +35,10 @@ mod tests;
 
 pub use api::{
     ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, ProduceMessage, Stats,
+    TopicChange,
 };
 pub use ids::{Instant, IoToken, NodeId, PartitionKey, RequestId, TopicId};
-pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent};
+pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent, TopicApplied};
 pub use node::{Config, Node, Recovery};
 pub use partition::{PartitionLog, PartitionScan};
 pub use recovery_error::RecoveryError;

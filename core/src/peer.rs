@@ -68,6 +68,8 @@ pub enum PeerMessage {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireAdminResult {
     Created(TopicInfo),
+    /// A topic update applied: the topic as it is now.
+    Updated(TopicInfo),
     Done,
     Error(WireError),
 }
@@ -372,15 +374,27 @@ fn decode_error(reader: &mut Reader<'_>) -> Option<WireError> {
 const ADMIN_CREATED: u8 = 0;
 const ADMIN_DONE: u8 = 1;
 const ADMIN_ERROR: u8 = 2;
+/// A created topic with a `retention_bytes`: `ADMIN_CREATED`'s layout, then the limit (a create
+/// without one keeps the old layout, so peers of the build before still understand it).
+const ADMIN_CREATED_BYTES: u8 = 3;
+/// An updated topic: `ADMIN_CREATED`'s layout, then `retention_bytes` (`u64::MAX`: none).
+const ADMIN_UPDATED: u8 = 4;
 
 fn encode_admin_result(out: &mut Vec<u8>, result: &WireAdminResult) {
     match result {
+        WireAdminResult::Created(topic) if topic.retention_bytes.is_some() => {
+            out.push(ADMIN_CREATED_BYTES);
+            encode_topic(out, topic);
+            put_u64s(out, &[topic.retention_bytes.unwrap_or(u64::MAX)]);
+        }
         WireAdminResult::Created(topic) => {
             out.push(ADMIN_CREATED);
-            let retention = topic.retention_ms.unwrap_or(u64::MAX);
-            put_u64s(out, &[topic.id.0, retention, topic.created_ms]);
-            out.extend_from_slice(&topic.partitions.to_le_bytes());
-            put_text(out, &topic.name);
+            encode_topic(out, topic);
+        }
+        WireAdminResult::Updated(topic) => {
+            out.push(ADMIN_UPDATED);
+            encode_topic(out, topic);
+            put_u64s(out, &[topic.retention_bytes.unwrap_or(u64::MAX)]);
         }
         WireAdminResult::Done => out.push(ADMIN_DONE),
         WireAdminResult::Error(error) => {
@@ -390,21 +404,36 @@ fn encode_admin_result(out: &mut Vec<u8>, result: &WireAdminResult) {
     }
 }
 
+/// A topic's fields other than `retention_bytes`.
+fn encode_topic(out: &mut Vec<u8>, topic: &TopicInfo) {
+    let retention = topic.retention_ms.unwrap_or(u64::MAX);
+    put_u64s(out, &[topic.id.0, retention, topic.created_ms]);
+    out.extend_from_slice(&topic.partitions.to_le_bytes());
+    put_text(out, &topic.name);
+}
+
+/// Inverse of `encode_topic` (the topic has no `retention_bytes` yet).
+fn decode_topic(reader: &mut Reader<'_>) -> Option<TopicInfo> {
+    let (id, retention, created_ms) = (TopicId(reader.u64()?), reader.u64()?, reader.u64()?);
+    let partitions = reader.u32()?;
+    let name = read_text(reader)?;
+    let retention_ms = (retention != u64::MAX).then_some(retention);
+    Some(TopicInfo { name, id, partitions, retention_ms, retention_bytes: None, created_ms })
+}
+
 fn decode_admin_result(reader: &mut Reader<'_>) -> Option<WireAdminResult> {
     match reader.take(1)?[0] {
-        ADMIN_CREATED => {
-            let (id, retention, created_ms) =
-                (TopicId(reader.u64()?), reader.u64()?, reader.u64()?);
-            let partitions = reader.u32()?;
-            let name = read_text(reader)?;
-            let retention_ms = (retention != u64::MAX).then_some(retention);
-            Some(WireAdminResult::Created(TopicInfo {
-                name,
-                id,
-                partitions,
-                retention_ms,
-                created_ms,
-            }))
+        ADMIN_CREATED => Some(WireAdminResult::Created(decode_topic(reader)?)),
+        ADMIN_CREATED_BYTES => {
+            let topic = decode_topic(reader)?;
+            // Present: a create without a limit has its own layout (one spelling per value).
+            let bytes = Some(reader.u64()?).filter(|&b| b != u64::MAX)?;
+            Some(WireAdminResult::Created(TopicInfo { retention_bytes: Some(bytes), ..topic }))
+        }
+        ADMIN_UPDATED => {
+            let topic = decode_topic(reader)?;
+            let retention_bytes = Some(reader.u64()?).filter(|&b| b != u64::MAX);
+            Some(WireAdminResult::Updated(TopicInfo { retention_bytes, ..topic }))
         }
         ADMIN_DONE => Some(WireAdminResult::Done),
         ADMIN_ERROR => Some(WireAdminResult::Error(decode_error(reader)?)),
@@ -533,6 +562,37 @@ mod tests {
 
     /// Issue 9, defect 6: the reason of a failed commit decoded lossily (invalid UTF-8 became
     /// U+FFFD), so decode∘encode was not the identity; it is strict like every other text field.
+    /// A leader's answer to a forwarded create or update round-trips with its retention; a
+    /// create without a size limit keeps the layout peers of the earlier build read, and the
+    /// layout with a limit refuses a second spelling of "none".
+    #[test]
+    fn admin_results_carry_retention_and_keep_the_earlier_layout() {
+        let topic = TopicInfo {
+            name: "t".into(),
+            id: TopicId(4),
+            partitions: 2,
+            retention_ms: Some(0),
+            retention_bytes: None,
+            created_ms: 9,
+        };
+        let limited = TopicInfo { retention_bytes: Some(1 << 30), ..topic.clone() };
+        for result in [
+            WireAdminResult::Created(topic.clone()),
+            WireAdminResult::Created(limited.clone()),
+            WireAdminResult::Updated(topic.clone()),
+            WireAdminResult::Updated(limited),
+        ] {
+            let message = PeerMessage::ProposeReply { id: 3, result };
+            assert_eq!(PeerMessage::decode(&message.encode()), Ok(message));
+        }
+        let plain = PeerMessage::ProposeReply { id: 3, result: WireAdminResult::Created(topic) };
+        let mut bytes = plain.encode().to_vec();
+        assert_eq!(bytes[10], ADMIN_CREATED, "version, tag, id, then the result's tag");
+        bytes[10] = ADMIN_CREATED_BYTES;
+        bytes.extend_from_slice(&u64::MAX.to_le_bytes());
+        assert_eq!(PeerMessage::decode(&Bytes::from(bytes)), Err(DecodeError::Malformed));
+    }
+
     #[test]
     fn a_failed_commit_reason_is_strict_utf8() {
         let message = PeerMessage::CommitReply {

@@ -5,3 +5,4 @@ mod cluster_harness;
 mod harness;
 mod node_flow;
 mod overload;
+mod topic_update;

@@ -13,7 +13,7 @@ use narad_core::peer::{
 };
 use narad_core::{PartitionKey, TopicId};
 use narad_fuzz::alloc::{Counting, measure};
-use narad_fuzz::values::retention;
+use narad_fuzz::values::{retention, retention_bytes};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -125,16 +125,22 @@ fn wire_error(u: &mut Unstructured<'_>) -> arbitrary::Result<WireError> {
 }
 
 fn admin_result(u: &mut Unstructured<'_>) -> arbitrary::Result<WireAdminResult> {
-    Ok(match u.int_in_range(0..=2u8)? {
-        0 => WireAdminResult::Created(TopicInfo {
-            name: u.arbitrary()?,
-            id: TopicId(u.arbitrary()?),
-            partitions: u.arbitrary()?,
-            retention_ms: retention(u)?,
-            created_ms: u.arbitrary()?,
-        }),
+    Ok(match u.int_in_range(0..=3u8)? {
+        0 => WireAdminResult::Created(topic_info(u)?),
         1 => WireAdminResult::Done,
-        _ => WireAdminResult::Error(wire_error(u)?),
+        2 => WireAdminResult::Error(wire_error(u)?),
+        _ => WireAdminResult::Updated(topic_info(u)?),
+    })
+}
+
+fn topic_info(u: &mut Unstructured<'_>) -> arbitrary::Result<TopicInfo> {
+    Ok(TopicInfo {
+        name: u.arbitrary()?,
+        id: TopicId(u.arbitrary()?),
+        partitions: u.arbitrary()?,
+        retention_ms: retention(u)?,
+        retention_bytes: retention_bytes(u)?,
+        created_ms: u.arbitrary()?,
     })
 }
 

@@ -112,6 +112,7 @@ fn peer_messages() -> Vec<Vec<u8>> {
         id: TopicId(4),
         partitions: 3,
         retention_ms: Some(60_000),
+        retention_bytes: None,
         created_ms: 1,
     };
     [
@@ -165,6 +166,7 @@ fn create(name: &str) -> MetaCommand {
         name: name.into(),
         partitions: Some(3),
         retention_ms: None,
+        retention_bytes: None,
         now_ms: 1,
         seen_next_id: 0,
     }

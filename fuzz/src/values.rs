@@ -3,7 +3,7 @@
 
 use arbitrary::{Arbitrary, Unstructured};
 use narad_core::meta::MetaCommand;
-use narad_core::{NodeId, TopicId};
+use narad_core::{NodeId, TopicChange, TopicId};
 
 /// Topic names a state target draws from, so creates and deletes meet each other.
 const NAMES: [&str; 4] = ["a", "orders", "t.1", "x-y_z"];
@@ -15,17 +15,31 @@ pub fn retention(u: &mut Unstructured<'_>) -> arbitrary::Result<Option<u64>> {
     Ok(if u.arbitrary()? { Some(u.int_in_range(0..=max)?) } else { None })
 }
 
+/// A `retention_bytes` a topic can have: none, or at most `MAX_RETENTION_BYTES` (like
+/// `retention`: larger values never reach an encoding).
+pub fn retention_bytes(u: &mut Unstructured<'_>) -> arbitrary::Result<Option<u64>> {
+    let max = narad_core::constants::MAX_RETENTION_BYTES;
+    Ok(if u.arbitrary()? { Some(u.int_in_range(0..=max)?) } else { None })
+}
+
+/// A topic update with fields that can be encoded (each may be absent).
+pub fn change(u: &mut Unstructured<'_>) -> arbitrary::Result<TopicChange> {
+    let retention_bytes = if u.arbitrary()? { Some(retention_bytes(u)?) } else { None };
+    Ok(TopicChange { retention_ms: retention(u)?, retention_bytes })
+}
+
 /// A metastore command of any kind with fields from the input. With `short_names` its topic
 /// names come from a few valid ones (so applying commands builds a state); without, any string.
 pub fn command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::Result<MetaCommand> {
     let name = |u: &mut Unstructured<'_>| -> arbitrary::Result<String> {
         if short_names { Ok((*u.choose(&NAMES)?).to_string()) } else { u.arbitrary() }
     };
-    Ok(match u.int_in_range(0..=4u8)? {
+    Ok(match u.int_in_range(0..=5u8)? {
         0 => MetaCommand::CreateTopic {
             name: name(u)?,
             partitions: u.arbitrary()?,
             retention_ms: retention(u)?,
+            retention_bytes: retention_bytes(u)?,
             now_ms: u.arbitrary()?,
             seen_next_id: u.arbitrary()?,
         },
@@ -39,6 +53,11 @@ pub fn command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::Result
         3 => {
             MetaCommand::MarkDead { node: NodeId(u.arbitrary()?), seen_heartbeats: u.arbitrary()? }
         }
-        _ => MetaCommand::MarkAlive { node: NodeId(u.arbitrary()?) },
+        4 => MetaCommand::MarkAlive { node: NodeId(u.arbitrary()?) },
+        _ => MetaCommand::UpdateTopic {
+            name: name(u)?,
+            id: TopicId(u.arbitrary()?),
+            change: change(u)?,
+        },
     })
 }

@@ -26,6 +26,9 @@ pub enum Component {
     Node(u32),
     /// Whether and how a seed batches inputs before a drain (see `NodeHost::set_batching`).
     Batching,
+    /// The workload's topic updates (their own stream, so seeds without updates keep every
+    /// other workload draw).
+    WorkloadUpdates,
 }
 
 impl Component {
@@ -38,6 +41,7 @@ impl Component {
             Component::Routing => 5,
             Component::Topology => 6,
             Component::Batching => 7,
+            Component::WorkloadUpdates => 8,
             Component::Disk(node) => (1 << 32) | u64::from(node),
             Component::Node(node) => (2 << 32) | u64::from(node),
         }

@@ -113,9 +113,30 @@ pub enum TopicAction {
         /// Number of partitions (1-4096; the node's default is 3).
         #[arg(long, value_name = "N")]
         partitions: Option<u32>,
-        /// Retention in milliseconds (recorded with the topic).
+        /// Retention in milliseconds: 0 keeps records forever, else 1000 or more (default 7
+        /// days). Recorded with the topic; not enforced yet.
         #[arg(long, value_name = "MS")]
         retention_ms: Option<u64>,
+        /// Bytes each partition keeps at most, 4194304 (4 MiB) or more (default: no limit).
+        /// Recorded with the topic; not enforced yet.
+        #[arg(long, value_name = "BYTES")]
+        retention_bytes: Option<u64>,
+    },
+    /// Change a topic's retention through the metastore; prints the topic as JSON. Only the
+    /// settings given change.
+    #[command(group(clap::ArgGroup::new("change").required(true).multiple(true)))]
+    Update {
+        /// Topic name.
+        name: String,
+        /// New retention in milliseconds: 0 keeps records forever, else 1000 or more.
+        #[arg(long, value_name = "MS", group = "change")]
+        retention_ms: Option<u64>,
+        /// New per-partition size limit in bytes, 4194304 (4 MiB) or more.
+        #[arg(long, value_name = "BYTES", group = "change", conflicts_with = "no_retention_bytes")]
+        retention_bytes: Option<u64>,
+        /// Remove the per-partition size limit.
+        #[arg(long, group = "change")]
+        no_retention_bytes: bool,
     },
     /// List every topic as JSON.
     List,
@@ -259,6 +280,27 @@ mod tests {
             .expect("parses");
         let Command::Topic(args) = cli.command else { panic!("topic expected") };
         assert_eq!(args.target.url, "http://x:1");
+    }
+
+    #[test]
+    fn topic_update_needs_a_change_and_one_size_setting() {
+        let parse = |args: &[&str]| {
+            let all = [&["narad", "topic", "update", "t"][..], args].concat();
+            Cli::try_parse_from(all).map(|cli| cli.command)
+        };
+        let Ok(Command::Topic(args)) = parse(&["--retention-ms", "5000", "--no-retention-bytes"])
+        else {
+            panic!("parses")
+        };
+        let TopicAction::Update { name, retention_ms, retention_bytes, no_retention_bytes } =
+            args.action
+        else {
+            panic!("update expected")
+        };
+        assert_eq!((name.as_str(), retention_ms, retention_bytes), ("t", Some(5000), None));
+        assert!(no_retention_bytes);
+        assert!(parse(&[]).is_err(), "nothing to change");
+        assert!(parse(&["--retention-bytes", "9", "--no-retention-bytes"]).is_err());
     }
 
     #[test]

@@ -20,14 +20,22 @@ pub fn topic(args: TopicArgs) -> anyhow::Result<()> {
     let base = args.target.url.trim_end_matches('/');
     let agent = agent();
     let response = match args.action {
-        TopicAction::Create { name, partitions, retention_ms } => {
+        TopicAction::Create { name, partitions, retention_ms, retention_bytes } => {
             let body = serde_json::json!({
                 "name": name,
                 "partitions": partitions,
                 "retention_ms": retention_ms,
+                "retention_bytes": retention_bytes,
             });
             agent
                 .post(format!("{base}/v1/topics"))
+                .header("content-type", "application/json")
+                .send(body.to_string())
+        }
+        TopicAction::Update { name, retention_ms, retention_bytes, no_retention_bytes } => {
+            let body = update_body(retention_ms, retention_bytes, no_retention_bytes);
+            agent
+                .patch(format!("{base}/v1/topics/{}", segment(&name)))
                 .header("content-type", "application/json")
                 .send(body.to_string())
         }
@@ -40,6 +48,26 @@ pub fn topic(args: TopicArgs) -> anyhow::Result<()> {
         }
     };
     print_answer(response.with_context(|| format!("requesting {base}"))?)
+}
+
+/// The `PATCH` body of `narad topic update`: only the settings given (`null` removes the size
+/// limit).
+fn update_body(
+    retention_ms: Option<u64>,
+    retention_bytes: Option<u64>,
+    no_retention_bytes: bool,
+) -> serde_json::Value {
+    let mut body = serde_json::Map::new();
+    if let Some(ms) = retention_ms {
+        body.insert("retention_ms".into(), ms.into());
+    }
+    if let Some(bytes) = retention_bytes {
+        body.insert("retention_bytes".into(), bytes.into());
+    }
+    if no_retention_bytes {
+        body.insert("retention_bytes".into(), serde_json::Value::Null);
+    }
+    serde_json::Value::Object(body)
 }
 
 /// `narad produce TOPIC [DATA]`.

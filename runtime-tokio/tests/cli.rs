@@ -1,4 +1,4 @@
-//! The client commands against a real node: `topic create|list|get|delete`, `produce` (argument
+//! The client commands against a real node: `topic create|list|get|update|delete`, `produce` (argument
 //! and stdin) and `consume`, including a non-2xx answer becoming exit code 1.
 
 mod common;
@@ -56,6 +56,19 @@ fn client_commands_round_trip() {
     assert_eq!(many["messages"][1]["payload"], json!({ "from": "stdin" }));
     let topic = json_out(&narad(url, &["topic", "get", "cli"], None));
     assert_eq!(topic["partition_stats"][1]["high_watermark"], json!(2));
+    let update = ["topic", "update", "cli", "--retention-ms", "60000", "--retention-bytes"];
+    let updated = json_out(&narad(url, &[&update[..], &["8388608"]].concat(), None));
+    assert_eq!(
+        (&updated["retention_ms"], &updated["retention_bytes"]),
+        (&json!(60000), &json!(8388608))
+    );
+    let cleared = json_out(&narad(url, &["topic", "update", "cli", "--no-retention-bytes"], None));
+    assert_eq!(
+        (&cleared["retention_ms"], &cleared["retention_bytes"]),
+        (&json!(60000), &Value::Null)
+    );
+    let out = narad(url, &["topic", "update", "cli", "--retention-ms", "5"], None);
+    assert_eq!(out.status.code(), Some(1), "400 becomes exit code 1");
 
     let out = narad(url, &["topic", "create", "cli"], None);
     assert_eq!(out.status.code(), Some(1), "409 becomes exit code 1");
@@ -68,7 +81,8 @@ fn client_commands_round_trip() {
 
 #[test]
 fn help_explains_every_command() {
-    for args in [&["--help"][..], &["serve", "--help"], &["topic", "create", "--help"]] {
+    let topics = [&["topic", "create", "--help"][..], &["topic", "update", "--help"]];
+    for args in [&["--help"][..], &["serve", "--help"], topics[0], topics[1]] {
         let out = narad("http://127.0.0.1:1", args, None);
         assert!(out.status.success());
         let help = String::from_utf8_lossy(&out.stdout);

@@ -152,6 +152,7 @@ impl TopicTag {
         use narad_core::ClientOp as Op;
         let name = match op {
             Op::CreateTopic { name, .. } | Op::DeleteTopic { name } | Op::GetTopic { name } => name,
+            Op::UpdateTopic { name, .. } => name,
             Op::Produce { topic, .. } | Op::Consume { topic, .. } => topic,
             Op::ListTopics | Op::Members => return TopicTag::default(),
         };

@@ -2,7 +2,7 @@
 //! command travels as inside a Raft entry. Decoders never panic: a committed entry that does not
 //! decode is applied as a no-op (identically on every replica) and counted.
 
-use crate::api::TopicInfo;
+use crate::api::{TopicChange, TopicInfo};
 use crate::codec::Reader;
 use crate::ids::{NodeId, TopicId};
 
@@ -18,9 +18,14 @@ pub enum MetaCommand {
         name: String,
         partitions: Option<u32>,
         retention_ms: Option<u64>,
+        retention_bytes: Option<u64>,
         now_ms: u64,
         seen_next_id: u64,
     },
+    /// Change the retention of incarnation `id` of topic `name`. Like a delete, it names the
+    /// incarnation the receiving node resolved, and is applied only while `id` is still the
+    /// name's current incarnation: a late or duplicated update never touches a later one.
+    UpdateTopic { name: String, id: TopicId, change: TopicChange },
     /// Delete incarnation `id` of topic `name` (ids are never reused). The node that received
     /// the client's request resolved the name to `id` on its replica; the command is applied
     /// only while `id` is still the name's current incarnation, so a delete that reaches the log
@@ -43,6 +48,8 @@ pub enum Applied {
     Created(TopicInfo),
     /// A topic was deleted.
     Deleted(TopicInfo),
+    /// A topic's retention was changed: the topic as it is now.
+    Updated(TopicInfo),
     /// A heartbeat was recorded.
     Heartbeat { node: NodeId },
     /// A member's liveness changed.
@@ -58,6 +65,15 @@ const CMD_DELETE: u8 = 2;
 const CMD_HEARTBEAT: u8 = 3;
 const CMD_MARK_DEAD: u8 = 4;
 const CMD_MARK_ALIVE: u8 = 5;
+/// A create with a `retention_bytes`: `CMD_CREATE`'s fields, then the limit. A create without
+/// one keeps `CMD_CREATE`'s layout, so logs stay readable by the build before the field existed
+/// for as long as nobody uses it (and every encoding stays canonical: one tag per value).
+const CMD_CREATE_BYTES: u8 = 6;
+const CMD_UPDATE: u8 = 7;
+/// The three states of an update's `retention_bytes`: keep, remove the limit, set it.
+const BYTES_KEEP: u8 = 0;
+const BYTES_CLEAR: u8 = 1;
+const BYTES_SET: u8 = 2;
 /// Marks an absent optional `u64` (and `u32`, widened) in encodings.
 pub(super) const NONE_U64: u64 = u64::MAX;
 
@@ -84,19 +100,42 @@ pub(super) fn get_u8(reader: &mut Reader<'_>) -> Option<u8> {
     Some(reader.take(1)?[0])
 }
 
-/// Bytes of a command as carried in a Raft entry. A create's `retention_ms` is at most
-/// `MAX_RETENTION_MS` (`validate_retention` runs before a create is proposed): `u64::MAX` is the
-/// encoding of "none".
+/// Bytes of a command as carried in a Raft entry. Retention values are at most 2^53 - 1 (they
+/// are validated before a command is proposed): `u64::MAX` is the encoding of "none".
 pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
     let mut out = Vec::new();
     match command {
-        MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms, seen_next_id } => {
-            out.push(CMD_CREATE);
+        MetaCommand::CreateTopic {
+            name,
+            partitions,
+            retention_ms,
+            retention_bytes,
+            now_ms,
+            seen_next_id,
+        } => {
+            out.push(if retention_bytes.is_some() { CMD_CREATE_BYTES } else { CMD_CREATE });
             put_str(&mut out, name);
             put_u64(&mut out, partitions.map_or(NONE_U64, u64::from));
             put_u64(&mut out, retention_ms.unwrap_or(NONE_U64));
             put_u64(&mut out, *now_ms);
             put_u64(&mut out, *seen_next_id);
+            if let Some(bytes) = retention_bytes {
+                put_u64(&mut out, *bytes);
+            }
+        }
+        MetaCommand::UpdateTopic { name, id, change } => {
+            out.push(CMD_UPDATE);
+            put_str(&mut out, name);
+            put_u64(&mut out, id.0);
+            put_u64(&mut out, change.retention_ms.unwrap_or(NONE_U64));
+            match change.retention_bytes {
+                None => out.push(BYTES_KEEP),
+                Some(None) => out.push(BYTES_CLEAR),
+                Some(Some(bytes)) => {
+                    out.push(BYTES_SET);
+                    put_u64(&mut out, bytes);
+                }
+            }
         }
         MetaCommand::DeleteTopic { name, id } => {
             out.push(CMD_DELETE);
@@ -127,15 +166,19 @@ pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
 pub fn decode_command(bytes: &[u8]) -> Option<MetaCommand> {
     let mut r = Reader::new(bytes);
     let command = match get_u8(&mut r)? {
-        CMD_CREATE => MetaCommand::CreateTopic {
+        tag @ (CMD_CREATE | CMD_CREATE_BYTES) => decode_create(&mut r, tag == CMD_CREATE_BYTES)?,
+        CMD_UPDATE => MetaCommand::UpdateTopic {
             name: get_str(&mut r)?,
-            partitions: match r.u64()? {
-                NONE_U64 => None,
-                n => Some(u32::try_from(n).ok()?),
+            id: TopicId(r.u64()?),
+            change: TopicChange {
+                retention_ms: optional_u64(&mut r)?,
+                retention_bytes: match get_u8(&mut r)? {
+                    BYTES_KEEP => None,
+                    BYTES_CLEAR => Some(None),
+                    BYTES_SET => Some(Some(present_u64(&mut r)?)),
+                    _ => return None,
+                },
             },
-            retention_ms: Some(r.u64()?).filter(|&v| v != NONE_U64),
-            now_ms: r.u64()?,
-            seen_next_id: r.u64()?,
         },
         CMD_DELETE => MetaCommand::DeleteTopic { name: get_str(&mut r)?, id: TopicId(r.u64()?) },
         CMD_HEARTBEAT => MetaCommand::Heartbeat {
@@ -151,4 +194,30 @@ pub fn decode_command(bytes: &[u8]) -> Option<MetaCommand> {
         _ => return None,
     };
     r.rest().is_empty().then_some(command)
+}
+
+/// A create's fields after its tag; `with_bytes`: the `CMD_CREATE_BYTES` layout.
+fn decode_create(r: &mut Reader<'_>, with_bytes: bool) -> Option<MetaCommand> {
+    Some(MetaCommand::CreateTopic {
+        name: get_str(r)?,
+        partitions: match r.u64()? {
+            NONE_U64 => None,
+            n => Some(u32::try_from(n).ok()?),
+        },
+        retention_ms: optional_u64(r)?,
+        now_ms: r.u64()?,
+        seen_next_id: r.u64()?,
+        retention_bytes: if with_bytes { Some(present_u64(r)?) } else { None },
+    })
+}
+
+/// A `u64` where `NONE_U64` stands for `None`.
+pub(super) fn optional_u64(r: &mut Reader<'_>) -> Option<Option<u64>> {
+    Some(Some(r.u64()?).filter(|&v| v != NONE_U64))
+}
+
+/// A `u64` that must be present: `NONE_U64` is refused (it is never the encoding of a value, and
+/// a value that has its own "absent" layout must not have a second spelling).
+pub(super) fn present_u64(r: &mut Reader<'_>) -> Option<u64> {
+    Some(r.u64()?).filter(|&v| v != NONE_U64)
 }

@@ -18,6 +18,7 @@ mod driver;
 mod names;
 mod persist;
 mod recovery;
+mod retention;
 #[doc(hidden)] // public for the fuzz targets (fuzz/) only
 pub mod state;
 #[doc(hidden)] // public for the fuzz targets (fuzz/) only
@@ -41,7 +42,8 @@ use crate::recovery_error::RecoveryError;
 
 pub use command::{Applied, MetaCommand, decode_command, encode_command};
 pub use persist::MetaIo;
-pub use state::{MemberInfo, validate_retention};
+pub use retention::{validate_change, validate_requested};
+pub use state::MemberInfo;
 
 use persist::Persister;
 use state::MetaState;

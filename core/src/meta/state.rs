@@ -10,12 +10,15 @@
 use std::collections::BTreeMap;
 
 use super::names::validate_name;
-use crate::api::{ClientError, TopicInfo};
+use super::retention::{validate_bytes, validate_change, validate_retention};
+use crate::api::{ClientError, TopicChange, TopicInfo};
 use crate::codec::Reader;
-use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS, MAX_RETENTION_MS};
+use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
 use crate::ids::{NodeId, PartitionKey, TopicId};
 
-use super::command::{Applied, MetaCommand, NONE_U64, get_str, get_u8, put_str, put_u32, put_u64};
+use super::command::{
+    Applied, MetaCommand, NONE_U64, get_str, get_u8, optional_u64, put_str, put_u32, put_u64,
+};
 
 /// One member of the cluster as the replicated state knows it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -146,11 +149,21 @@ impl MetaState {
     /// result on every replica.
     pub fn apply(&mut self, command: MetaCommand) -> Result<Applied, ClientError> {
         match command {
-            MetaCommand::CreateTopic { name, partitions, retention_ms, now_ms, seen_next_id } => {
+            MetaCommand::CreateTopic {
+                name,
+                partitions,
+                retention_ms,
+                retention_bytes,
+                now_ms,
+                seen_next_id,
+            } => {
                 self.refuse_late_create(&name, seen_next_id)?;
-                self.create(name, partitions, retention_ms, now_ms)
+                validate_bytes(retention_bytes)?;
+                let info = self.create(name, partitions, retention_ms, now_ms)?;
+                Ok(Applied::Created(self.set_retention_bytes(&info, retention_bytes)))
             }
             MetaCommand::DeleteTopic { name, id } => self.delete(&name, id),
+            MetaCommand::UpdateTopic { name, id, change } => self.update(&name, id, change),
             MetaCommand::Heartbeat { node, http_addr, cluster_addr, now_ms } => {
                 Ok(self.heartbeat(node, http_addr, cluster_addr, now_ms))
             }
@@ -167,7 +180,7 @@ impl MetaState {
         partitions: Option<u32>,
         retention_ms: Option<u64>,
         now_ms: u64,
-    ) -> Result<Applied, ClientError> {
+    ) -> Result<TopicInfo, ClientError> {
         validate_name(&name)?;
         let partitions = partitions.unwrap_or(DEFAULT_PARTITIONS);
         if !(1..=MAX_PARTITIONS).contains(&partitions) {
@@ -193,12 +206,44 @@ impl MetaState {
             id: TopicId(self.next_topic_id),
             partitions,
             retention_ms,
+            retention_bytes: None,
             created_ms: now_ms,
         };
         self.next_topic_id += 1;
         self.names.insert(info.id, name.clone());
         self.topics.insert(name, Topic { info: info.clone(), owners });
-        Ok(Applied::Created(info))
+        Ok(info)
+    }
+
+    /// Sets the size limit of the live topic `info` names; the topic as it is now.
+    fn set_retention_bytes(&mut self, info: &TopicInfo, retention_bytes: Option<u64>) -> TopicInfo {
+        let topic = self.topics.get_mut(&info.name).expect("invariant: just created");
+        topic.info.retention_bytes = retention_bytes;
+        topic.info.clone()
+    }
+
+    /// Changes the retention of incarnation `id` of `name` if it is still the current one
+    /// (checked like a delete: a late update never touches a later incarnation).
+    fn update(
+        &mut self,
+        name: &str,
+        id: TopicId,
+        change: TopicChange,
+    ) -> Result<Applied, ClientError> {
+        validate_change(&change)?;
+        let topic = match self.topics.get_mut(name) {
+            Some(topic) if topic.info.id == id => topic,
+            Some(topic) => {
+                return Err(ClientError::NotFound(format!(
+                    "topic `{name}` (incarnation {}) not found: it was deleted; the name now \
+                     holds incarnation {}",
+                    id.0, topic.info.id.0
+                )));
+            }
+            None => return Err(ClientError::NotFound(format!("topic `{name}` not found"))),
+        };
+        topic.info = change.applied_to(&topic.info);
+        Ok(Applied::Updated(topic.info.clone()))
     }
 
     /// A create whose proposer looked before an incarnation of `name` was deleted (or before
@@ -299,24 +344,19 @@ impl MetaState {
 
 // ---- Image encoding ------------------------------------------------------------------------
 
-/// Refuses a `retention_ms` past `MAX_RETENTION_MS`. The encodings reserve `u64::MAX` for "none",
-/// so this runs before a create is proposed (a larger value would reach the log as "none"), and
-/// again when it is applied.
-pub fn validate_retention(retention_ms: Option<u64>) -> Result<(), ClientError> {
-    match retention_ms {
-        Some(ms) if ms > MAX_RETENTION_MS => Err(ClientError::BadRequest(format!(
-            "retention_ms must be at most {MAX_RETENTION_MS}, got {ms}"
-        ))),
-        _ => Ok(()),
-    }
-}
-
-const IMAGE_VERSION: u8 = 2;
+/// The image layout of builds before `retention_bytes` existed.
+const IMAGE_V2: u8 = 2;
+/// `IMAGE_V2` with each topic's `retention_bytes` after its `created_ms`.
+const IMAGE_V3: u8 = 3;
 
 impl MetaState {
-    /// The whole state as bytes (a snapshot image).
+    /// The whole state as bytes (a snapshot image), in the oldest layout that holds it: v2 until
+    /// some topic has a `retention_bytes`, so a snapshot stays readable by the build before the
+    /// field existed for as long as nobody uses it. Decoding stays canonical: a v3 image none of
+    /// whose topics has a size limit is not what `encode` writes, and is refused.
     pub fn encode(&self) -> Vec<u8> {
-        let mut out = vec![IMAGE_VERSION];
+        let v3 = self.topics.values().any(|t| t.info.retention_bytes.is_some());
+        let mut out = vec![if v3 { IMAGE_V3 } else { IMAGE_V2 }];
         put_u64(&mut out, self.next_topic_id);
         put_u64(&mut out, self.cursor);
         put_u32(&mut out, self.topics.len() as u32);
@@ -327,6 +367,9 @@ impl MetaState {
             put_u32(&mut out, info.partitions);
             put_u64(&mut out, info.retention_ms.unwrap_or(NONE_U64));
             put_u64(&mut out, info.created_ms);
+            if v3 {
+                put_u64(&mut out, info.retention_bytes.unwrap_or(NONE_U64));
+            }
             put_u32(&mut out, topic.owners.len() as u32);
             for owner in &topic.owners {
                 put_u32(&mut out, owner.0);
@@ -360,13 +403,15 @@ impl MetaState {
 
     fn decode_fields(bytes: &[u8]) -> Option<MetaState> {
         let mut r = Reader::new(bytes);
-        if get_u8(&mut r)? != IMAGE_VERSION {
-            return None;
-        }
+        let v3 = match get_u8(&mut r)? {
+            IMAGE_V2 => false,
+            IMAGE_V3 => true,
+            _ => return None,
+        };
         let mut state =
             MetaState { next_topic_id: r.u64()?, cursor: r.u64()?, ..MetaState::default() };
         for _ in 0..r.u32()? {
-            let topic = decode_topic(&mut r)?;
+            let topic = decode_topic(&mut r, v3)?;
             let name = topic.info.name.clone();
             state.names.insert(topic.info.id, name.clone());
             state.topics.insert(name, topic);
@@ -393,12 +438,14 @@ impl MetaState {
     }
 }
 
-fn decode_topic(r: &mut Reader<'_>) -> Option<Topic> {
+/// One topic of an image; `v3`: with its `retention_bytes`.
+fn decode_topic(r: &mut Reader<'_>, v3: bool) -> Option<Topic> {
     let name = get_str(r)?;
     let id = TopicId(r.u64()?);
     let partitions = r.u32()?;
-    let retention_ms = Some(r.u64()?).filter(|&v| v != NONE_U64);
+    let retention_ms = optional_u64(r)?;
     let created_ms = r.u64()?;
+    let retention_bytes = if v3 { optional_u64(r)? } else { None };
     let count = r.u32()?;
     if count == 0 {
         return None;
@@ -408,14 +455,25 @@ fn decode_topic(r: &mut Reader<'_>) -> Option<Topic> {
     for _ in 0..count {
         owners.push(NodeId(r.u32()?));
     }
-    let info = TopicInfo { name, id, partitions, retention_ms, created_ms };
+    let info = TopicInfo { name, id, partitions, retention_ms, retention_bytes, created_ms };
     Some(Topic { info, owners })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::constants::{MAX_RETENTION_MS, MIN_RETENTION_BYTES};
     use crate::meta::command::{decode_command, encode_command};
+
+    fn update(
+        name: &str,
+        id: u64,
+        retention_ms: Option<u64>,
+        retention_bytes: Option<Option<u64>>,
+    ) -> MetaCommand {
+        let change = TopicChange { retention_ms, retention_bytes };
+        MetaCommand::UpdateTopic { name: name.into(), id: TopicId(id), change }
+    }
 
     fn heartbeat(node: u32) -> MetaCommand {
         MetaCommand::Heartbeat {
@@ -432,6 +490,7 @@ mod tests {
             name: name.into(),
             partitions: Some(partitions),
             retention_ms: None,
+            retention_bytes: None,
             now_ms: 7,
             seen_next_id: u64::MAX,
         }
@@ -542,6 +601,7 @@ mod tests {
             name: "r".into(),
             partitions: Some(1),
             retention_ms: Some(retention_ms),
+            retention_bytes: None,
             now_ms: 3,
             seen_next_id: state.next_topic_id(),
         };
@@ -570,6 +630,7 @@ mod tests {
             name: "t".into(),
             partitions: Some(2),
             retention_ms: None,
+            retention_bytes: None,
             now_ms: 3,
             seen_next_id: seen_then,
         };
@@ -588,6 +649,7 @@ mod tests {
             name: "t".into(),
             partitions: Some(2),
             retention_ms: None,
+            retention_bytes: None,
             now_ms: 4,
             seen_next_id: state.next_topic_id(),
         };
@@ -597,6 +659,7 @@ mod tests {
             name: "u".into(),
             partitions: None,
             retention_ms: None,
+            retention_bytes: None,
             now_ms: 5,
             seen_next_id: seen_then,
         };
@@ -622,6 +685,7 @@ mod tests {
             name: name.into(),
             partitions: None,
             retention_ms: None,
+            retention_bytes: None,
             now_ms: 9,
             seen_next_id: seen_at_start,
         };
@@ -652,6 +716,7 @@ mod tests {
                 name: "y".into(),
                 partitions: None,
                 retention_ms: Some(60_000),
+                retention_bytes: None,
                 now_ms: 1,
                 seen_next_id: 4,
             },
@@ -659,6 +724,17 @@ mod tests {
             heartbeat(2),
             MetaCommand::MarkDead { node: NodeId(2), seen_heartbeats: 9 },
             MetaCommand::MarkAlive { node: NodeId(2) },
+            MetaCommand::CreateTopic {
+                name: "z".into(),
+                partitions: Some(1),
+                retention_ms: Some(0),
+                retention_bytes: Some(MIN_RETENTION_BYTES),
+                now_ms: 2,
+                seen_next_id: 5,
+            },
+            update("z", 3, Some(60_000), Some(Some(MIN_RETENTION_BYTES * 2))),
+            update("z", 3, None, Some(None)),
+            update("z", 3, Some(1_000), None),
         ];
         let mut state = MetaState::new();
         state.apply(heartbeat(1)).unwrap();
@@ -684,5 +760,127 @@ mod tests {
         let mut by_name = vec![2];
         put_str(&mut by_name, "x");
         assert_eq!(decode_command(&by_name), None);
+    }
+
+    #[test]
+    fn an_update_changes_only_what_it_names_and_survives_the_image() {
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        state.apply(create("t", 2)).unwrap();
+        let before = state.topic("t").unwrap().clone();
+        let bytes = Some(Some(MIN_RETENTION_BYTES));
+        let Ok(Applied::Updated(after)) = state.apply(update("t", before.id.0, None, bytes)) else {
+            panic!("the update applies");
+        };
+        assert_eq!(after.retention_bytes, Some(MIN_RETENTION_BYTES));
+        assert_eq!(after.retention_ms, None, "not named: kept (the default stays in force)");
+        assert_eq!(
+            (after.id, after.partitions, after.created_ms),
+            (before.id, 2, before.created_ms)
+        );
+        assert_eq!(state.topic("t"), Some(&after));
+        let image = state.encode();
+        assert_eq!(image[0], IMAGE_V3, "a size limit needs the v3 layout");
+        assert_eq!(MetaState::decode(&image).as_ref(), Some(&state));
+        let Ok(Applied::Updated(again)) =
+            state.apply(update("t", before.id.0, Some(0), Some(None)))
+        else {
+            panic!("the second update applies");
+        };
+        assert_eq!((again.retention_ms, again.retention_bytes), (Some(0), None));
+        assert_eq!(again.retention_ms_in_force(), 0);
+        assert_eq!(state.encode()[0], IMAGE_V2, "without a size limit the old layout is written");
+    }
+
+    /// Like C4 for deletes: an update that reaches the log late (after the name was deleted and
+    /// created again) names the earlier incarnation and must not touch the later one.
+    #[test]
+    fn a_late_update_of_an_earlier_incarnation_changes_nothing() {
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        state.apply(create("t", 1)).unwrap();
+        let first = state.topic("t").unwrap().id;
+        let late = update("t", first.0, Some(5_000), None);
+        state.apply(MetaCommand::DeleteTopic { name: "t".into(), id: first }).unwrap();
+        let gone = state.clone().apply(late.clone());
+        assert!(matches!(gone, Err(ClientError::NotFound(_))), "{gone:?}");
+        state.apply(create("t", 1)).unwrap();
+        let before = state.clone();
+        let refused = state.apply(late);
+        assert!(matches!(&refused, Err(ClientError::NotFound(m)) if m.contains("now holds")));
+        assert_eq!(state, before, "the later incarnation is untouched");
+    }
+
+    /// Apply time checks an update again (a faulty peer could propose anything): bad values and
+    /// an empty change are refused and change nothing.
+    #[test]
+    fn an_update_with_bad_values_is_refused_at_apply() {
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        state.apply(create("t", 1)).unwrap();
+        let id = state.topic("t").unwrap().id.0;
+        let before = state.clone();
+        for bad in [
+            update("t", id, None, None),
+            update("t", id, Some(999), None),
+            update("t", id, Some(MAX_RETENTION_MS + 1), None),
+            update("t", id, None, Some(Some(MIN_RETENTION_BYTES - 1))),
+        ] {
+            let refused = state.apply(bad.clone());
+            assert!(matches!(refused, Err(ClientError::BadRequest(_))), "{bad:?}: {refused:?}");
+            assert_eq!(state, before);
+        }
+    }
+
+    /// A snapshot image written by the build before `retention_bytes` (layout v2, spelled out
+    /// byte by byte here rather than by today's encoder) still decodes, and re-encodes to the
+    /// same bytes; a create of that build's Raft log (tag 1) decodes and applies as it did.
+    #[test]
+    fn an_image_and_a_create_of_the_earlier_layout_still_decode() {
+        let mut old = vec![2u8];
+        put_u64(&mut old, 2); // next topic id
+        put_u64(&mut old, 3); // cursor
+        put_u32(&mut old, 1); // one topic
+        put_str(&mut old, "orders");
+        put_u64(&mut old, 1); // id
+        put_u32(&mut old, 3); // partitions
+        put_u64(&mut old, u64::MAX); // retention: none given
+        put_u64(&mut old, 99); // created
+        put_u32(&mut old, 1); // one owner
+        put_u32(&mut old, 1);
+        put_u32(&mut old, 1); // one member
+        put_u32(&mut old, 1);
+        put_str(&mut old, "127.0.0.1:7941");
+        put_str(&mut old, "127.0.0.1:8941");
+        old.push(1);
+        put_u64(&mut old, 5);
+        put_u64(&mut old, 4);
+        put_u64(&mut old, 0); // tombstone floor
+        put_u32(&mut old, 0); // no tombstones
+        let mut state = MetaState::decode(&old).expect("an earlier image decodes");
+        assert_eq!(state.encode(), old, "and is canonical");
+        let topic = state.topic("orders").unwrap();
+        assert_eq!((topic.retention_ms, topic.retention_bytes), (None, None));
+        assert_eq!(topic.retention_ms_in_force(), crate::constants::DEFAULT_RETENTION_MS);
+        let mut v3 = old.clone();
+        v3[0] = IMAGE_V3;
+        assert_eq!(MetaState::decode(&v3), None, "v3 is only written with a size limit");
+
+        let mut create = vec![1u8];
+        put_str(&mut create, "audit");
+        put_u64(&mut create, 2); // partitions
+        put_u64(&mut create, 5); // retention_ms 5: accepted by that build, so it replays
+        put_u64(&mut create, 100); // now
+        put_u64(&mut create, 2); // seen next id
+        let command = decode_command(&create).expect("an earlier create decodes");
+        assert_eq!(encode_command(&command), create, "and is canonical");
+        assert!(
+            matches!(state.apply(command), Ok(Applied::Created(t)) if t.retention_ms == Some(5))
+        );
+        // The new tags refuse a second spelling of "none".
+        let mut with_none = create.clone();
+        with_none[0] = 6;
+        put_u64(&mut with_none, u64::MAX);
+        assert_eq!(decode_command(&with_none), None);
     }
 }

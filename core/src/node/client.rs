@@ -10,15 +10,15 @@ use crate::api::{
 use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::ids::{PartitionKey, RequestId};
 use crate::io::{DiskDone, DiskError, DiskOp};
-use crate::meta::{MetaCommand, validate_retention};
+use crate::meta::{MetaCommand, validate_change, validate_requested};
 use crate::partition::{PartitionLog, ReadPlan, ReadRefusal};
 use crate::peer::{PeerMessage, WireConsumed, WireError};
 
 impl Node {
     pub(super) fn handle_client(&mut self, request: RequestId, op: ClientOp) {
         match op {
-            ClientOp::CreateTopic { name, partitions, retention_ms } => {
-                if let Err(error) = validate_retention(retention_ms) {
+            ClientOp::CreateTopic { name, partitions, retention_ms, retention_bytes } => {
+                if let Err(error) = validate_requested(retention_ms, retention_bytes) {
                     return self.reply(request, ClientReply::Error(error));
                 }
                 let now_ms = self.now.as_millis();
@@ -28,11 +28,13 @@ impl Node {
                     name,
                     partitions,
                     retention_ms,
+                    retention_bytes,
                     now_ms,
                     seen_next_id,
                 };
                 self.propose_admin(request, command);
             }
+            ClientOp::UpdateTopic { name, change } => self.update_topic(request, name, change),
             ClientOp::DeleteTopic { name } => {
                 // Bind the name to the incarnation this replica knows now: the command may reach
                 // the log late (or twice), after the name was deleted and created again.
@@ -61,6 +63,19 @@ impl Node {
                 self.reply(request, ClientReply::Members(members));
             }
         }
+    }
+
+    /// Validates an update (400 before anything is proposed) and binds the name to the
+    /// incarnation this replica knows now, like a delete: the command may reach the log late.
+    fn update_topic(&mut self, request: RequestId, name: String, change: crate::api::TopicChange) {
+        if let Err(error) = validate_change(&change) {
+            return self.reply(request, ClientReply::Error(error));
+        }
+        let Some(id) = self.meta.topic(&name).map(|topic| topic.id) else {
+            let error = self.unknown_topic(&name);
+            return self.reply(request, ClientReply::Error(error));
+        };
+        self.propose_admin(request, MetaCommand::UpdateTopic { name, id, change });
     }
 
     fn topic_detail(&self, name: &str) -> ClientReply {

@@ -78,6 +78,10 @@ pub(super) enum Settle {
     Present(String),
     /// A deleted incarnation: it is absent (by id: the name may already hold a new one).
     Absent(TopicId),
+    /// An update of incarnation `id` was proposed (the leader's answer says to what).
+    Updated(TopicId),
+    /// An updated incarnation: it shows the answered retention, or it is gone since.
+    Shows(crate::api::TopicInfo),
 }
 
 impl Settle {
@@ -85,6 +89,14 @@ impl Settle {
         match self {
             Settle::Present(name) => meta.topic(name).is_some(),
             Settle::Absent(id) => meta.topic_by_id(*id).is_none(),
+            Settle::Updated(_) => false, // replaced by `Shows` once the leader answered
+            Settle::Shows(topic) => match meta.topic_by_id(topic.id) {
+                Some(now) => {
+                    (now.retention_ms, now.retention_bytes)
+                        == (topic.retention_ms, topic.retention_bytes)
+                }
+                None => meta.confirm_gone_locally(topic.id),
+            },
         }
     }
 }
@@ -241,20 +253,25 @@ impl Node {
         let Some((forwarded, _, _)) = self.remote.forwards.remove(&id) else {
             return;
         };
-        let Forwarded::Admin { request, settle: until } = forwarded else {
+        let Forwarded::Admin { request, settle } = forwarded else {
             return;
         };
         let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
-        let reply = match (result, &until) {
-            (WireAdminResult::Created(topic), Settle::Present(name)) if topic.name == *name => {
-                ClientReply::TopicCreated(topic)
+        let (reply, until) = match (result, settle) {
+            (WireAdminResult::Created(topic), Settle::Present(name)) if topic.name == name => {
+                (ClientReply::TopicCreated(topic), Settle::Present(name))
             }
-            (WireAdminResult::Done, Settle::Absent(_)) => ClientReply::TopicDeleted,
+            (WireAdminResult::Done, Settle::Absent(id)) => {
+                (ClientReply::TopicDeleted, Settle::Absent(id))
+            }
+            (WireAdminResult::Updated(topic), Settle::Updated(id)) if topic.id == id => {
+                (ClientReply::TopicUpdated(topic.clone()), Settle::Shows(topic))
+            }
             (WireAdminResult::Error(error), _) => {
                 return self.reply(request, ClientReply::Error(error.into_client()));
             }
-            (other, _) => {
-                let what = format!("the leader answered {until:?} with {other:?}");
+            (other, settle) => {
+                let what = format!("the leader answered {settle:?} with {other:?}");
                 return self.reply(request, ClientReply::Error(ClientError::Internal(what)));
             }
         };

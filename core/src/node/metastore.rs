@@ -6,7 +6,7 @@
 use super::cluster::{Forwarded, Settle};
 use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
 use crate::api::{ClientError, ClientReply};
-use crate::io::NodeEvent;
+use crate::io::{NodeEvent, TopicApplied};
 use crate::meta::{Applied, MetaCommand, MetaOutput, ProposeError, encode_command};
 use crate::peer::{PeerMessage, WireAdminResult, WireError};
 
@@ -25,11 +25,12 @@ impl Node {
         }
     }
 
-    /// A client's topic create or delete: proposed here if we lead, else forwarded.
+    /// A client's topic create, update or delete: proposed here if we lead, else forwarded.
     pub(super) fn propose_admin(&mut self, request: crate::ids::RequestId, command: MetaCommand) {
         let settle = match &command {
             MetaCommand::CreateTopic { name, .. } => Settle::Present(name.clone()),
             MetaCommand::DeleteTopic { id, .. } => Settle::Absent(*id),
+            MetaCommand::UpdateTopic { id, .. } => Settle::Updated(*id),
             _ => unreachable!("only topic commands come from clients"),
         };
         match self.meta.propose(self.now, command.clone(), MetaWaiter::Client(request)) {
@@ -88,23 +89,19 @@ impl Node {
         index: Option<u64>,
         result: Result<Applied, ClientError>,
     ) {
-        if let Ok(Applied::Deleted(topic)) = &result {
-            tracing::info!(topic = %topic.name, id = topic.id.0, "topic deleted");
-            self.drop_partitions(topic.id, topic.partitions);
+        if let Ok(applied) = &result {
+            self.log_topic_change(applied);
         }
-        if let Ok(Applied::Created(topic)) = &result {
-            tracing::info!(topic = %topic.name, id = topic.id.0, partitions = topic.partitions, "topic created");
-        }
-        if let (Some(index), Ok(Applied::Created(topic) | Applied::Deleted(topic))) =
-            (index, &result)
+        if let (Some(index), Ok(applied)) = (index, &result)
+            && let Some((change, topic)) = topic_change(applied)
         {
-            let created = matches!(result, Ok(Applied::Created(_)));
-            self.push_event(NodeEvent::TopicApplied { index, created, topic: topic.clone() });
+            self.push_event(NodeEvent::TopicApplied { index, change, topic: topic.clone() });
         }
         match waiter {
             Some(MetaWaiter::Client(request)) => {
                 let reply = match admin_result(result) {
                     Ok(Applied::Created(topic)) => ClientReply::TopicCreated(topic),
+                    Ok(Applied::Updated(topic)) => ClientReply::TopicUpdated(topic),
                     Ok(_) => ClientReply::TopicDeleted,
                     Err(error) => ClientReply::Error(error),
                 };
@@ -113,12 +110,31 @@ impl Node {
             Some(MetaWaiter::Peer { from, id }) => {
                 let result = match admin_result(result) {
                     Ok(Applied::Created(topic)) => WireAdminResult::Created(topic),
+                    Ok(Applied::Updated(topic)) => WireAdminResult::Updated(topic),
                     Ok(_) => WireAdminResult::Done,
                     Err(error) => WireAdminResult::Error(WireError::from_client(&error)),
                 };
                 self.send(from, &PeerMessage::ProposeReply { id, result });
             }
             Some(MetaWaiter::Heartbeat | MetaWaiter::Confirm { .. }) | None => {}
+        }
+    }
+
+    /// Logs an applied topic change; a deleted topic's partitions are dropped.
+    fn log_topic_change(&mut self, applied: &Applied) {
+        match applied {
+            Applied::Deleted(topic) => {
+                tracing::info!(topic = %topic.name, id = topic.id.0, "topic deleted");
+                self.drop_partitions(topic.id, topic.partitions);
+            }
+            Applied::Created(topic) => {
+                tracing::info!(topic = %topic.name, id = topic.id.0, partitions = topic.partitions, "topic created");
+            }
+            Applied::Updated(topic) => {
+                let (ms, bytes) = (topic.retention_ms_in_force(), topic.retention_bytes);
+                tracing::info!(topic = %topic.name, id = topic.id.0, retention_ms = ms, retention_bytes = ?bytes, "topic updated");
+            }
+            _ => {}
         }
     }
 
@@ -135,12 +151,22 @@ impl Node {
     }
 }
 
-/// What a topic command's waiter may be told: a create or a delete, or an error. Any other
+/// The topic change an applied command reports, if it changed a topic.
+fn topic_change(applied: &Applied) -> Option<(TopicApplied, &crate::api::TopicInfo)> {
+    match applied {
+        Applied::Created(topic) => Some((TopicApplied::Created, topic)),
+        Applied::Updated(topic) => Some((TopicApplied::Updated, topic)),
+        Applied::Deleted(topic) => Some((TopicApplied::Deleted, topic)),
+        _ => None,
+    }
+}
+
+/// What a topic command's waiter may be told: a create, update or delete, or an error. Any other
 /// applied result (a heartbeat, "unchanged") would mean the waiter was matched to another
 /// command's entry: an internal error, never answered as a delete.
 fn admin_result(result: Result<Applied, ClientError>) -> Result<Applied, ClientError> {
     match result {
-        Ok(Applied::Created(_) | Applied::Deleted(_)) | Err(_) => result,
+        Ok(Applied::Created(_) | Applied::Updated(_) | Applied::Deleted(_)) | Err(_) => result,
         Ok(other) => Err(ClientError::Internal(format!(
             "a topic command's waiter was handed another command's result ({other:?})"
         ))),

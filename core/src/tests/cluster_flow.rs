@@ -17,6 +17,7 @@ fn create(c: &mut Cluster, via: Ix, name: &str, partitions: u32) -> TopicInfo {
         name: name.into(),
         partitions: Some(partitions),
         retention_ms: None,
+        retention_bytes: None,
     };
     match c.call(via, op, 10_000) {
         Some(ClientReply::TopicCreated(topic)) => topic,
@@ -141,7 +142,12 @@ fn without_a_quorum_produce_is_accepted_and_admin_fails_fast() {
     c.kill(2);
     let reply = produce(&mut c, 0, "t", "alone".into(), None);
     assert_eq!(reply, ClientReply::Produced { accepted: 1 });
-    let op = ClientOp::CreateTopic { name: "u".into(), partitions: None, retention_ms: None };
+    let op = ClientOp::CreateTopic {
+        name: "u".into(),
+        partitions: None,
+        retention_ms: None,
+        retention_bytes: None,
+    };
     let reply = c.call(0, op, 10_000).expect("answered within 10 s, not hanging");
     assert!(matches!(reply, ClientReply::Error(ClientError::Unavailable(_))), "{reply:?}");
     // The majority returns: what the lone node accepted for their partitions flows at once
@@ -269,8 +275,12 @@ fn a_late_forwarded_create_does_not_bring_back_a_deleted_name() {
     let leader = c.leader();
     let stalled = (leader + 1) % 3;
     c.clogged.insert((stalled, leader));
-    let create_op =
-        || ClientOp::CreateTopic { name: "t".into(), partitions: Some(2), retention_ms: None };
+    let create_op = || ClientOp::CreateTopic {
+        name: "t".into(),
+        partitions: Some(2),
+        retention_ms: None,
+        retention_bytes: None,
+    };
     let late = c.submit(stalled, create_op());
     c.run_until(10_000, |c| c.replies.contains_key(&late));
     assert!(

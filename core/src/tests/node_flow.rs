@@ -12,6 +12,7 @@ fn create(h: &mut Harness, name: &str, partitions: u32) {
         name: name.into(),
         partitions: Some(partitions),
         retention_ms: None,
+        retention_bytes: None,
     });
     assert!(matches!(reply, ClientReply::TopicCreated(_)), "{reply:?}");
 }
@@ -201,8 +202,12 @@ fn deleted_topic_records_are_discarded_and_never_reach_the_new_incarnation() {
 fn bad_requests_change_nothing() {
     let mut h = Harness::new();
     create(&mut h, "t", 4);
-    let reply =
-        h.call(ClientOp::CreateTopic { name: "t".into(), partitions: None, retention_ms: None });
+    let reply = h.call(ClientOp::CreateTopic {
+        name: "t".into(),
+        partitions: None,
+        retention_ms: None,
+        retention_bytes: None,
+    });
     assert!(matches!(reply, ClientReply::Error(ClientError::Conflict(_))));
     let reply = produce(&mut h, "nope", vec![message("x", None, None)]);
     assert!(matches!(reply, ClientReply::Error(ClientError::NotFound(_))));
@@ -434,6 +439,7 @@ fn a_create_with_retention_past_the_bound_is_refused_before_it_is_proposed() {
             name: "r".into(),
             partitions: Some(1),
             retention_ms: Some(bad),
+            retention_bytes: None,
         });
         assert!(
             matches!(&reply, ClientReply::Error(ClientError::BadRequest(m)) if m.contains("retention_ms")),
@@ -445,6 +451,7 @@ fn a_create_with_retention_past_the_bound_is_refused_before_it_is_proposed() {
         name: "r".into(),
         partitions: Some(1),
         retention_ms: Some(MAX_RETENTION_MS),
+        retention_bytes: None,
     });
     let ClientReply::TopicCreated(topic) = reply else { panic!("{reply:?}") };
     assert_eq!(topic.retention_ms, Some(MAX_RETENTION_MS));

@@ -16,8 +16,12 @@ fn one(payload: &str) -> ClientOp {
 #[test]
 fn an_overloaded_node_refuses_a_produce_before_staging_it() {
     let mut h = Harness::new();
-    let create =
-        ClientOp::CreateTopic { name: "t".into(), partitions: Some(1), retention_ms: None };
+    let create = ClientOp::CreateTopic {
+        name: "t".into(),
+        partitions: Some(1),
+        retention_ms: None,
+        retention_bytes: None,
+    };
     assert!(matches!(h.call(create), ClientReply::TopicCreated(_)));
     // The first produce's group commit is in flight (not completed); the rest stage behind it.
     let waiting: Vec<_> =

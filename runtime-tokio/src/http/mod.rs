@@ -26,7 +26,7 @@ pub use error::ApiError;
 pub fn router(node: NodeHandle) -> Router {
     Router::new()
         .route("/v1/topics", post(topics::create).get(topics::list))
-        .route("/v1/topics/{topic}", get(topics::get).delete(topics::delete))
+        .route("/v1/topics/{topic}", get(topics::get).patch(topics::update).delete(topics::delete))
         .route("/v1/topics/{topic}/produce", post(produce::single))
         .route("/v1/topics/{topic}/produce/batch", post(produce::batch))
         .route("/v1/topics/{topic}/consume", get(consume::consume))

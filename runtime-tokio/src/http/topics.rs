@@ -1,13 +1,13 @@
-//! Topic routes: create, list, get (with partition statistics), delete. Not on the hot path, so
-//! plain serde structs do the JSON.
+//! Topic routes: create, list, get (with partition statistics), update (retention), delete. Not
+//! on the hot path, so plain serde structs do the JSON.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use narad_core::api::{PartitionStats, TopicInfo};
-use narad_core::{ClientOp, ClientReply};
-use serde::{Deserialize, Serialize};
+use narad_core::{ClientOp, ClientReply, TopicChange};
+use serde::{Deserialize, Deserializer, Serialize};
 
 use super::body::read_limited;
 use super::{ApiError, call, json_response};
@@ -22,14 +22,34 @@ struct CreateTopic {
     name: String,
     partitions: Option<u32>,
     retention_ms: Option<u64>,
+    retention_bytes: Option<u64>,
 }
 
-/// A topic as the API shows it.
+/// The body of `PATCH /v1/topics/{t}`. Each field distinguishes absent (keep) from `null`:
+/// `"retention_bytes": null` removes the size limit; `"retention_ms": null` is refused (there
+/// is no "no time limit" other than `0`, which keeps records forever).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct UpdateTopic {
+    #[serde(default, deserialize_with = "present")]
+    retention_ms: Option<Option<u64>>,
+    #[serde(default, deserialize_with = "present")]
+    retention_bytes: Option<Option<u64>>,
+}
+
+/// A field that is present in the JSON, as `Some(value or null)` (absent stays `None`).
+fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<u64>>, D::Error> {
+    Option::<u64>::deserialize(deserializer).map(Some)
+}
+
+/// A topic as the API shows it: `retention_ms` is the retention in force (the default for a
+/// topic never given one; `0`: forever), `retention_bytes` the per-partition limit or `null`.
 #[derive(Serialize)]
 struct TopicJson<'a> {
     name: &'a str,
     partitions: u32,
-    retention_ms: Option<u64>,
+    retention_ms: u64,
+    retention_bytes: Option<u64>,
     created_at: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     partition_stats: Option<Vec<PartitionJson>>,
@@ -58,7 +78,8 @@ impl<'a> TopicJson<'a> {
         TopicJson {
             name: &info.name,
             partitions: info.partitions,
-            retention_ms: info.retention_ms,
+            retention_ms: info.retention_ms_in_force(),
+            retention_bytes: info.retention_bytes,
             created_at: info.created_ms,
             partition_stats,
         }
@@ -78,6 +99,7 @@ pub async fn create(
         name: request.name,
         partitions: request.partitions,
         retention_ms: request.retention_ms,
+        retention_bytes: request.retention_bytes,
     };
     match call(&node, op).await? {
         ClientReply::TopicCreated(info) => {
@@ -107,6 +129,33 @@ pub async fn get(
     match call(&node, ClientOp::GetTopic { name }).await? {
         ClientReply::Topic(info, stats) => {
             Ok(to_json(StatusCode::OK, &TopicJson::new(&info, Some(&stats))))
+        }
+        other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+/// `PATCH /v1/topics/{t}` → 200 with the topic as it is now (without `partition_stats`).
+pub async fn update(
+    State(node): State<NodeHandle>,
+    Path(name): Path<String>,
+    headers: HeaderMap,
+    body: Body,
+) -> Result<Response, ApiError> {
+    let body = read_limited(&headers, body, CREATE_BODY_BYTES).await?;
+    let request: UpdateTopic = serde_json::from_slice(&body)
+        .map_err(|e| ApiError::bad_request(format!("invalid topic update body: {e}")))?;
+    let retention_ms = match request.retention_ms {
+        Some(None) => {
+            let message =
+                "retention_ms cannot be null: give milliseconds (0 keeps records forever)";
+            return Err(ApiError::bad_request(message.to_string()));
+        }
+        other => other.flatten(),
+    };
+    let change = TopicChange { retention_ms, retention_bytes: request.retention_bytes };
+    match call(&node, ClientOp::UpdateTopic { name, change }).await? {
+        ClientReply::TopicUpdated(info) => {
+            Ok(to_json(StatusCode::OK, &TopicJson::new(&info, None)))
         }
         other => Err(ApiError::unexpected(&other)),
     }

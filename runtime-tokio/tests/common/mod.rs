@@ -195,6 +195,10 @@ impl Client {
         self.post(path, body.to_string().as_bytes())
     }
 
+    pub fn patch(&self, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
+        answer(self.agent.patch(format!("{}{path}", self.base)).send(body))
+    }
+
     /// Creates a topic; panics unless 201.
     pub fn create_topic(&self, name: &str, partitions: u32) {
         let body = serde_json::json!({ "name": name, "partitions": partitions });

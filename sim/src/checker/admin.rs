@@ -1,5 +1,5 @@
-//! Admin answers against the metastore's history. Every node reports each topic create or delete
-//! its replica applies, with the entry's Raft log index (`NodeEvent::TopicApplied`); together
+//! Admin answers against the metastore's history. Every node reports each topic create, update
+//! or delete its replica applies, with the entry's Raft log index (`NodeEvent::TopicApplied`); together
 //! they are the sequence of applied topic commands (the same index must carry the same change
 //! on every replica, and an incarnation id is created once). Every definite answer to a create,
 //! delete or lookup is kept with the time its request reached the node and the time the answer
@@ -10,10 +10,15 @@
 //! - a 204 answers a delete that was applied during the request, of the incarnation the client
 //!   meant; a create is never answered 204, a delete never 201;
 //! - a 409 to a create: an incarnation of the name was live at some moment of the request;
-//! - a lookup names the topic asked and an incarnation created by then, as created;
-//! - one node only (no replica can lag): a lookup never shows an incarnation whose delete was
-//!   applied before it was asked, and a 404 (delete or lookup) is consistent with some moment of
-//!   the request. In a cluster a lagging replica may answer 404 from its own catalogue.
+//! - a lookup names the topic asked and an incarnation created by then, as one of its versions
+//!   (the create, or an update of it) applied by then;
+//! - a 200 to an update (`update.rs`) names an update applied during the request, to the
+//!   incarnation live under the name at its log index, with the values asked and the others as
+//!   they were; a 400 answers only a deliberately invalid update;
+//! - one node only (no replica can lag): a lookup never shows a version superseded (by an update
+//!   or the delete) before it was asked, and a 404 (delete, lookup, update) is consistent with
+//!   some moment of the request. In a cluster a lagging replica may answer 404 from its own
+//!   catalogue.
 //!
 //! Ambiguous answers (5xx, 429, timeouts, resets) are allowed either way and not kept. Times
 //! are those of the first replica to report a change (the proposer's apply is never later than
@@ -22,7 +27,7 @@
 use std::collections::BTreeMap;
 
 use narad_core::api::TopicInfo;
-use narad_core::{ClientReply, Instant, RequestId, TopicId};
+use narad_core::{ClientReply, Instant, RequestId, TopicApplied, TopicChange, TopicId};
 
 use super::{Checker, inv};
 
@@ -41,6 +46,12 @@ pub enum AdminAsk {
     Lookup {
         name: String,
     },
+    /// `valid`: the workload made the values invalid on purpose (a 400 is the only answer).
+    Update {
+        name: String,
+        change: TopicChange,
+        valid: bool,
+    },
 }
 
 /// A definite answer to an admin request.
@@ -56,9 +67,19 @@ pub(super) struct AdminAnswer {
 /// One applied topic change, as first reported.
 #[derive(Clone, Debug)]
 struct Change {
-    created: bool,
+    kind: TopicApplied,
     topic: TopicInfo,
     at: Instant,
+}
+
+impl Change {
+    fn created(&self) -> bool {
+        self.kind == TopicApplied::Created
+    }
+
+    fn deleted(&self) -> bool {
+        self.kind == TopicApplied::Deleted
+    }
 }
 
 /// The applied topic history and the answers to check against it.
@@ -75,27 +96,28 @@ impl Checker {
         &mut self,
         node: u32,
         index: u64,
-        created: bool,
+        kind: TopicApplied,
         topic: &TopicInfo,
     ) {
         if let Some(first) = self.admin.changes.get(&index) {
-            if first.created != created || first.topic != *topic {
+            if first.kind != kind || first.topic != *topic {
                 let detail = format!(
                     "n{node} applied {} at index {index}, another replica {}",
-                    describe(created, topic),
-                    describe(first.created, &first.topic)
+                    describe(kind, topic),
+                    describe(first.kind, &first.topic)
                 );
                 self.violation(inv::ADMIN, detail);
             }
             return;
         }
+        let created = kind == TopicApplied::Created;
         let twice =
-            created && self.admin.changes.values().any(|c| c.created && c.topic.id == topic.id);
+            created && self.admin.changes.values().any(|c| c.created() && c.topic.id == topic.id);
         if twice {
             let detail = format!("n{node}: incarnation #{} created a second time", topic.id.0);
             self.violation(inv::ADMIN, detail);
         }
-        let change = Change { created, topic: topic.clone(), at: self.now };
+        let change = Change { kind, topic: topic.clone(), at: self.now };
         self.admin.changes.insert(index, change);
     }
 
@@ -149,6 +171,9 @@ impl Checker {
             (AdminAsk::Lookup { name }, ClientReply::Topic(info, _)) => {
                 self.judge_lookup(name, info, window)
             }
+            (AdminAsk::Update { name, change, valid }, ClientReply::TopicUpdated(info)) => {
+                self.judge_updated(name, change, *valid, info, window)
+            }
             (ask, ClientReply::Error(error)) => self.judge_error(ask, error.http_status(), window),
             _ => Some("an answer of another kind of request".into()),
         }
@@ -164,7 +189,8 @@ impl Checker {
         if info.name != name || info.partitions != partitions {
             return Some("it names another topic than the one asked".into());
         }
-        let Some(change) = self.admin.changes.values().find(|c| c.created && c.topic.id == info.id)
+        let Some(change) =
+            self.admin.changes.values().find(|c| c.created() && c.topic.id == info.id)
         else {
             return Some("no applied create made that incarnation".into());
         };
@@ -187,7 +213,7 @@ impl Checker {
             .admin
             .changes
             .values()
-            .filter(|c| !c.created && c.topic.name == name && (sent..=answered).contains(&c.at))
+            .filter(|c| c.deleted() && c.topic.name == name && (sent..=answered).contains(&c.at))
             .collect();
         let Some(first) = deletes.first() else {
             return Some("no delete of that name was applied during the request".into());
@@ -210,15 +236,41 @@ impl Checker {
         if info.name != name {
             return Some("it names another topic than the one asked".into());
         }
-        let created = self.admin.changes.values().find(|c| c.created && c.topic.id == info.id);
-        match created {
-            None => return Some("no applied create made that incarnation".into()),
-            Some(c) if c.topic != *info => return Some(format!("it was created as {:?}", c.topic)),
-            Some(c) if c.at > answered => return Some("it was created after the answer".into()),
-            Some(_) => {}
+        let versions = self.versions(info.id);
+        let Some(created) = versions.first() else {
+            return Some("no applied create made that incarnation".into());
+        };
+        let shown: Vec<&Version> = versions.iter().filter(|v| *v.topic == *info).collect();
+        if shown.is_empty() {
+            return Some(format!(
+                "it was created as {:?} and never updated to that",
+                created.topic
+            ));
         }
-        let deleted = self.deleted_at(info.id).is_some_and(|at| at < sent);
-        (deleted && !self.cluster).then(|| "its delete was applied before the lookup".into())
+        if shown.iter().all(|v| v.from > answered) {
+            return Some("it was created (or updated to that) after the answer".into());
+        }
+        // One node: the version shown was still current when the lookup arrived.
+        let superseded = shown.iter().all(|v| v.until.is_some_and(|until| until < sent));
+        (superseded && !self.cluster)
+            .then(|| "its delete or a later update was applied before the lookup".into())
+    }
+
+    /// The versions of incarnation `id` in log order: its create, then each update, each with
+    /// when it was applied and when the next update or the delete replaced it.
+    pub(super) fn versions(&self, id: TopicId) -> Vec<Version<'_>> {
+        let mut versions: Vec<Version<'_>> = Vec::new();
+        for (index, change) in self.admin.changes.iter().filter(|(_, c)| c.topic.id == id) {
+            if let Some(last) = versions.last_mut() {
+                last.until.get_or_insert(change.at);
+            }
+            if !change.deleted() {
+                let version =
+                    Version { index: *index, topic: &change.topic, from: change.at, until: None };
+                versions.push(version);
+            }
+        }
+        versions
     }
 
     fn judge_error(
@@ -232,22 +284,26 @@ impl Checker {
                 .then(|| "no incarnation of the name was live during the request".into()),
             // The workload flags a 400/413 to its valid creates itself.
             (AdminAsk::Create { .. }, 400 | 413) => None,
-            (AdminAsk::Delete { name, .. } | AdminAsk::Lookup { name }, 404) => {
+            (AdminAsk::Delete { name, .. } | AdminAsk::Lookup { name }, 404)
+            | (AdminAsk::Update { name, .. }, 404) => {
                 let consistent = self.cluster || self.absent_during(name, window);
                 (!consistent).then(|| "the name was live throughout the request".into())
+            }
+            (AdminAsk::Update { valid, .. }, 400) => {
+                valid.then(|| "a valid update was refused with 400".into())
             }
             _ => Some(format!("status {status} cannot answer this request")),
         }
     }
 
     fn deleted_at(&self, id: TopicId) -> Option<Instant> {
-        self.admin.changes.values().find(|c| !c.created && c.topic.id == id).map(|c| c.at)
+        self.admin.changes.values().find(|c| c.deleted() && c.topic.id == id).map(|c| c.at)
     }
 
     /// Some incarnation of `name` was live at a moment of `[sent, answered]`.
     fn live_during(&self, name: &str, (sent, answered): (Instant, Instant)) -> bool {
         self.admin.changes.values().any(|c| {
-            c.created
+            c.created()
                 && c.topic.name == name
                 && c.at <= answered
                 && self.deleted_at(c.topic.id).is_none_or(|gone| gone >= sent)
@@ -271,10 +327,23 @@ fn is_ambiguous(reply: &ClientReply) -> bool {
     matches!(reply, ClientReply::Error(e) if e.http_status() >= 500 || e.http_status() == 429)
 }
 
-fn describe(created: bool, topic: &TopicInfo) -> String {
-    let what = if created { "create" } else { "delete" };
+fn describe(kind: TopicApplied, topic: &TopicInfo) -> String {
+    let what = match kind {
+        TopicApplied::Created => "create",
+        TopicApplied::Updated => "update",
+        TopicApplied::Deleted => "delete",
+    };
     format!("{what} of {}#{}", topic.name, topic.id.0)
+}
+
+/// One version of an incarnation: what its create or an update made it, from when, until when.
+pub(super) struct Version<'a> {
+    index: u64,
+    topic: &'a TopicInfo,
+    from: Instant,
+    until: Option<Instant>,
 }
 
 #[cfg(test)]
 mod tests;
+mod update;

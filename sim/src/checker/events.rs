@@ -33,8 +33,8 @@ impl Checker {
                 self.node(node).latched = true;
             }
             NodeEvent::CommitFailed { .. } => self.counters.commits_failed += 1,
-            NodeEvent::TopicApplied { index, created, topic } => {
-                self.topic_applied(node, *index, *created, topic);
+            NodeEvent::TopicApplied { index, change, topic } => {
+                self.topic_applied(node, *index, *change, topic);
             }
             NodeEvent::RecordsLost { seqs } => {
                 // Only a disk that damaged data at rest may cost records; they count as done

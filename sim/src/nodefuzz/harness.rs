@@ -92,6 +92,7 @@ impl Harness {
                     name: name.into(),
                     partitions: Some(partitions),
                     retention_ms: None,
+                    retention_bytes: None,
                 };
                 let reply = self.ask(op, 5_000_000);
                 assert!(

@@ -126,7 +126,8 @@ impl Simulation {
         let mut net = SimNetwork::new(component_rng(seed, Component::Network));
         net.faults = cfg.net.faults.clone();
         let workload_rng = component_rng(seed, Component::Workload);
-        let workload = Workload::new(cfg.workload.clone(), workload_rng, nodes > 1);
+        let update_rng = component_rng(seed, Component::WorkloadUpdates);
+        let workload = Workload::new(cfg.workload.clone(), workload_rng, update_rng, nodes > 1);
         let last_fault_ms = schedule.iter().map(|f| f.at_ms).max().unwrap_or(0);
         let hold_until = if nodes > 1 { Instant(START.0 + last_fault_ms * 1_000) } else { START };
         let world = World {

@@ -163,6 +163,7 @@ pub fn status_of(reply: &ClientReply) -> (u16, u64) {
     match reply {
         ClientReply::TopicCreated(_) => (201, 1),
         ClientReply::TopicDeleted => (204, 0),
+        ClientReply::TopicUpdated(_) => (200, 0),
         ClientReply::Topics(list) => (200, list.len() as u64),
         ClientReply::Topic(_, parts) => (200, parts.len() as u64),
         ClientReply::Produced { accepted } => (202, *accepted as u64),
@@ -177,6 +178,7 @@ pub fn op_name(op: &ClientOp) -> &'static str {
     match op {
         ClientOp::CreateTopic { .. } => "create-topic",
         ClientOp::DeleteTopic { .. } => "delete-topic",
+        ClientOp::UpdateTopic { .. } => "update-topic",
         ClientOp::ListTopics => "list-topics",
         ClientOp::GetTopic { .. } => "get-topic",
         ClientOp::Produce { batch: true, .. } => "produce-batch",

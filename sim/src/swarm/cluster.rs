@@ -8,7 +8,10 @@ use rand_chacha::ChaCha8Rng;
 
 use narad_sim_runtime::{Component, NetFaults, component_rng};
 
-use super::{SwarmConfig, draw_faults, draw_io_errors, draw_sizes, draw_workload, think_for};
+use super::{
+    SwarmConfig, draw_faults, draw_io_errors, draw_sizes, draw_update_prob, draw_workload,
+    think_for,
+};
 
 /// Which network faults a seed injects, and how hard.
 #[derive(Clone, Debug, Default, PartialEq)]
@@ -61,6 +64,7 @@ pub fn draw(seed: u64, nodes: u32) -> SwarmConfig {
     let net = draw_net(&mut rng, horizon_ms);
     draw_io_errors(&mut rng, &mut faults);
     let sizes = draw_sizes(&mut rng);
+    workload.update_prob = draw_update_prob(&mut rng);
     workload.think_max_us = think_for(&workload, horizon_ms);
     SwarmConfig { nodes, faults, net, workload, horizon_ms, idempotent_commits: true, sizes }
 }

@@ -177,6 +177,8 @@ pub struct WorkloadConfig {
     pub think_max_us: u64,
     /// Probability per admin wake of deleting or creating a topic (0 = no churn).
     pub churn_prob: f64,
+    /// Probability per admin wake of changing a live topic's retention (0 = never).
+    pub update_prob: f64,
     /// Probability that a produce is deliberately invalid (must be rejected whole).
     pub invalid_prob: f64,
     pub request_timeout_ms: u64,
@@ -202,6 +204,7 @@ impl Default for WorkloadConfig {
             large_max: 64 * 1024,
             think_max_us: 2_000,
             churn_prob: 0.0,
+            update_prob: 0.0,
             invalid_prob: 0.02,
             request_timeout_ms: 2_000,
             max_attempts: 8,
@@ -306,6 +309,7 @@ impl SwarmConfig {
         draw_io_errors(&mut rng, &mut faults);
         let sizes = draw_sizes(&mut rng);
         draw_partition_failures(&mut rng, &mut faults);
+        workload.update_prob = draw_update_prob(&mut rng);
         workload.think_max_us = think_for(&workload, horizon_ms);
         SwarmConfig {
             nodes: 1,
@@ -317,6 +321,12 @@ impl SwarmConfig {
             sizes,
         }
     }
+}
+
+/// Topic updates on 40 % of seeds, at 5-30 % of the admin's wakes. Drawn after everything else
+/// in the swarm stream, so every earlier draw of a seed stays what it was.
+pub(crate) fn draw_update_prob(rng: &mut ChaCha8Rng) -> f64 {
+    if rng.random_bool(0.4) { rng.random_range(0.05..0.3) } else { 0.0 }
 }
 
 /// The longest think time that spreads the workload's requests over about `horizon_ms`, so
@@ -345,6 +355,7 @@ pub(crate) fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         large_max: 64 * 1024,
         think_max_us: rng.random_range(0..=3_000),
         churn_prob: if rng.random_bool(0.2) { rng.random_range(0.05..0.3) } else { 0.0 },
+        update_prob: 0.0, // drawn last (`draw_update_prob`)
         invalid_prob: if rng.random_bool(0.3) { 0.03 } else { 0.0 },
         request_timeout_ms: rng.random_range(1_000..=3_000),
         max_attempts: 8,

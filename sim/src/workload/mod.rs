@@ -1,14 +1,15 @@
-//! The workload: clients that create and delete topics, produce keyed, keyless, pinned and batch
-//! messages with unique ids, retry ambiguous answers (a retry is a new attempt with the same ids),
-//! and read partitions by offset. Each client has at most one request outstanding; in a cluster
+//! The workload: clients that create, update (retention) and delete topics, produce keyed,
+//! keyless, pinned and batch messages with unique ids, retry ambiguous answers (a retry is a new
+//! attempt with the same ids), and read partitions by offset. Each client has at most one request outstanding; in a cluster
 //! each request goes to a node of its own (the simulation picks a random running one).
 
 mod replies;
 pub mod topics;
+mod updates;
 
 use std::collections::{BTreeMap, VecDeque};
 
-use narad_core::{ClientOp, PartitionKey, ProduceMessage, RequestId, TopicId};
+use narad_core::{ClientOp, PartitionKey, ProduceMessage, RequestId, TopicChange, TopicId};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
@@ -56,6 +57,12 @@ enum Pending {
     Delete {
         name: String,
     },
+    /// A retention change; `valid: false`: deliberately out of bounds (must be refused).
+    Update {
+        name: String,
+        change: TopicChange,
+        valid: bool,
+    },
     Consume {
         key: PartitionKey,
         name: String,
@@ -76,9 +83,13 @@ impl Pending {
                 name: name.clone(),
                 partitions: Some(*partitions),
                 retention_ms: None,
+                retention_bytes: None,
             },
             Pending::Lookup { name } => ClientOp::GetTopic { name: name.clone() },
             Pending::Delete { name, .. } => ClientOp::DeleteTopic { name: name.clone() },
+            Pending::Update { name, change, .. } => {
+                ClientOp::UpdateTopic { name: name.clone(), change: *change }
+            }
             Pending::Consume { key, name, offset, max } => ClientOp::Consume {
                 topic: name.clone(),
                 partition: key.partition,
@@ -109,6 +120,8 @@ const MAX_TRIES: u32 = 200;
 pub struct Workload {
     cfg: WorkloadConfig,
     rng: ChaCha8Rng,
+    /// Draws of topic updates only (their own stream: seeds without updates keep every draw).
+    update_rng: ChaCha8Rng,
     clients: Vec<Client>,
     /// Which topics exist, as far as the clients know.
     pub topics: TopicModel,
@@ -126,8 +139,13 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Clients for `cfg`, drawing from `rng`.
-    pub fn new(cfg: WorkloadConfig, rng: ChaCha8Rng, cluster: bool) -> Workload {
+    /// Clients for `cfg`, drawing from `rng` (and topic updates from `update_rng`).
+    pub fn new(
+        cfg: WorkloadConfig,
+        rng: ChaCha8Rng,
+        update_rng: ChaCha8Rng,
+        cluster: bool,
+    ) -> Workload {
         let mut clients = vec![new_client(Role::Admin)];
         clients.extend((0..cfg.producers.max(1)).map(|_| new_client(Role::Producer)));
         clients.extend((0..cfg.readers).map(|_| new_client(Role::Reader)));
@@ -135,6 +153,7 @@ impl Workload {
             messages_left: cfg.messages,
             cfg,
             rng,
+            update_rng,
             clients,
             topics: TopicModel::default(),
             next_request: 1,
@@ -266,6 +285,9 @@ impl Workload {
                 AdminAsk::Delete { name: name.clone(), meant }
             }
             Pending::Lookup { name } => AdminAsk::Lookup { name: name.clone() },
+            Pending::Update { name, change, valid } => {
+                AdminAsk::Update { name: name.clone(), change: *change, valid: *valid }
+            }
             Pending::Produce { .. } | Pending::Consume { .. } => return None,
         })
     }
@@ -303,6 +325,9 @@ impl Workload {
         }
         if self.producers_finished() {
             return Err(Wake::Done);
+        }
+        if let Some(update) = self.update_next() {
+            return Ok(update);
         }
         if self.cfg.churn_prob > 0.0 && self.rng.random_bool(self.cfg.churn_prob) {
             let live = self.topics.live();

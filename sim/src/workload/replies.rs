@@ -128,6 +128,14 @@ impl Workload {
                 }
                 _ => Next::Retry { ambiguous: true },
             },
+            // Answers are judged by the admin checker; only an ambiguous one is tried again.
+            Pending::Update { .. } => match reply {
+                Some(ClientReply::Error(e)) if e.http_status() >= 500 => {
+                    Next::Retry { ambiguous: true }
+                }
+                None => Next::Retry { ambiguous: true },
+                Some(_) => Next::Finished,
+            },
             Pending::Consume { key, name, offset, .. } => {
                 match reply {
                     Some(ClientReply::Records(records)) => {

@@ -419,6 +419,7 @@ pub fn create(name: &str, partitions: u32) -> MetaCommand {
         name: name.into(),
         partitions: Some(partitions),
         retention_ms: None,
+        retention_bytes: None,
         now_ms: 1,
         seen_next_id: u64::MAX,
     }

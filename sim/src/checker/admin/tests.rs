@@ -1,18 +1,32 @@
 //! The admin-answer check fails on deliberately wrong answers and passes a right history.
 
 use narad_core::api::TopicInfo;
-use narad_core::{ClientError, ClientReply, Instant, NodeEvent, RequestId, TopicId};
+use narad_core::{
+    ClientError, ClientReply, Instant, NodeEvent, RequestId, TopicApplied, TopicChange, TopicId,
+};
 
 use super::AdminAsk;
 use crate::checker::{Checker, inv};
 
 fn info(name: &str, id: u64, partitions: u32) -> TopicInfo {
-    TopicInfo { name: name.into(), id: TopicId(id), partitions, retention_ms: None, created_ms: 7 }
+    TopicInfo {
+        name: name.into(),
+        id: TopicId(id),
+        partitions,
+        retention_ms: None,
+        retention_bytes: None,
+        created_ms: 7,
+    }
 }
 
 fn applied(checker: &mut Checker, at: u64, index: u64, created: bool, topic: &TopicInfo) {
+    let change = if created { TopicApplied::Created } else { TopicApplied::Deleted };
+    report(checker, at, index, change, topic);
+}
+
+fn report(checker: &mut Checker, at: u64, index: u64, change: TopicApplied, topic: &TopicInfo) {
     checker.set_now(Instant(at));
-    let event = NodeEvent::TopicApplied { index, created, topic: topic.clone() };
+    let event = NodeEvent::TopicApplied { index, change, topic: topic.clone() };
     checker.on_event(0, &event);
 }
 
@@ -131,4 +145,112 @@ fn replicas_disagreeing_on_an_index_and_ambiguous_answers() {
     let found = admin_violations(checker);
     assert_eq!(found.len(), 1, "a 503 is allowed either way: {found:?}");
     assert!(found[0].contains("another replica"), "{found:?}");
+}
+
+fn retention(ms: u64) -> TopicChange {
+    TopicChange { retention_ms: Some(ms), retention_bytes: None }
+}
+
+fn update(name: &str, change: TopicChange) -> AdminAsk {
+    AdminAsk::Update { name: name.into(), change, valid: true }
+}
+
+/// One node: `u` created, updated to 5 s through a PATCH answered 200, then looked up.
+fn updated_history() -> (Checker, TopicInfo, TopicInfo) {
+    let mut checker = Checker::new(false);
+    let created = info("u", 1, 2);
+    applied(&mut checker, 10, 3, true, &created);
+    let after = retention(5_000).applied_to(&created);
+    report(&mut checker, 30, 4, TopicApplied::Updated, &after);
+    let ok = ClientReply::TopicUpdated(after.clone());
+    answer(&mut checker, 1, update("u", retention(5_000)), (20, 40), ok);
+    let shown = ClientReply::Topic(after.clone(), Vec::new());
+    answer(&mut checker, 2, AdminAsk::Lookup { name: "u".into() }, (50, 55), shown);
+    (checker, created, after)
+}
+
+#[test]
+fn updates_answered_as_applied_pass() {
+    let (mut checker, _, after) = updated_history();
+    // A deliberately invalid update refused, a valid one to a name never created: 404.
+    let bad = AdminAsk::Update { name: "u".into(), change: retention(1), valid: false };
+    let refused = ClientReply::Error(ClientError::BadRequest("retention_ms".into()));
+    answer(&mut checker, 3, bad, (60, 61), refused);
+    let gone = ClientReply::Error(ClientError::NotFound("gone".into()));
+    answer(&mut checker, 4, update("nope", retention(1_000)), (62, 63), gone);
+    // Clearing the size limit of a topic that had none keeps every other field.
+    let clear = TopicChange { retention_ms: None, retention_bytes: Some(None) };
+    report(&mut checker, 70, 5, TopicApplied::Updated, &after);
+    answer(&mut checker, 5, update("u", clear), (65, 75), ClientReply::TopicUpdated(after));
+    assert_eq!(admin_violations(checker), Vec::<String>::new());
+}
+
+#[test]
+fn a_200_to_a_patch_with_values_not_asked_is_a_violation() {
+    let (mut checker, created, _) = updated_history();
+    // The node applied (and answered) 6 s where the client asked 7 s.
+    let wrong = retention(6_000).applied_to(&created);
+    report(&mut checker, 80, 6, TopicApplied::Updated, &wrong);
+    answer(
+        &mut checker,
+        3,
+        update("u", retention(7_000)),
+        (70, 90),
+        ClientReply::TopicUpdated(wrong),
+    );
+    let found = admin_violations(checker);
+    assert_eq!(found.len(), 1, "{found:?}");
+    assert!(found[0].contains("should have made"), "{found:?}");
+}
+
+#[test]
+fn a_200_naming_an_incarnation_no_longer_live_is_a_violation() {
+    let (mut checker, created, _) = updated_history();
+    applied(&mut checker, 60, 5, false, &created);
+    applied(&mut checker, 62, 6, true, &info("u", 2, 1));
+    // A late update applied to the deleted incarnation #1 instead of being refused.
+    let late = retention(9_000).applied_to(&created);
+    report(&mut checker, 70, 7, TopicApplied::Updated, &late);
+    answer(
+        &mut checker,
+        3,
+        update("u", retention(9_000)),
+        (65, 75),
+        ClientReply::TopicUpdated(late),
+    );
+    let found = admin_violations(checker);
+    assert!(found.iter().any(|f| f.contains("while the name held #2")), "{found:?}");
+}
+
+#[test]
+fn a_200_for_an_update_never_applied_and_a_stale_lookup_are_violations() {
+    let (mut checker, created, _) = updated_history();
+    let phantom = retention(8_000).applied_to(&created);
+    answer(
+        &mut checker,
+        3,
+        update("u", retention(8_000)),
+        (60, 70),
+        ClientReply::TopicUpdated(phantom),
+    );
+    // One node: a lookup that arrived after the update applied still shows the old version.
+    let stale = ClientReply::Topic(created, Vec::new());
+    answer(&mut checker, 4, AdminAsk::Lookup { name: "u".into() }, (80, 85), stale);
+    let found = admin_violations(checker);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("no update applied during the request"), "{found:?}");
+    assert!(found[1].contains("a later update was applied before the lookup"), "{found:?}");
+}
+
+#[test]
+fn a_404_or_400_to_a_valid_patch_of_a_live_topic_is_a_violation() {
+    let (mut checker, _, _) = updated_history();
+    let gone = ClientReply::Error(ClientError::NotFound("gone".into()));
+    answer(&mut checker, 3, update("u", retention(2_000)), (60, 70), gone);
+    let refused = ClientReply::Error(ClientError::BadRequest("no".into()));
+    answer(&mut checker, 4, update("u", retention(2_000)), (71, 72), refused);
+    let found = admin_violations(checker);
+    assert_eq!(found.len(), 2, "{found:?}");
+    assert!(found[0].contains("the name was live throughout"), "{found:?}");
+    assert!(found[1].contains("a valid update was refused"), "{found:?}");
 }
