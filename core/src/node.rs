@@ -280,8 +280,8 @@ impl Node {
         }
         let recovery = Node::begin_recovery(config, now, others)?;
         let mut partitions = Vec::with_capacity(logs.len());
-        for (key, mut segments) in logs {
-            segments.sort_by_key(|(base, _)| *base);
+        // `files` iterates in `FileId` order: by partition, then by first offset.
+        for (key, segments) in logs {
             let mut scan = recovery.partition_scan(key);
             let mut rest: &[u8] = &[];
             for (base, bytes) in &segments {

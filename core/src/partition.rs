@@ -523,9 +523,7 @@ impl PartitionLog {
             return None;
         }
         let (base, index, size) = match self.sealed.range(..=offset).next_back() {
-            Some((&base, sealed)) if offset >= base && offset < self.base => {
-                (base, &sealed.index, sealed.size)
-            }
+            Some((&base, sealed)) if offset < self.base => (base, &sealed.index, sealed.size),
             _ => (self.base, &self.index, self.size),
         };
         let span = index.span(offset, max, max_bytes, size);

@@ -70,6 +70,10 @@ impl Found {
 pub fn load(data_dir: &Path) -> anyhow::Result<Found> {
     let mut found = Found::default();
     walk(data_dir, "", &mut found)?;
+    // Directory listings come in any order; recovery takes a log's segments oldest first.
+    for segments in found.partition_logs.values_mut() {
+        segments.sort_unstable_by_key(|(base, _)| *base);
+    }
     Ok(found)
 }
 
@@ -89,9 +93,7 @@ fn walk(dir: &Path, prefix: &str, found: &mut Found) -> anyhow::Result<()> {
         if kind.is_dir() {
             walk(&entry.path(), &relative, found)?;
         } else if let Some(FileId::PartitionSegment { key, base }) = FileId::parse(&relative) {
-            let segments = found.partition_logs.entry(key).or_default();
-            segments.push((base, entry.path()));
-            segments.sort_by_key(|(base, _)| *base);
+            found.partition_logs.entry(key).or_default().push((base, entry.path()));
         } else if let Some(file) = FileId::parse(&relative) {
             let bytes = fs::read(entry.path())
                 .with_context(|| format!("reading {}", entry.path().display()))?;
