@@ -118,10 +118,22 @@ impl TopicChange {
 pub struct PartitionStats {
     pub index: u32,
     pub owner_node: u32,
-    /// Known for partitions this node owns; `None` for partitions owned by other nodes (read
-    /// them there, or consume through any node).
-    pub high_watermark: Option<u64>,
-    pub size_bytes: Option<u64>,
+    /// Known when the owner is this node or answered in time; `None` while it is down (a
+    /// partition that never received a record has numbers: zeros).
+    pub numbers: Option<PartitionNumbers>,
+}
+
+/// What an owner reports of one partition log.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PartitionNumbers {
+    /// The first offset still held (records below it were deleted by retention).
+    pub log_start_offset: u64,
+    /// Offsets below it are visible.
+    pub high_watermark: u64,
+    /// Segment files.
+    pub segments: u64,
+    /// Bytes of every segment together.
+    pub size_bytes: u64,
 }
 
 /// A cluster member as `GET /v1/cluster/members` shows it.
@@ -235,8 +247,12 @@ pub struct Stats {
     /// Acknowledged records found damaged at rest in the WAL before dispatch: lost (their only
     /// copy). Anything above zero means the disk corrupted data; see the error log.
     pub records_lost: u64,
-    /// Per partition: (topic name, partition, high watermark, size in bytes).
-    pub partitions: Vec<(String, u32, u64, u64)>,
+    /// Per partition held here: (topic name, partition, its numbers).
+    pub partitions: Vec<(String, u32, PartitionNumbers)>,
+    /// Sealed segments deleted by retention, and the records and bytes they held.
+    pub retention_segments_deleted: u64,
+    pub retention_records_deleted: u64,
+    pub retention_bytes_deleted: u64,
     /// 1 once recovery finished and the node serves requests.
     pub ready: u64,
     /// 1 while this node is the metastore leader.

@@ -25,6 +25,17 @@ pub const PARTITION_INDEX_INTERVAL_BYTES: u64 = 64 * 1024;
 /// A partition log's active segment is sealed once it holds this many bytes (the next commit
 /// starts a new segment file): the unit retention deletes.
 pub const PARTITION_SEGMENT_BYTES: u64 = 64 * 1024 * 1024;
+/// The retention pass runs this often (the default of `Config::retention_check_ms`): a segment
+/// past its topic's retention is deleted at most this much later. The pass only compares numbers
+/// held in memory; deletions run one segment at a time, off the produce path.
+pub const RETENTION_CHECK_MS: u64 = 1_000;
+/// An active segment holding records rolls once it is older than its topic's `retention_ms`
+/// divided by this (and at least `SEGMENT_ROLL_MIN_AGE_MS`), so that time retention acts on a
+/// quiet partition too: a record outlives its retention by at most about an eighth of it (plus
+/// a pass). Small segments: at most about eight per partition live beyond the size bound.
+pub const SEGMENT_ROLL_AGE_DIVISOR: u64 = 8;
+/// The youngest an active segment rolls by age.
+pub const SEGMENT_ROLL_MIN_AGE_MS: u64 = 1_000;
 /// Byte budget of one commit batch (at least one record is always sent).
 pub const COMMIT_BATCH_BYTES: usize = 8 * 1024 * 1024;
 /// Reading never goes further than this many windows past the checkpoint.

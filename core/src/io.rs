@@ -197,6 +197,10 @@ pub enum NodeEvent {
     /// leader reports nothing. Checkers rebuild the topic history from these (admin answers are
     /// checked against it).
     TopicApplied { index: u64, change: TopicApplied, topic: crate::api::TopicInfo },
+    /// Retention deleted the oldest sealed segment of a partition (the deletion is durable):
+    /// `trimmed` says what it held and where the log starts now; `now_ms` is the owner's clock
+    /// when the deletion completed (it was judged past retention when it was started, earlier).
+    SegmentDeleted { key: PartitionKey, trimmed: crate::partition::Trimmed, now_ms: u64 },
 }
 
 /// Which topic change a `NodeEvent::TopicApplied` reports.

@@ -15,6 +15,7 @@ mod invariants;
 mod metastore;
 mod owner;
 mod recovery;
+mod retention;
 mod routing;
 
 use std::collections::{BTreeMap, VecDeque};
@@ -66,6 +67,14 @@ pub struct Config {
     pub wal_segment_bytes: u64,
     /// Size past which a fully dispatched WAL segment is rotated (`WAL_ROTATE_DISPATCHED_BYTES`).
     pub wal_rotate_dispatched_bytes: u64,
+    /// Period of the retention pass (`RETENTION_CHECK_MS`): how late a segment past its topic's
+    /// retention may be deleted, at most.
+    pub retention_check_ms: u64,
+    /// Size bounds apply divided by this (1 in production). The simulator's runs write a few
+    /// KiB per partition, far below the smallest `retention_bytes` a client may set (4 MiB), so
+    /// it scales the bounds down instead of writing gigabytes; the metastore keeps the values
+    /// clients set either way.
+    pub retention_bytes_divisor: u64,
 }
 
 impl Config {
@@ -91,6 +100,8 @@ impl Config {
             meta_snapshot_every_entries: crate::constants::META_SNAPSHOT_EVERY_ENTRIES,
             wal_segment_bytes: crate::constants::WAL_SEGMENT_BYTES,
             wal_rotate_dispatched_bytes: crate::constants::WAL_ROTATE_DISPATCHED_BYTES,
+            retention_check_ms: crate::constants::RETENTION_CHECK_MS,
+            retention_bytes_divisor: 1,
         }
     }
 
@@ -210,6 +221,8 @@ pub struct Node {
     orphan_files_asked: BTreeMap<TopicId, Instant>,
     /// When partition logs are next scanned for topics the replica does not know.
     next_orphan_scan: Instant,
+    /// When the next retention pass runs.
+    next_retention_at: Instant,
     /// Start-up syncs still running; nothing found on disk is used before they are done.
     startup_syncs_left: usize,
     /// Inputs that arrived during the start-up syncs: client requests, and peer messages (at
@@ -229,6 +242,9 @@ struct NodeCounters {
     remote_commits_ok: u64,
     remote_commits_failed: u64,
     peer_messages_refused: u64,
+    retention_segments_deleted: u64,
+    retention_records_deleted: u64,
+    retention_bytes_deleted: u64,
 }
 
 /// Placement as the local metastore replica sees it.
@@ -357,6 +373,7 @@ impl Node {
             wal_read_retry_at: None,
             orphan_files_asked: BTreeMap::new(),
             next_orphan_scan: now,
+            next_retention_at: now,
             startup_syncs_left: 0,
             deferred: VecDeque::new(),
             fatal: None,
@@ -424,6 +441,7 @@ impl Node {
             self.tick_metastore();
         }
         self.expire_remote();
+        self.run_retention_if_due();
         self.pump();
     }
 
@@ -445,6 +463,7 @@ impl Node {
             self.dispatcher.next_deadline(),
             self.wal_read_retry_at,
             self.remote.next_deadline(),
+            (self.is_serving() && !self.partitions.is_empty()).then_some(self.next_retention_at),
         ]
         .into_iter()
         .flatten()
@@ -484,10 +503,15 @@ impl Node {
         self.shutting_down && self.io.is_empty()
     }
 
-    /// The high watermark of every partition log this node holds, whether or not its replica
-    /// knows the topic yet (for checkers: what a restart recovered).
-    pub fn watermarks(&self) -> Vec<(PartitionKey, u64)> {
-        self.partitions.iter().map(|(key, log)| (*key, log.high_watermark())).collect()
+    /// The numbers of every partition log this node holds, whether or not its replica knows the
+    /// topic yet (for checkers: where each log starts and ends after a restart).
+    pub fn partition_numbers(&self) -> Vec<(PartitionKey, crate::api::PartitionNumbers)> {
+        self.partitions.iter().map(|(key, log)| (*key, log.numbers())).collect()
+    }
+
+    /// The node's clock as of its latest input.
+    pub fn clock(&self) -> Instant {
+        self.now
     }
 
     /// Counters and gauges.
@@ -501,7 +525,7 @@ impl Node {
             .iter()
             .filter_map(|(key, log)| {
                 let topic = self.meta.topic_by_id(key.topic)?;
-                Some((topic.name.clone(), key.partition, log.high_watermark(), log.size_bytes()))
+                Some((topic.name.clone(), key.partition, log.numbers()))
             })
             .collect();
         Stats {
@@ -525,6 +549,9 @@ impl Node {
             records_discarded: dispatch.records_discarded,
             records_lost: dispatch.records_lost,
             partitions,
+            retention_segments_deleted: self.counters.retention_segments_deleted,
+            retention_records_deleted: self.counters.retention_records_deleted,
+            retention_bytes_deleted: self.counters.retention_bytes_deleted,
             ready: u64::from(self.is_ready()),
             meta_leader: u64::from(self.meta.is_leader()),
             remote_commits_ok: self.counters.remote_commits_ok,

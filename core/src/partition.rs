@@ -24,6 +24,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
+use crate::api::PartitionNumbers;
 use crate::codec::{FRAME_HEADER_BYTES, MAX_FRAME_BODY_BYTES, frame_at};
 use crate::ids::{NodeId, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
@@ -149,6 +150,11 @@ pub struct PartitionLog {
     segment_bytes: u64,
     /// Timestamp of the active segment's newest committed record.
     active_newest_ms: u64,
+    /// When (on the owner's clock) a retention pass first saw the active segment hold records:
+    /// the segment rolls once it is older than the topic's roll age (see `retention`).
+    active_since_ms: Option<u64>,
+    /// The active segment is due to roll at the next commit (it aged while a commit ran).
+    roll_due: bool,
     /// The retention pass in progress (a segment's delete in flight).
     trim: Option<retention::Trim>,
     /// Completed deletions not yet taken by `poll_trimmed`.
@@ -200,6 +206,8 @@ impl PartitionLog {
             sealed: BTreeMap::new(),
             segment_bytes: crate::constants::PARTITION_SEGMENT_BYTES,
             active_newest_ms: 0,
+            active_since_ms: None,
+            roll_due: false,
             trim: None,
             trimmed: VecDeque::new(),
             state: LogState::Idle,
@@ -231,6 +239,16 @@ impl PartitionLog {
         self.sealed.len() + 1
     }
 
+    /// The partition's numbers as `partition_stats` shows them.
+    pub fn numbers(&self) -> PartitionNumbers {
+        PartitionNumbers {
+            log_start_offset: self.log_start_offset(),
+            high_watermark: self.high_watermark(),
+            segments: self.sealed.len() as u64 + u64::from(self.file_exists),
+            size_bytes: self.size_bytes(),
+        }
+    }
+
     /// Every segment file of the log that exists, oldest first.
     pub fn files(&self) -> Vec<FileId> {
         let active = self.file_exists.then_some(self.base);
@@ -254,7 +272,7 @@ impl PartitionLog {
 
     /// A commit may be started now: the log is idle, or poisoned (starting one begins the repair).
     pub fn can_start_commit(&self) -> bool {
-        matches!(self.state, LogState::Idle | LogState::Poisoned)
+        matches!(self.state, LogState::Idle | LogState::Poisoned) && !self.opening_active()
     }
 
     /// True while no commit or repair runs (a new commit may start).
@@ -269,6 +287,9 @@ impl PartitionLog {
     /// is poisoned (a repair then starts).
     pub fn begin_commit(&mut self, parts: Vec<CommitPart>) -> Result<Vec<CommitOutcome>, String> {
         match self.state {
+            LogState::Idle if self.opening_active() => {
+                return Err(format!("{}: creating the active segment, busy", self.key));
+            }
             LogState::Idle => {}
             LogState::Poisoned => {
                 self.start_repair();
@@ -354,10 +375,10 @@ impl PartitionLog {
         });
     }
 
-    /// Seals a full active segment: the commit being started goes to a new one at the high
-    /// watermark (only ever called between commits, with nothing to repair).
+    /// Seals a full or aged active segment: the commit being started goes to a new one at the
+    /// high watermark (only ever called between commits, with nothing to repair).
     fn roll_if_full(&mut self) {
-        if self.size >= self.segment_bytes && self.file_exists {
+        if (self.size >= self.segment_bytes || self.roll_due) && self.file_exists {
             self.roll_to(self.high_watermark());
         }
     }
@@ -373,6 +394,8 @@ impl PartitionLog {
         self.sealed.insert(self.base, SealedSegment { index, size, newest_ms });
         self.base = base;
         self.file_exists = false;
+        self.active_since_ms = None;
+        self.roll_due = false;
     }
 
     fn emit_write(&mut self, data: &Bytes) {

@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use crate::api::{ClientError, TopicInfo};
+use crate::api::{ClientError, PartitionNumbers, TopicInfo};
 use crate::codec::{Reader, put_optional_bytes};
 use crate::ids::{PartitionKey, TopicId};
 
@@ -60,8 +60,8 @@ pub enum PeerMessage {
     ConsumeReply { id: u64, result: Result<Vec<WireConsumed>, WireError> },
     /// Watermark and size of the receiver's partitions of `topic` (for `GET /v1/topics/{t}`).
     TopicStats { id: u64, topic: TopicId },
-    /// (partition, high watermark, size in bytes) of each partition of the topic it holds.
-    TopicStatsReply { id: u64, partitions: Vec<(u32, u64, u64)> },
+    /// The numbers of each partition of the topic the sender owns or holds.
+    TopicStatsReply { id: u64, partitions: Vec<(u32, PartitionNumbers)> },
 }
 
 /// The outcome of a forwarded metastore command.
@@ -209,9 +209,10 @@ impl PeerMessage {
             PeerMessage::TopicStatsReply { id, partitions } => {
                 out.push(TAG_TOPIC_STATS_REPLY);
                 put_u64s(&mut out, &[*id, partitions.len() as u64]);
-                for (partition, hwm, size) in partitions {
+                for (partition, n) in partitions {
                     out.extend_from_slice(&partition.to_le_bytes());
-                    put_u64s(&mut out, &[*hwm, *size]);
+                    let numbers = [n.log_start_offset, n.high_watermark, n.segments, n.size_bytes];
+                    put_u64s(&mut out, &numbers);
                 }
             }
         }
@@ -293,9 +294,16 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
         TAG_TOPIC_STATS => PeerMessage::TopicStats { id, topic: TopicId(reader.u64()?) },
         TAG_TOPIC_STATS_REPLY => {
             let count = reader.u64()?;
-            let mut partitions = Vec::with_capacity(capacity_for(count, reader, 20));
+            let mut partitions = Vec::with_capacity(capacity_for(count, reader, 36));
             for _ in 0..count {
-                partitions.push((reader.u32()?, reader.u64()?, reader.u64()?));
+                let partition = reader.u32()?;
+                let numbers = PartitionNumbers {
+                    log_start_offset: reader.u64()?,
+                    high_watermark: reader.u64()?,
+                    segments: reader.u64()?,
+                    size_bytes: reader.u64()?,
+                };
+                partitions.push((partition, numbers));
             }
             PeerMessage::TopicStatsReply { id, partitions }
         }

@@ -5,4 +5,5 @@ mod cluster_harness;
 mod harness;
 mod node_flow;
 mod overload;
+mod retention;
 mod topic_update;

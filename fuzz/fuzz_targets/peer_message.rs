@@ -7,7 +7,7 @@
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use narad_core::api::TopicInfo;
+use narad_core::api::{PartitionNumbers, TopicInfo};
 use narad_core::peer::{
     PeerMessage, WireAdminResult, WireCommitResult, WireConsumed, WireError, WireRecord,
 };
@@ -70,8 +70,16 @@ fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage>
         },
         8 => PeerMessage::ConsumeReply { id, result: consume_result(u)? },
         9 => PeerMessage::TopicStats { id, topic: TopicId(u.arbitrary()?) },
-        _ => PeerMessage::TopicStatsReply { id, partitions: u.arbitrary()? },
+        _ => PeerMessage::TopicStatsReply { id, partitions: stats(u)? },
     })
+}
+
+fn stats(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<(u32, PartitionNumbers)>> {
+    let raw: Vec<(u32, [u64; 4])> = u.arbitrary()?;
+    let numbers = |(partition, [log_start_offset, high_watermark, segments, size_bytes])| {
+        (partition, PartitionNumbers { log_start_offset, high_watermark, segments, size_bytes })
+    };
+    Ok(raw.into_iter().map(numbers).collect())
 }
 
 fn bytes(u: &mut Unstructured<'_>) -> arbitrary::Result<Bytes> {

@@ -123,7 +123,18 @@ fn peer_messages() -> Vec<Vec<u8>> {
         PeerMessage::ProposeReply { id: 3, result: WireAdminResult::Created(topic) },
         PeerMessage::Consume { id: 4, target, offset: 0, max: 10 },
         PeerMessage::ConsumeReply { id: 4, result: Ok(Vec::new()) },
-        PeerMessage::TopicStatsReply { id: 5, partitions: vec![(0, 10, 300)] },
+        PeerMessage::TopicStatsReply {
+            id: 5,
+            partitions: vec![(
+                0,
+                narad_core::api::PartitionNumbers {
+                    log_start_offset: 2,
+                    high_watermark: 10,
+                    segments: 2,
+                    size_bytes: 300,
+                },
+            )],
+        },
     ]
     .iter()
     .map(|m| m.encode().to_vec())

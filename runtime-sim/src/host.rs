@@ -34,7 +34,12 @@ pub trait HostRuntime {
     /// Deliver bytes to node `to` (a simulated network may delay, drop or duplicate them).
     fn send(&mut self, node: u32, to: narad_core::NodeId, bytes: Bytes);
     /// The node just started serving (its start-up syncs are done): what it serves from now on.
-    fn ready(&mut self, node: u32, watermarks: &[(narad_core::PartitionKey, u64)]);
+    fn ready(
+        &mut self,
+        node: u32,
+        numbers: &[(narad_core::PartitionKey, narad_core::api::PartitionNumbers)],
+        clock_ms: u64,
+    );
 }
 
 /// A node's clock relative to simulated time: `node = t + offset + (t - base) * drift`, with the
@@ -343,7 +348,7 @@ impl NodeHost {
         }
         if !self.ready && node.is_serving() {
             self.ready = true;
-            rt.ready(self.index, &node.watermarks());
+            rt.ready(self.index, &node.partition_numbers(), node.clock().as_millis());
         }
         let next = node.poll_timeout();
         if next != self.timer {

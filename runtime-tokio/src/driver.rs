@@ -49,6 +49,8 @@ pub struct NodeHandle {
     commands: mpsc::Sender<Command>,
     ready: Arc<AtomicBool>,
     peers: Arc<OnceLock<Outbox>>,
+    /// The data directory, for the free-space gauge.
+    data_dir: Option<Arc<std::path::Path>>,
 }
 
 impl NodeHandle {
@@ -57,6 +59,17 @@ impl NodeHandle {
         let (reply, answer) = oneshot::channel();
         self.commands.send(Command::Client { op, reply }).await.map_err(|_| NodeGone)?;
         answer.await.map_err(|_| NodeGone)
+    }
+
+    /// This handle, knowing the node's data directory (`/metrics` reports its free space).
+    pub fn with_data_dir(mut self, dir: &std::path::Path) -> NodeHandle {
+        self.data_dir = Some(Arc::from(dir));
+        self
+    }
+
+    /// The node's data directory, if this handle knows it.
+    pub fn data_dir(&self) -> Option<&std::path::Path> {
+        self.data_dir.as_deref()
     }
 
     /// The node's counters and gauges.
@@ -120,8 +133,12 @@ impl Driver {
         let ready = Arc::new(AtomicBool::new(false));
         let (_, peers_in) = mpsc::channel(1); // closed until `with_peers`
         let peers = Arc::new(OnceLock::new());
-        let handle =
-            NodeHandle { commands: tx, ready: Arc::clone(&ready), peers: Arc::clone(&peers) };
+        let handle = NodeHandle {
+            commands: tx,
+            ready: Arc::clone(&ready),
+            peers: Arc::clone(&peers),
+            data_dir: None,
+        };
         let driver = Driver {
             node,
             clock,
@@ -393,7 +410,8 @@ fn log_event(event: NodeEvent) {
         NodeEvent::CommitFailed { key, reason } => {
             tracing::warn!(%key, reason, "partition commit failed and was rolled back");
         }
-        NodeEvent::TopicApplied { .. } => {} // the core logs topic changes itself
+        // The core logs topic changes and retention's deletions itself.
+        NodeEvent::TopicApplied { .. } | NodeEvent::SegmentDeleted { .. } => {}
     }
 }
 

@@ -87,6 +87,7 @@ async fn run(
     let (done_tx, done_rx) = mpsc::unbounded_channel();
     let disk = DiskExecutor::start(&args.data_dir, done_tx).context("starting disk threads")?;
     let (driver, handle) = Driver::new(node, clock, disk, done_rx);
+    let handle = handle.with_data_dir(&args.data_dir);
     let (driver, transport) = plan.attach(driver)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let span = tracing::info_span!("node", id = args.node_id);
@@ -209,7 +210,9 @@ fn log_recovered(stats: &Stats, seed: u64) {
         wal_checkpoint = stats.wal_checkpoint,
         dispatch_backlog = stats.dispatch_backlog,
         partitions = stats.partitions.len(),
-        records_visible = stats.partitions.iter().map(|p| p.2).sum::<u64>(),
+        records_visible =
+            stats.partitions.iter().map(|p| p.2.high_watermark - p.2.log_start_offset).sum::<u64>(),
+        partition_segments = stats.partitions.iter().map(|p| p.2.segments).sum::<u64>(),
         seed,
         "recovered"
     );

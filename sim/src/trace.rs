@@ -107,6 +107,12 @@ pub enum What {
     CommitFailed {
         key: PartitionKey,
     },
+    /// Retention deleted the oldest segment of `key`: it now starts at `log_start`.
+    SegmentDeleted {
+        key: PartitionKey,
+        log_start: u64,
+        records: u64,
+    },
     Fault {
         action: &'static str,
     },
@@ -308,6 +314,9 @@ fn hash_record(h: &mut TraceHash, r: &TraceRecord) {
         What::RecordsLost { first, count } => h.words(&[23, first, count]),
         What::Latched => h.word(11),
         What::CommitFailed { key } => h.words(&[12, key_word(&key)]),
+        What::SegmentDeleted { key, log_start, records } => {
+            h.words(&[24, key_word(&key), log_start, records]);
+        }
         What::Fault { action } => {
             h.word(13);
             h.bytes(action.as_bytes());
@@ -379,6 +388,9 @@ impl fmt::Display for TraceRecord {
             }
             What::Latched => write!(f, "WAL LATCHED"),
             What::CommitFailed { key } => write!(f, "commit failed {key}"),
+            What::SegmentDeleted { key, log_start, records } => {
+                write!(f, "segment deleted {key}: {records} records, log starts at {log_start}")
+            }
             What::Fault { action } => write!(f, "FAULT {action}"),
             What::Started { ok } => {
                 write!(f, "process start: {}", if ok { "recovered" } else { "REFUSED" })

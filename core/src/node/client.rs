@@ -88,13 +88,8 @@ impl Node {
                 let owner = self.meta.owner(key).map_or(0, |n| n.0);
                 let local = owner == self.config.node_id.0;
                 let log = self.partitions.get(&key);
-                let known = |value: fn(&PartitionLog) -> u64| local.then(|| log.map_or(0, value));
-                PartitionStats {
-                    index,
-                    owner_node: owner,
-                    high_watermark: known(PartitionLog::high_watermark),
-                    size_bytes: known(PartitionLog::size_bytes),
-                }
+                let numbers = local.then(|| log.map(PartitionLog::numbers).unwrap_or_default());
+                PartitionStats { index, owner_node: owner, numbers }
             })
             .collect();
         ClientReply::Topic(topic.clone(), stats)

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 
 use super::{ConsumeAsker, IoPurpose, MetaWaiter, Node, PEER_COMMIT_JOBS_MAX, PEER_REQUESTS_MAX};
 use crate::accept::check_record_limits;
-use crate::api::{ClientError, ClientReply, ConsumedRecord};
+use crate::api::{ClientError, ClientReply, ConsumedRecord, PartitionNumbers};
 use crate::constants::{COMMIT_TIMEOUT_MS, MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::dispatch::CommitResult;
 use crate::ids::{Instant, NodeId, PartitionKey, RequestId, TopicId};
@@ -422,14 +422,21 @@ impl Node {
         }
     }
 
-    /// (partition, high watermark, size) of every partition of `topic` held here.
-    fn local_partition_stats(&self, topic: crate::ids::TopicId) -> Vec<(u32, u64, u64)> {
-        self.partitions
-            .range(
-                PartitionKey { topic, partition: 0 }..=PartitionKey { topic, partition: u32::MAX },
-            )
-            .map(|(key, log)| (key.partition, log.high_watermark(), log.size_bytes()))
-            .collect()
+    /// The numbers of every partition of `topic` this node owns (zeros for one that never
+    /// received a record) or holds a log of.
+    fn local_partition_stats(&self, topic: TopicId) -> Vec<(u32, PartitionNumbers)> {
+        let range =
+            PartitionKey { topic, partition: 0 }..=PartitionKey { topic, partition: u32::MAX };
+        let mut numbers: BTreeMap<u32, PartitionNumbers> =
+            self.partitions.range(range).map(|(key, log)| (key.partition, log.numbers())).collect();
+        let partitions = self.meta.topic_by_id(topic).map_or(0, |t| t.partitions);
+        for partition in 0..partitions {
+            let key = PartitionKey { topic, partition };
+            if self.meta.owner(key) == Some(self.config.node_id) {
+                numbers.entry(partition).or_default();
+            }
+        }
+        numbers.into_iter().collect()
     }
 
     /// Asks every live owner of `topic`'s partitions for their statistics, or answers at once if
@@ -442,7 +449,7 @@ impl Node {
     ) {
         let waiting: std::collections::BTreeSet<NodeId> = stats
             .iter()
-            .filter(|p| p.high_watermark.is_none())
+            .filter(|p| p.numbers.is_none())
             .map(|p| NodeId(p.owner_node))
             .filter(|owner| *owner != self.config.node_id && self.meta.is_alive(*owner))
             .collect();
@@ -459,16 +466,15 @@ impl Node {
         self.remote.topic_stats.insert(id, pending);
     }
 
-    fn on_topic_stats(&mut self, from: NodeId, id: u64, partitions: &[(u32, u64, u64)]) {
+    fn on_topic_stats(&mut self, from: NodeId, id: u64, partitions: &[(u32, PartitionNumbers)]) {
         let Some(pending) = self.remote.topic_stats.get_mut(&id) else { return };
         if !pending.waiting.remove(&from) {
             return;
         }
-        for &(partition, hwm, size) in partitions {
+        for &(partition, numbers) in partitions {
             let known = pending.stats.get_mut(partition as usize);
             if let Some(entry) = known.filter(|p| p.owner_node == from.0) {
-                entry.high_watermark = Some(hwm);
-                entry.size_bytes = Some(size);
+                entry.numbers = Some(numbers);
             }
         }
         if pending.waiting.is_empty() {

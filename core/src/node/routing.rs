@@ -86,6 +86,7 @@ impl Node {
         for outcome in log.on_io(io, result) {
             self.on_commit_outcome(outcome);
         }
+        self.collect_trimmed();
         self.start_queued_commits();
     }
 

@@ -44,12 +44,27 @@ pub enum ReadRefusal {
     BeingTrimmed,
 }
 
-/// A retention pass in progress: a segment's delete is in flight.
+/// A retention pass in progress: a segment's delete (or the active segment's create) is in
+/// flight.
 #[derive(Clone, Copy, Debug)]
 pub(super) struct Trim {
     base: u64,
     now_ms: u64,
     policy: RetentionPolicy,
+    stage: TrimStage,
+    /// An operation of the stage failed (the stage ends when all have completed).
+    failed: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum TrimStage {
+    /// The segment to delete is the last file of the log, and its name is all that says where
+    /// offsets go on after a restart: the active segment's (empty) file is created and synced
+    /// first (a new file's directory entry may be durable only once the file was synced).
+    /// Holds the operations still in flight.
+    OpeningActive(u32),
+    /// The oldest sealed segment's delete is in flight.
+    Deleting,
 }
 
 impl PartitionLog {
@@ -60,18 +75,28 @@ impl PartitionLog {
         if self.trim.is_some() {
             return;
         }
-        self.seal_if_aged(now_ms, policy);
+        self.seal_if_due(now_ms, policy);
         self.trim_next(now_ms, policy);
     }
 
-    /// A record past `retention_ms` in an idle, quiet active segment: seal it so it can go (the
-    /// next commit starts a new segment at the high watermark).
-    fn seal_if_aged(&mut self, now_ms: u64, policy: RetentionPolicy) {
+    /// Seals the active segment when it is due: its newest record is past `retention_ms` (a
+    /// quiet partition ages out too), or it holds records and is older than the roll age. Only
+    /// an idle log rolls here (a poisoned segment may hold a failed commit's bytes past its
+    /// size); otherwise the next commit rolls first.
+    fn seal_if_due(&mut self, now_ms: u64, policy: RetentionPolicy) {
+        if self.size == 0 || !self.file_exists {
+            return;
+        }
+        let since = *self.active_since_ms.get_or_insert(now_ms);
         let aged = past(self.active_newest_ms, now_ms, policy.retention_ms);
-        // Idle only: a poisoned segment may hold a failed commit's bytes past its size.
-        let idle = matches!(self.state, super::LogState::Idle);
-        if aged && idle && self.size > 0 && self.file_exists {
+        let old = roll_age_ms(policy.retention_ms).is_some_and(|age| now_ms >= since + age);
+        if !aged && !old {
+            return;
+        }
+        if matches!(self.state, super::LogState::Idle) {
             self.roll_to(self.high_watermark());
+        } else {
+            self.roll_due = true;
         }
     }
 
@@ -83,15 +108,49 @@ impl PartitionLog {
         if !by_age && !by_size {
             return;
         }
-        let file = FileId::PartitionSegment { key: self.key, base };
-        self.outbox.push_back((PartIo::Trim, DiskOp::Delete { file }));
-        self.trim = Some(Trim { base, now_ms, policy });
+        let stage = if self.sealed.len() == 1 && !self.file_exists {
+            // Without a file of its own, the active segment's base would be lost with the last
+            // sealed one, and a restart would begin the log again at offset 0. An idle log only:
+            // a running commit creates the file itself.
+            if !matches!(self.state, super::LogState::Idle) {
+                return;
+            }
+            let file = self.active_file();
+            self.outbox.push_back((PartIo::Trim, DiskOp::Create { file }));
+            self.outbox.push_back((PartIo::Trim, DiskOp::Sync { file }));
+            self.fsyncs += 1;
+            TrimStage::OpeningActive(2)
+        } else {
+            let file = FileId::PartitionSegment { key: self.key, base };
+            self.outbox.push_back((PartIo::Trim, DiskOp::Delete { file }));
+            TrimStage::Deleting
+        };
+        self.trim = Some(Trim { base, now_ms, policy, stage, failed: false });
     }
 
-    /// The delete of the pass's segment completed: on success the segment is gone and the pass
-    /// goes on; on failure the segment stays (the next pass tries again).
+    /// The pass's operation completed: on success the segment is gone (or the active segment's
+    /// file exists) and the pass goes on; on failure nothing changed (the next pass tries again).
     pub(super) fn on_trim_io(&mut self, result: Result<DiskDone, DiskError>) {
-        let trim = self.trim.take().expect("invariant: a trim completion follows a trim delete");
+        let mut trim = self.trim.take().expect("invariant: a trim completion follows a trim op");
+        if let TrimStage::OpeningActive(left) = trim.stage {
+            let failed = trim.failed || result.is_err();
+            if let Err(error) = result {
+                tracing::warn!(partition = %self.key, %error, "retention: creating the active segment failed; retrying at the next pass");
+            }
+            if left > 1 {
+                trim.stage = TrimStage::OpeningActive(left - 1);
+                trim.failed = failed;
+                self.trim = Some(trim);
+                return;
+            }
+            if failed {
+                // The file may exist now, or not: a commit creates it again (a create
+                // truncates, and nothing was written to it).
+                return;
+            }
+            self.file_exists = true;
+            return self.trim_next(trim.now_ms, trim.policy);
+        }
         if let Err(error) = result {
             tracing::warn!(partition = %self.key, base = trim.base, %error, "retention: deleting a segment failed; retrying at the next pass");
             return;
@@ -104,6 +163,12 @@ impl PartitionLog {
             newest_ms: segment.newest_ms,
         });
         self.trim_next(trim.now_ms, trim.policy);
+    }
+
+    /// True while the pass creates the active segment's file: no commit may start (its own
+    /// create or write could land before it, and a create truncates).
+    pub(super) fn opening_active(&self) -> bool {
+        self.trim.is_some_and(|trim| matches!(trim.stage, TrimStage::OpeningActive(_)))
     }
 
     /// The next completed deletion, for events and metrics.
@@ -123,15 +188,28 @@ impl PartitionLog {
     /// True if `offset` sits in a segment whose delete is in flight (a read must not be sent).
     pub fn is_being_trimmed(&self, offset: u64) -> bool {
         self.trim.is_some_and(|trim| {
-            offset >= trim.base
+            trim.stage == TrimStage::Deleting
+                && offset >= trim.base
                 && self.sealed.get(&trim.base).is_some_and(|s| offset < s.index.records())
         })
     }
 
-    /// Delete operations in flight (0 or 1).
+    /// Retention's operations in flight (one delete, or the active segment's create and sync).
     pub(super) fn trims_in_flight(&self) -> u32 {
-        u32::from(self.trim.is_some())
+        match self.trim.map(|trim| trim.stage) {
+            None => 0,
+            Some(TrimStage::Deleting) => 1,
+            Some(TrimStage::OpeningActive(left)) => left,
+        }
     }
+}
+
+/// How old an active segment holding records may grow before it rolls (`None`: retention is
+/// off, segments roll by size only).
+pub fn roll_age_ms(retention_ms: u64) -> Option<u64> {
+    use crate::constants::{SEGMENT_ROLL_AGE_DIVISOR, SEGMENT_ROLL_MIN_AGE_MS};
+    (retention_ms > 0)
+        .then(|| (retention_ms / SEGMENT_ROLL_AGE_DIVISOR).max(SEGMENT_ROLL_MIN_AGE_MS))
 }
 
 /// A record stamped `newest_ms` is past `retention_ms` at `now_ms` (never with retention 0).

@@ -102,7 +102,8 @@ fn any_node_administers_accepts_and_serves() {
     else {
         panic!("topic stats");
     };
-    let watermarks: Option<Vec<u64>> = stats.iter().map(|p| p.high_watermark).collect();
+    let watermarks: Option<Vec<u64>> =
+        stats.iter().map(|p| p.numbers.map(|n| n.high_watermark)).collect();
     let watermarks = watermarks.expect("every owner answered with its partitions' statistics");
     assert_eq!(watermarks.iter().sum::<u64>(), 300, "{stats:?}");
 }

@@ -7,6 +7,7 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use narad_core::Stats;
+use narad_core::api::PartitionNumbers;
 
 use super::ApiError;
 use crate::driver::NodeHandle;
@@ -18,6 +19,9 @@ const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 pub async fn metrics(State(node): State<NodeHandle>) -> Result<Response, ApiError> {
     let stats = node.stats().await.map_err(|_| ApiError::node_stopped())?;
     let mut body = render(&stats);
+    if let Some(dir) = node.data_dir() {
+        render_free_space(&mut body, dir);
+    }
     if let Some(transport) = node.transport_stats() {
         crate::transport::write_metrics(&mut body, &transport);
     }
@@ -62,7 +66,7 @@ struct Scalar {
 }
 
 /// Every node-wide metric, in exposition order.
-const SCALARS: [Scalar; 29] = [
+const SCALARS: [Scalar; 32] = [
     Scalar {
         name: "narad_produce_requests_accepted_total",
         kind: Kind::Counter,
@@ -226,6 +230,24 @@ const SCALARS: [Scalar; 29] = [
         value: |s| s.meta_undecodable_entries,
     },
     Scalar {
+        name: "narad_retention_segments_deleted_total",
+        kind: Kind::Counter,
+        help: "Sealed partition segments deleted by retention.",
+        value: |s| s.retention_segments_deleted,
+    },
+    Scalar {
+        name: "narad_retention_records_deleted_total",
+        kind: Kind::Counter,
+        help: "Records in the segments retention deleted.",
+        value: |s| s.retention_records_deleted,
+    },
+    Scalar {
+        name: "narad_retention_bytes_deleted_total",
+        kind: Kind::Counter,
+        help: "Bytes of the segments retention deleted.",
+        value: |s| s.retention_bytes_deleted,
+    },
+    Scalar {
         name: "narad_meta_snapshots_taken_total",
         kind: Kind::Counter,
         help: "Metastore snapshots taken locally.",
@@ -240,17 +262,48 @@ const SCALARS: [Scalar; 29] = [
 ];
 
 fn render_partitions(out: &mut String, stats: &Stats) {
-    let families = [
-        ("narad_partition_high_watermark", "Records visible on the partition (next offset)."),
-        ("narad_partition_size_bytes", "Bytes of the partition log."),
+    type Value = fn(&PartitionNumbers) -> u64;
+    let families: [(&str, &str, Value); 4] = [
+        (
+            "narad_partition_high_watermark",
+            "Records visible on the partition (next offset).",
+            |n| n.high_watermark,
+        ),
+        (
+            "narad_partition_log_start_offset",
+            "First offset the partition still holds (below it retention deleted).",
+            |n| n.log_start_offset,
+        ),
+        ("narad_partition_segments", "Segment files of the partition log.", |n| n.segments),
+        ("narad_partition_size_bytes", "Bytes of the partition log, every segment.", |n| {
+            n.size_bytes
+        }),
     ];
-    for (family, (name, help)) in families.iter().enumerate() {
+    for (name, help, value) in families {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
-        for (topic, partition, high_watermark, size) in &stats.partitions {
-            let value = if family == 0 { high_watermark } else { size };
+        for (topic, partition, numbers) in &stats.partitions {
             let topic = escape_label(topic);
+            let value = value(numbers);
             let _ = writeln!(out, "{name}{{topic=\"{topic}\",partition=\"{partition}\"}} {value}");
         }
+    }
+}
+
+/// The data directory's filesystem: bytes free for this process and in all. Left out when
+/// `statvfs` fails (the gauge would lie).
+fn render_free_space(out: &mut String, dir: &std::path::Path) {
+    let Ok(fs) = rustix::fs::statvfs(dir) else { return };
+    let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+    let total = fs.f_blocks.saturating_mul(fs.f_frsize);
+    for (name, help, value) in [
+        (
+            "narad_data_dir_free_bytes",
+            "Bytes free for the node on the data directory's filesystem.",
+            free,
+        ),
+        ("narad_data_dir_size_bytes", "Size of the data directory's filesystem.", total),
+    ] {
+        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     }
 }
 
@@ -272,7 +325,17 @@ mod tests {
             wal_fsyncs: 3,
             dispatch_backlog: 9,
             records_lost: 2,
-            partitions: vec![("orders".to_string(), 1, 42, 4096)],
+            partitions: vec![(
+                "orders".to_string(),
+                1,
+                PartitionNumbers {
+                    log_start_offset: 7,
+                    high_watermark: 42,
+                    segments: 3,
+                    size_bytes: 4096,
+                },
+            )],
+            retention_segments_deleted: 5,
             ..Stats::default()
         };
         let text = render(&stats);
@@ -287,7 +350,26 @@ mod tests {
         assert!(
             text.contains("narad_partition_size_bytes{topic=\"orders\",partition=\"1\"} 4096\n")
         );
+        assert!(
+            text.contains("narad_partition_log_start_offset{topic=\"orders\",partition=\"1\"} 7\n")
+        );
+        assert!(text.contains("narad_partition_segments{topic=\"orders\",partition=\"1\"} 3\n"));
+        assert!(text.contains("\nnarad_retention_segments_deleted_total 5\n"), "{text}");
         assert_eq!(escape_label("a\"b"), "a\\\"b");
+    }
+
+    #[test]
+    fn renders_the_free_space_of_a_directory() {
+        let mut text = String::new();
+        render_free_space(&mut text, std::path::Path::new("/"));
+        let free = text.lines().find_map(|l| l.strip_prefix("narad_data_dir_free_bytes "));
+        let size = text.lines().find_map(|l| l.strip_prefix("narad_data_dir_size_bytes "));
+        let (free, size): (u64, u64) =
+            (free.unwrap().parse().unwrap(), size.unwrap().parse().unwrap());
+        assert!(size > 0 && free <= size, "{text}");
+        let mut missing = String::new();
+        render_free_space(&mut missing, std::path::Path::new("/no/such/dir"));
+        assert!(missing.is_empty(), "no gauge when statvfs fails");
     }
 
     #[test]

@@ -59,8 +59,11 @@ struct TopicJson<'a> {
 struct PartitionJson {
     index: u32,
     owner_node: u32,
-    /// `null` for partitions owned by another node (read them through any node).
+    /// `null` while the owner is down or did not answer in time (zeros for a partition that
+    /// never received a record).
+    log_start_offset: Option<u64>,
     high_watermark: Option<u64>,
+    segments: Option<u64>,
     size_bytes: Option<u64>,
 }
 
@@ -70,8 +73,10 @@ impl<'a> TopicJson<'a> {
             let json = |p: &PartitionStats| PartitionJson {
                 index: p.index,
                 owner_node: p.owner_node,
-                high_watermark: p.high_watermark,
-                size_bytes: p.size_bytes,
+                log_start_offset: p.numbers.map(|n| n.log_start_offset),
+                high_watermark: p.numbers.map(|n| n.high_watermark),
+                segments: p.numbers.map(|n| n.segments),
+                size_bytes: p.numbers.map(|n| n.size_bytes),
             };
             stats.iter().map(json).collect()
         });

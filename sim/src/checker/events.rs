@@ -34,7 +34,13 @@ impl Checker {
             }
             NodeEvent::CommitFailed { .. } => self.counters.commits_failed += 1,
             NodeEvent::TopicApplied { index, change, topic } => {
+                if *change != narad_core::TopicApplied::Deleted {
+                    self.retention_applied(topic);
+                }
                 self.topic_applied(node, *index, *change, topic);
+            }
+            NodeEvent::SegmentDeleted { key, trimmed, now_ms } => {
+                self.segment_deleted(node, *key, trimmed, *now_ms);
             }
             NodeEvent::RecordsLost { seqs } => {
                 // Only a disk that damaged data at rest may cost records; they count as done
@@ -140,7 +146,12 @@ impl Checker {
     }
 
     /// `node` recovered with these partition watermarks: nothing visible may have vanished.
-    pub fn on_restart(&mut self, node: u32, watermarks: &[(PartitionKey, u64)]) {
+    pub fn on_restart(
+        &mut self,
+        node: u32,
+        numbers: &[(PartitionKey, narad_core::api::PartitionNumbers)],
+        clock_ms: u64,
+    ) {
         let state = self.node(node);
         let restarted = state.started_once;
         state.started_once = true;
@@ -148,10 +159,16 @@ impl Checker {
         if restarted {
             self.counters.restarts += 1;
         }
-        for &(key, ref hwm) in watermarks {
+        for (key, numbers) in numbers {
+            let (key, hwm) = (*key, &numbers.high_watermark);
             if self.is_deleted(key.topic) {
                 continue;
             }
+            let before = self.parts.get(&key).map_or(0, |s| s.hwm);
+            if *hwm > before {
+                self.recovered_unreported(key, before..*hwm);
+            }
+            self.restart_log_start(node, key, numbers, clock_ms);
             let state = self.parts.entry(key).or_default();
             let (before, amnesia, tail_written) = (state.hwm, state.amnesia, state.tail_written);
             state.hwm = *hwm;
@@ -176,18 +193,6 @@ impl Checker {
     /// or not: a cut-back, a failed sync or a power loss may remove them again).
     pub fn partition_write_landed(&mut self, key: PartitionKey) {
         self.parts.entry(key).or_default().tail_written = true;
-    }
-
-    /// A read at `offset` of `key` was answered 410: the log starts at `log_start_offset`.
-    /// Nothing deletes records yet (retention is not run), so only a disk that lost them may
-    /// have moved the start: the records below it count as lost, excused only as corruption.
-    pub fn log_start_moved(&mut self, key: PartitionKey, offset: u64, log_start_offset: u64) {
-        if !self.corruption_hit {
-            let detail = format!(
-                "{key}: a read at {offset} answered 410, log start {log_start_offset}, yet no disk lost data"
-            );
-            self.violation(inv::VISIBLE_THEN_GONE, detail);
-        }
     }
 
     /// A lying disk lost acknowledged bytes of `key`'s log: its watermark may restart lower and
@@ -247,6 +252,13 @@ mod tests {
         checker.on_event(0, &event);
     }
 
+    /// The numbers of a log holding `0..hwm`.
+    fn at(hwm: u64) -> [(PartitionKey, narad_core::api::PartitionNumbers); 1] {
+        let numbers =
+            narad_core::api::PartitionNumbers { high_watermark: hwm, ..Default::default() };
+        [(KEY, numbers)]
+    }
+
     fn unwritten(checker: &Checker) -> usize {
         checker.violations().0.iter().filter(|v| v.invariant == inv::RECOVERED_UNWRITTEN).count()
     }
@@ -257,15 +269,15 @@ mod tests {
     fn a_restart_recovers_unreported_records_only_after_a_landed_write() {
         let mut checker = Checker::new(false);
         checker.topic_live("t1", KEY.topic);
-        checker.on_restart(0, &[(KEY, 0)]);
+        checker.on_restart(0, &at(0), 0);
         committed(&mut checker, 0, 3);
         checker.partition_write_landed(KEY);
-        checker.on_restart(0, &[(KEY, 5)]);
+        checker.on_restart(0, &at(5), 0);
         assert_eq!(unwritten(&checker), 0, "a write in flight at the crash landed durably");
         committed(&mut checker, 5, 2);
         // A failed commit's frames left behind a later, shorter commit: nothing landed since
         // the last report, yet recovery finds two more records.
-        checker.on_restart(0, &[(KEY, 9)]);
+        checker.on_restart(0, &at(9), 0);
         assert_eq!(unwritten(&checker), 1);
     }
 }

@@ -17,6 +17,7 @@
 mod admin;
 mod events;
 mod reads;
+mod retention;
 mod verdict;
 
 use std::collections::BTreeMap;
@@ -51,6 +52,10 @@ pub mod inv {
     /// A restart recovered records past a partition's reported watermark that no unfinished
     /// commit wrote (a failed commit's frames left in the file, taken for committed ones).
     pub const RECOVERED_UNWRITTEN: &str = "recovered-unwritten";
+    /// Retention deleted a record inside its topic's retention, or one never committed.
+    pub const RETENTION_EARLY: &str = "retention-early";
+    /// A log start offset moved backwards, or a 410 named a start no deletion left.
+    pub const LOG_START: &str = "log-start";
 }
 
 /// One message the workload produced (or tried to).
@@ -131,6 +136,8 @@ struct PartState {
     /// A write to the log file landed since the last reported commit or restart: only then
     /// may a restart recover more records than were reported.
     tail_written: bool,
+    /// Offsets below it were deleted by retention (as deletions and restarts reported).
+    log_start: u64,
 }
 
 /// What the checker tracks per node.
@@ -164,6 +171,9 @@ pub struct Counters {
     pub reused_sequences: u64,
     /// When the first record was discarded (scenarios check it waited for the leader).
     pub first_discard_at: Option<Instant>,
+    /// Segments retention deleted, and the records they held.
+    pub segments_deleted: u64,
+    pub records_deleted: u64,
 }
 
 const MAX_VIOLATIONS: usize = 64;
@@ -185,6 +195,15 @@ pub struct Checker {
     violations: Vec<Violation>,
     violation_count: usize,
     admin: admin::AdminHistory,
+    /// Retention settings every incarnation ever had.
+    retention: BTreeMap<TopicId, retention::RetentionSeen>,
+    /// Timestamp of each WAL record (node, sequence), and of each placed record (key, offset).
+    stamps: BTreeMap<(u32, u64), u64>,
+    placed_stamps: BTreeMap<(PartitionKey, u64), u64>,
+    /// The record whose frame last landed at each (key, offset): (origin node, WAL sequence,
+    /// timestamp). A restart that recovers records no reported commit covered tells the
+    /// checker where they are from this.
+    landed: BTreeMap<(PartitionKey, u64), ((u32, u64), u64)>,
     /// Counters for the report.
     pub counters: Counters,
     /// A corruption-class fault hit (damage may be detected loudly).
@@ -293,7 +312,8 @@ impl Checker {
     }
 
     /// Node `node` wrote message `id` to its WAL as sequence `seq`, for incarnation `topic`.
-    pub fn staged(&mut self, node: u32, seq: u64, id: u64, topic: TopicId) {
+    pub fn staged(&mut self, node: u32, seq: u64, id: u64, topic: TopicId, timestamp_ms: u64) {
+        self.stamped(node, seq, timestamp_ms);
         let Some(msg) = self.msgs.get_mut(id as usize) else { return };
         msg.held_by |= 1 << node;
         msg.wal_copies += 1;
@@ -319,6 +339,7 @@ impl Checker {
     /// A commit placed these WAL sequences of `origin` in `key` from `first_offset` on.
     fn placed(&mut self, origin: u32, seqs: &[u64], key: PartitionKey, first_offset: u64) {
         for (offset, seq) in (first_offset..).zip(seqs) {
+            self.stamp_placed(origin, *seq, key, offset);
             if let Some(&id) = self.by_origin.get(&(origin, *seq)) {
                 self.msgs[id as usize].placed.push((key, offset));
             }

@@ -28,6 +28,9 @@ pub struct Verdict {
     pub duplicates_same_partition: u64,
     /// Acked messages excused because their topic was deleted.
     pub deleted_topic: u64,
+    /// Acked messages excused because retention deleted them (after they were committed, past
+    /// their topic's retention: see `retention.rs`).
+    pub deleted_by_retention: u64,
 }
 
 impl Checker {
@@ -64,6 +67,8 @@ impl Checker {
             }
             if msg.acked_incarnations().iter().all(|&inc| self.is_deleted(inc)) {
                 v.deleted_topic += 1;
+            } else if self.deleted_by_retention(&msg.placed) {
+                v.deleted_by_retention += 1;
             } else if msg.damaged
                 || (self.corruption_hit && (!read_complete || msg.held_by & lost_nodes != 0))
                 || msg.acked_incarnations().iter().all(|&inc| self.is_unavailable(inc))

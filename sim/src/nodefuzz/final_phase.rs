@@ -158,7 +158,10 @@ impl Harness {
                 panic!("INVARIANT final-read: GetTopic {topic} after the heal answered {other:?}")
             }
         };
-        stats.iter().filter(|p| p.high_watermark != Some(0)).map(|p| p.index).collect()
+        let has_records = |p: &&narad_core::api::PartitionStats| {
+            p.numbers.is_none_or(|n| n.high_watermark > n.log_start_offset)
+        };
+        stats.iter().filter(has_records).map(|p| p.index).collect()
     }
 
     fn read_partition(&mut self, topic: &str, partition: u32) -> Vec<Record> {

@@ -307,7 +307,8 @@ pub enum PeerSel {
     },
     TopicStatsReply {
         id: u64,
-        partitions: Vec<(u32, u64, u64)>,
+        /// (partition, [log start, high watermark, segments, size in bytes]).
+        partitions: Vec<(u32, [u64; 4])>,
     },
     /// A Raft message: raw protobuf bytes.
     Raft(Vec<u8>),

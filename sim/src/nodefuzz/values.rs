@@ -4,6 +4,7 @@
 //! generated from a run-wide counter, so distinct records are almost always distinct bytes.
 
 use bytes::Bytes;
+use narad_core::api::PartitionNumbers;
 use narad_core::codec::MAX_FRAME_BODY_BYTES;
 use narad_core::constants::{MAX_KEY_BYTES, MAX_MESSAGE_BYTES};
 use narad_core::meta::{MetaCommand, decode_command, encode_command};
@@ -215,7 +216,15 @@ impl Values {
                 PeerMessage::TopicStats { id: *id, topic: self.topic_id(*topic) }
             }
             PeerSel::TopicStatsReply { id, partitions } => {
-                let partitions = partitions.iter().take(MAX_MESSAGES).copied().collect();
+                let numbers = |&(
+                    partition,
+                    [log_start_offset, high_watermark, segments, size_bytes],
+                ): &(u32, [u64; 4])| {
+                    let numbers =
+                        PartitionNumbers { log_start_offset, high_watermark, segments, size_bytes };
+                    (partition, numbers)
+                };
+                let partitions = partitions.iter().take(MAX_MESSAGES).map(numbers).collect();
                 PeerMessage::TopicStatsReply { id: *id, partitions }
             }
             PeerSel::Raft(bytes) => PeerMessage::Raft(Bytes::copy_from_slice(bytes)),

@@ -14,7 +14,7 @@ use crate::trace::What;
 /// Longest wait for one harness request.
 const CALL_TIMEOUT_MICROS: u64 = 10_000_000;
 /// A consume that times out between nodes (503) is retried this many times.
-const UNAVAILABLE_RETRIES: u32 = 5;
+const UNAVAILABLE_RETRIES: u32 = 8;
 
 impl Simulation {
     /// Sends one request to node `node` as the harness and runs until it is answered.
@@ -80,7 +80,8 @@ impl Simulation {
                 }
                 for stats in partitions {
                     if stats.owner_node as usize == node + 1 {
-                        watermarks.insert(stats.index, stats.high_watermark.unwrap_or(0));
+                        let hwm = stats.numbers.map_or(0, |n| n.high_watermark);
+                        watermarks.insert(stats.index, hwm);
                     }
                 }
             }
@@ -123,8 +124,12 @@ impl Simulation {
                     offset = log_start_offset;
                 }
                 Some(ClientReply::Error(ClientError::Unavailable(_)))
-                    if self.nodes() > 1 && unavailable < UNAVAILABLE_RETRIES =>
+                    if unavailable < UNAVAILABLE_RETRIES =>
                 {
+                    // An owner not reachable yet, or the segment being deleted by retention:
+                    // give it a moment (1 ms, doubling).
+                    let now = self.world.queue.now();
+                    self.run_to(Instant(now.0 + (1_000 << unavailable)));
                     unavailable += 1;
                 }
                 Some(ClientReply::Error(_)) if self.world.checker.corruption_hit => {

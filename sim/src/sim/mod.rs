@@ -305,8 +305,19 @@ impl Simulation {
     /// Tells the checker when a partition log's tail may hold bytes no reported commit covers:
     /// a write landed (a cut-back or a failed sync may or may not remove them again).
     pub(super) fn note_partition_tail(&mut self, op: &DiskOp) {
-        if let DiskOp::Write { file: FileId::PartitionSegment { key, .. }, .. } = op {
+        if let DiskOp::Write { file: FileId::PartitionSegment { key, .. }, data, .. } = op {
             self.world.checker.partition_write_landed(*key);
+            for frame in narad_core::codec::scan(data).frames {
+                if let Some(record) = narad_core::partition::RecordView::decode(frame.body(data)) {
+                    let origin = (record.origin_node.0.saturating_sub(1), record.origin_seq);
+                    self.world.checker.frame_landed(
+                        *key,
+                        record.offset,
+                        origin,
+                        record.timestamp_ms,
+                    );
+                }
+            }
         }
     }
 
@@ -460,6 +471,8 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
     config.wal_segment_bytes = cfg.sizes.wal_segment_bytes;
     config.wal_rotate_dispatched_bytes = cfg.sizes.wal_rotate_dispatched_bytes;
     config.partition_segment_bytes = cfg.sizes.partition_segment_bytes;
+    config.retention_check_ms = cfg.sizes.retention_check_ms;
+    config.retention_bytes_divisor = cfg.sizes.retention_bytes_divisor;
     config
 }
 

@@ -147,7 +147,7 @@ impl World {
                 continue;
             };
             if let Some(id) = parse_id(&record.payload) {
-                self.checker.staged(node, record.seq, id, record.topic_id);
+                self.checker.staged(node, record.seq, id, record.topic_id, record.timestamp_ms);
             }
         }
     }
@@ -223,8 +223,13 @@ impl HostRuntime for World {
         self.record(node, What::Send { to, tag, len, fate: code });
     }
 
-    fn ready(&mut self, node: u32, watermarks: &[(narad_core::PartitionKey, u64)]) {
-        self.checker.on_restart(node, watermarks);
+    fn ready(
+        &mut self,
+        node: u32,
+        numbers: &[(narad_core::PartitionKey, narad_core::api::PartitionNumbers)],
+        clock_ms: u64,
+    ) {
+        self.checker.on_restart(node, numbers, clock_ms);
     }
 
     fn disk_op(&mut self, node: u32, epoch: u32, token: IoToken, op: DiskOp) {
@@ -269,6 +274,11 @@ impl HostRuntime for World {
             }
             // Not traced (the core logs topic changes); only the checker needs it.
             NodeEvent::TopicApplied { .. } => return self.checker.on_event(node, &event),
+            NodeEvent::SegmentDeleted { key, trimmed, .. } => What::SegmentDeleted {
+                key: *key,
+                log_start: trimmed.log_start_offset,
+                records: trimmed.records,
+            },
         };
         self.record(node, what);
         self.checker.on_event(node, &event);

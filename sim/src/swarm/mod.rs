@@ -184,6 +184,11 @@ pub struct WorkloadConfig {
     pub request_timeout_ms: u64,
     /// Attempts of one produce after ambiguous answers.
     pub max_attempts: u32,
+    /// Retention of the topics the workload creates (`None`: the default, 7 days).
+    pub create_retention_ms: Option<u64>,
+    /// Size bound of the topics it creates (`None`: none); the nodes divide it by
+    /// `NodeSizes::retention_bytes_divisor`.
+    pub create_retention_bytes: Option<u64>,
 }
 
 impl Default for WorkloadConfig {
@@ -208,6 +213,8 @@ impl Default for WorkloadConfig {
             invalid_prob: 0.02,
             request_timeout_ms: 2_000,
             max_attempts: 8,
+            create_retention_ms: None,
+            create_retention_bytes: None,
         }
     }
 }
@@ -241,6 +248,10 @@ pub struct NodeSizes {
     pub wal_rotate_dispatched_bytes: u64,
     /// `Config::partition_segment_bytes`.
     pub partition_segment_bytes: u64,
+    /// `Config::retention_check_ms`.
+    pub retention_check_ms: u64,
+    /// `Config::retention_bytes_divisor`.
+    pub retention_bytes_divisor: u64,
 }
 
 impl Default for NodeSizes {
@@ -250,6 +261,8 @@ impl Default for NodeSizes {
             wal_segment_bytes: narad_core::constants::WAL_SEGMENT_BYTES,
             wal_rotate_dispatched_bytes: narad_core::constants::WAL_ROTATE_DISPATCHED_BYTES,
             partition_segment_bytes: narad_core::constants::PARTITION_SEGMENT_BYTES,
+            retention_check_ms: narad_core::constants::RETENTION_CHECK_MS,
+            retention_bytes_divisor: 1,
         }
     }
 }
@@ -311,6 +324,8 @@ impl SwarmConfig {
         draw_partition_failures(&mut rng, &mut faults);
         workload.update_prob = draw_update_prob(&mut rng);
         workload.think_max_us = think_for(&workload, horizon_ms);
+        let mut sizes = sizes;
+        draw_retention(&mut rng, &mut workload, &mut sizes);
         SwarmConfig {
             nodes: 1,
             faults,
@@ -327,6 +342,24 @@ impl SwarmConfig {
 /// in the swarm stream, so every earlier draw of a seed stays what it was.
 pub(crate) fn draw_update_prob(rng: &mut ChaCha8Rng) -> f64 {
     if rng.random_bool(0.4) { rng.random_range(0.05..0.3) } else { 0.0 }
+}
+
+/// Retention, drawn last of all: 35 % of seeds create their topics with a retention of 1 to 4
+/// simulated seconds (a run lasts a few, so segments age out while clients still produce and
+/// read, and during the final read), and 15 % with a size bound of 4 to 16 MiB, applied divided
+/// by 1,024 (a run writes a few KiB per partition). Every seed runs the retention pass every
+/// 100 ms to 1 s; PATCHes (`draw_update_prob`) change retention in other seeds too.
+pub(crate) fn draw_retention(rng: &mut ChaCha8Rng, w: &mut WorkloadConfig, sizes: &mut NodeSizes) {
+    use narad_core::constants::MIN_RETENTION_BYTES;
+    if rng.random_bool(0.35) {
+        w.create_retention_ms = Some(rng.random_range(1_000..=4_000));
+    }
+    if rng.random_bool(0.15) {
+        w.create_retention_bytes =
+            Some(rng.random_range(MIN_RETENTION_BYTES..=4 * MIN_RETENTION_BYTES));
+    }
+    sizes.retention_check_ms = rng.random_range(100..=1_000);
+    sizes.retention_bytes_divisor = 1_024;
 }
 
 /// The longest think time that spreads the workload's requests over about `horizon_ms`, so
@@ -359,6 +392,8 @@ pub(crate) fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         invalid_prob: if rng.random_bool(0.3) { 0.03 } else { 0.0 },
         request_timeout_ms: rng.random_range(1_000..=3_000),
         max_attempts: 8,
+        create_retention_ms: None, // drawn last (`draw_retention`)
+        create_retention_bytes: None,
     }
 }
 

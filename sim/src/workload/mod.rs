@@ -72,7 +72,8 @@ enum Pending {
 }
 
 impl Pending {
-    fn op(&self) -> ClientOp {
+    /// The request; creates carry the retention the seed gives its topics.
+    fn op(&self, cfg: &WorkloadConfig) -> ClientOp {
         match self {
             Pending::Produce { topic, messages, batch, .. } => ClientOp::Produce {
                 topic: topic.clone(),
@@ -82,8 +83,8 @@ impl Pending {
             Pending::Create { name, partitions } => ClientOp::CreateTopic {
                 name: name.clone(),
                 partitions: Some(*partitions),
-                retention_ms: None,
-                retention_bytes: None,
+                retention_ms: cfg.create_retention_ms,
+                retention_bytes: cfg.create_retention_bytes,
             },
             Pending::Lookup { name } => ClientOp::GetTopic { name: name.clone() },
             Pending::Delete { name, .. } => ClientOp::DeleteTopic { name: name.clone() },
@@ -243,7 +244,7 @@ impl Workload {
             }
         }
         let pending = self.clients[client].next.as_ref().expect("invariant: decided above");
-        let op = pending.op();
+        let op = pending.op(&self.cfg);
         let request = RequestId(self.next_request);
         self.next_request += 1;
         Wake::Send { request, op }

@@ -153,6 +153,7 @@ impl Workload {
                     Some(ClientReply::Error(ClientError::Gone { log_start_offset })) => {
                         // Records below the log start are gone: read on from it (the final
                         // read judges whether they could be).
+                        checker.live_gone(*key, *offset, *log_start_offset);
                         self.cursors.insert(*key, (*log_start_offset).max(*offset));
                     }
                     Some(ClientReply::Error(_)) | None => checker.counters.consume_errors += 1,

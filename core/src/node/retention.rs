@@ -1,0 +1,57 @@
+//! The retention pass: every `retention_check_ms` the node hands each partition log it holds
+//! its topic's policy, as this node's metastore replica knows it, and the node's own clock
+//! (retention is judged on the owner's clock). A log deletes whole sealed segments, one at a
+//! time, off the produce path (see `partition/retention.rs`); completed deletions become events
+//! and counters here. A policy changed by `PATCH /v1/topics/{t}` applies at the next pass.
+
+use crate::io::NodeEvent;
+use crate::partition::RetentionPolicy;
+
+use super::Node;
+
+impl Node {
+    /// Runs the pass if it is due (and the node serves: nothing is deleted during start-up).
+    pub(super) fn run_retention_if_due(&mut self) {
+        if !self.is_serving() || self.now < self.next_retention_at {
+            return;
+        }
+        self.next_retention_at = self.now.plus_millis(self.config.retention_check_ms);
+        let now_ms = self.now.as_millis();
+        let divisor = self.config.retention_bytes_divisor.max(1);
+        for (key, log) in &mut self.partitions {
+            // A topic this replica does not know (deleted, or not yet applied here) keeps its
+            // log as it is: discarding deleted topics is the discard path's job.
+            let Some(topic) = self.meta.topic_by_id(key.topic) else { continue };
+            let policy = RetentionPolicy {
+                retention_ms: topic.retention_ms_in_force(),
+                retention_bytes: topic.retention_bytes.map(|bytes| bytes / divisor),
+            };
+            log.start_retention(now_ms, policy);
+        }
+    }
+
+    /// Turns the deletions logs completed into events and counters.
+    pub(super) fn collect_trimmed(&mut self) {
+        let now_ms = self.now.as_millis();
+        let mut events = Vec::new();
+        for (key, log) in &mut self.partitions {
+            while let Some(trimmed) = log.poll_trimmed() {
+                self.counters.retention_segments_deleted += 1;
+                self.counters.retention_records_deleted += trimmed.records;
+                self.counters.retention_bytes_deleted += trimmed.bytes;
+                tracing::info!(
+                    partition = %key,
+                    log_start_offset = trimmed.log_start_offset,
+                    records = trimmed.records,
+                    bytes = trimmed.bytes,
+                    newest_ms = trimmed.newest_ms,
+                    "retention: deleted a sealed segment"
+                );
+                events.push(NodeEvent::SegmentDeleted { key: *key, trimmed, now_ms });
+            }
+        }
+        for event in events {
+            self.push_event(event);
+        }
+    }
+}
