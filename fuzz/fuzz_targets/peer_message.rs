@@ -76,9 +76,10 @@ fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage>
 
 fn stats(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<(u32, PartitionNumbers)>> {
     let raw: Vec<(u32, [u64; 4])> = u.arbitrary()?;
-    let numbers = |(partition, [log_start_offset, high_watermark, segments, size_bytes])| {
-        (partition, PartitionNumbers { log_start_offset, high_watermark, segments, size_bytes })
-    };
+    let numbers =
+        |(partition, [log_start_offset, high_watermark, segments, size_bytes]): (u32, [u64; 4])| {
+            (partition, PartitionNumbers { log_start_offset, high_watermark, segments, size_bytes })
+        };
     Ok(raw.into_iter().map(numbers).collect())
 }
 
