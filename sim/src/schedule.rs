@@ -51,6 +51,9 @@ pub enum FaultAction {
     /// Power fails right after the next write to a matching file lands in the page cache,
     /// before its sync (with torn writes on, the file keeps a torn prefix of it).
     PowerLossAfterNextWrite(FileMatch),
+    /// Power fails right after the next delete of a matching file completed on the disk,
+    /// before the node hears of it (retention's deletion interrupted).
+    PowerLossAfterNextDelete(FileMatch),
     /// The admin client deletes this topic.
     DeleteTopic(String),
     /// The admin client creates this topic (again).

@@ -52,6 +52,8 @@ scenarios!(
     torn_tails_at_power_loss,
     failed_commits_are_cut_back_before_the_next,
     wal_sequence_reused_after_a_lying_fsync,
+    a_roll_during_a_failed_fsync,
+    a_deletion_interrupted_by_power_loss,
     leader_isolated_during_load,
     owner_dies_and_its_share_is_rerouted,
     topic_deleted_while_a_node_is_cut_off,

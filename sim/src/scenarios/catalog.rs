@@ -20,6 +20,8 @@ pub fn all() -> Vec<Scenario> {
         single::torn_tails_at_power_loss(),
         single::failed_commits_are_cut_back_before_the_next(),
         single::wal_sequence_reused_after_a_lying_fsync(),
+        single::a_roll_during_a_failed_fsync(),
+        single::a_deletion_interrupted_by_power_loss(),
         cluster::leader_isolated_during_load(),
         cluster::owner_dies_and_its_share_is_rerouted(),
         cluster::topic_deleted_while_a_node_is_cut_off(),

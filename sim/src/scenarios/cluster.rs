@@ -9,7 +9,7 @@ use super::Scenario;
 use super::kit::{check, hit, plan, workload};
 use crate::schedule::{FaultAction as A, ScheduledFault};
 use crate::sim::START;
-use crate::swarm::{NetPlan, WorkloadConfig};
+use crate::swarm::{NetPlan, NodeSizes, WorkloadConfig};
 
 fn on(node: u32, ms: u64, action: A) -> ScheduledFault {
     ScheduledFault::on(node, ms, action)
@@ -38,6 +38,7 @@ pub(super) fn leader_isolated_during_load() -> Scenario {
         story: "the metastore leader is cut off from both followers for 4 s while clients produce through every node: a new leader is elected, produces keep being accepted, nothing acked is lost",
         seed: 31,
         nodes: 3,
+        sizes: NodeSizes::default(),
         net: net(),
         workload: WorkloadConfig { initial_topics: 2, ..workload(400, 3, 7_000) },
         faults: plan(),
@@ -60,6 +61,7 @@ pub(super) fn owner_dies_and_its_share_is_rerouted() -> Scenario {
         story: "node 3 dies for 10 s while keyed produces to its partitions keep coming: once membership marks it dead its share is committed on live siblings, then it returns and serves its own partitions again; nothing is lost",
         seed: 32,
         nodes: 3,
+        sizes: NodeSizes::default(),
         net: net(),
         workload: one_topic(400, 6, 12_000),
         faults: plan(),
@@ -78,6 +80,7 @@ pub(super) fn topic_deleted_while_a_node_is_cut_off() -> Scenario {
         story: "clients produce to t1 through node 3, which owns none of t1's partitions, while it is cut off; t1 is deleted through node 1: node 3's stale replica keeps the records (no discard without the leader's word), discards them only after the heal, and the re-created t1 never receives them",
         seed: 33,
         nodes: 3,
+        sizes: NodeSizes::default(),
         net: net(),
         workload: one_topic(300, 2, 10_000),
         faults: plan(),

@@ -22,6 +22,8 @@ pub struct Scenario {
     pub seed: u64,
     /// Nodes in the cluster (most scenarios: one).
     pub nodes: u32,
+    /// File sizes and retention knobs of the nodes (most scenarios: production's).
+    pub sizes: crate::swarm::NodeSizes,
     pub workload: WorkloadConfig,
     /// The network's per-message faults and latency (cluster scenarios).
     pub net: NetPlan,
@@ -42,7 +44,7 @@ impl Scenario {
             workload: self.workload.clone(),
             horizon_ms: 0,
             idempotent_commits: true,
-            sizes: crate::swarm::NodeSizes::default(),
+            sizes: self.sizes,
         };
         let mut sim = Simulation::new(self.seed, cfg, self.schedule.clone(), keep_trace);
         sim.scenario = Some(self.name.to_string());

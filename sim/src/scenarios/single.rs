@@ -6,7 +6,7 @@ use narad_sim_runtime::{FaultClass, FileClass, FileMatch};
 use super::Scenario;
 use super::kit::{at, check, hit, plan, workload};
 use crate::schedule::FaultAction as A;
-use crate::swarm::{FaultPlan, NetPlan, WorkloadConfig};
+use crate::swarm::{FaultPlan, NetPlan, NodeSizes, WorkloadConfig};
 
 pub(super) fn wal_fsync_failure() -> Scenario {
     Scenario {
@@ -14,6 +14,7 @@ pub(super) fn wal_fsync_failure() -> Scenario {
         story: "an ingress WAL fsync fails: the group gets 500s, the WAL latches, a restart replays what was durable, no ack is lost",
         seed: 11,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(200, 3, 1_500),
         faults: plan(),
@@ -31,6 +32,7 @@ pub(super) fn partition_torn_write() -> Scenario {
         story: "a partition-log write lands torn but reports success: the read-back CRC catches it, the commit is rolled back and retried",
         seed: 12,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(200, 3, 1_500),
         faults: plan(),
@@ -51,6 +53,7 @@ pub(super) fn crash_between_wal_fsync_and_reply() -> Scenario {
         story: "power fails after a WAL fsync lands but before the 202 goes out: the produce is ambiguous, nothing acked is lost",
         seed: 13,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(200, 3, 1_500),
         faults: plan(),
@@ -71,6 +74,7 @@ pub(super) fn crash_with_commits_above_checkpoint() -> Scenario {
         story: "power fails right after a partition commit is durable, before the checkpoint covers it: the window is re-dispatched, nothing is lost",
         seed: 14,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(250, 2, 1_500),
         faults: plan(),
@@ -88,6 +92,7 @@ pub(super) fn stuck_destination() -> Scenario {
         story: "partition 0's log fails every write and sync for 3 s while the others commit: skip-set, reroute after 3 failed passes, checkpoint pinned, no loss",
         seed: 15,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(300, 4, 4_000),
         faults: plan(),
@@ -105,6 +110,7 @@ pub(super) fn topic_deleted_with_records_in_wal() -> Scenario {
         story: "every partition log is stuck while t1 is deleted: t1's records waiting in the WAL are discarded (leader-confirmed), t2's commit once unstuck",
         seed: 16,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(200, 2, 2_000),
         faults: plan(),
@@ -123,6 +129,7 @@ pub(super) fn disk_full_and_recovery() -> Scenario {
         story: "the disk is full for 700 ms: produces fail, the WAL latches, the node restarts once space is back, nothing acked is lost",
         seed: 17,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(250, 3, 2_000),
         faults: plan(),
@@ -137,6 +144,7 @@ pub(super) fn partition_log_lies_about_fsync() -> Scenario {
         story: "partition logs claim fsyncs they never did, then power fails: records whose only copy is gone may be lost, never served corrupt",
         seed: 18,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(200, 2, 2_000),
         faults: FaultPlan { torn_at_power_loss: true, ..plan() },
@@ -159,6 +167,7 @@ pub(super) fn bit_flip_at_rest() -> Scenario {
         story: "a bit flips in a record file while the node is down: the damage is detected (recovery refuses or reads fail), never served",
         seed: 19,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(200, 2, 2_000),
         faults: plan(),
@@ -173,6 +182,7 @@ pub(super) fn new_files_vanish_without_dir_fsync() -> Scenario {
         story: "created files' directory entries are not durable until their first fsync; power fails early, twice: the node recovers without them",
         seed: 20,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(150, 3, 1_000),
         faults: FaultPlan { missing_dir_fsync: true, torn_at_power_loss: true, ..plan() },
@@ -205,6 +215,7 @@ pub(super) fn torn_tails_at_power_loss() -> Scenario {
         story: "power fails eight times right after a WAL or partition-log write lands, before its sync: the file keeps a torn, sector-aligned prefix of it; recovery cuts every torn tail so that appends start at the last valid frame, and nothing acknowledged is lost",
         seed: 21,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         // Batches and large messages: writes that span several sectors can be torn mid-frame.
         workload: WorkloadConfig {
@@ -242,6 +253,7 @@ pub(super) fn failed_commits_are_cut_back_before_the_next() -> Scenario {
         story: "partition-log syncs fail and writes tear, six times, under load, each followed by a process restart: each failed commit is cut back to the last good frame before the partition's next commit, recovery finds exactly the committed records, nothing acknowledged is lost",
         seed: 22,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: WorkloadConfig { batch_prob: 0.5, max_batch: 12, ..workload(300, 2, 1_800) },
         faults: plan(),
@@ -262,6 +274,7 @@ pub(super) fn wal_sequence_reused_after_a_lying_fsync() -> Scenario {
         story: "the WAL's fsyncs lie while records are dispatched and committed, then power fails: the WAL forgets them and reuses their sequence numbers for new records; the owner still holds the old ones, and its idempotent check tells old from new by content, so no new acknowledged record is dropped",
         seed: 23,
         nodes: 1,
+        sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(300, 2, 2_000),
         faults: plan(),
@@ -274,6 +287,80 @@ pub(super) fn wal_sequence_reused_after_a_lying_fsync() -> Scenario {
         expect: |o| {
             hit(o, FaultClass::LyingFsync)?;
             check(o.counters.reused_sequences > 0, "no committed WAL sequence was reused")
+        },
+    }
+}
+
+/// One node, segments of 256 B (a roll every commit or two) and topics with 1 s of retention.
+fn retention_sizes() -> NodeSizes {
+    NodeSizes {
+        partition_segment_bytes: 256,
+        retention_check_ms: 200,
+        ..NodeSizes::default()
+    }
+}
+
+fn retained(w: WorkloadConfig) -> WorkloadConfig {
+    WorkloadConfig { create_retention_ms: Some(1_000), ..w }
+}
+
+pub(super) fn a_roll_during_a_failed_fsync() -> Scenario {
+    // With 256 B segments most commits start by creating a new segment; its first sync fails
+    // now and then, and the process restarts after every other failure. The failed commit must
+    // leave at most an empty new segment, the retry lands one copy, and retention keeps deleting
+    // from the front behind it.
+    let mut schedule = Vec::new();
+    for i in 0..8 {
+        let t = 100 + i * 200;
+        schedule.push(at(t, A::FailNextSync(FileMatch::class(FileClass::Partition))));
+        if i % 2 == 1 {
+            schedule.push(at(t + 60, A::ProcessCrash));
+            schedule.push(at(t + 90, A::Restart));
+        }
+    }
+    Scenario {
+        name: "a_roll_during_a_failed_fsync",
+        story: "tiny partition segments roll at nearly every commit while partition fsyncs fail eight times (a restart after every other one) and 1 s retention deletes from the front: no acknowledged record is lost early, no segment is left half-made, log starts only move forward",
+        seed: 24,
+        nodes: 1,
+        sizes: retention_sizes(),
+        net: NetPlan::default(),
+        workload: retained(workload(400, 2, 2_000)),
+        faults: plan(),
+        schedule,
+        expect: |o| {
+            hit(o, FaultClass::FsyncError)?;
+            hit(o, FaultClass::PartitionSegmentRoll)?;
+            check(o.counters.commits_failed >= 4, "fewer than four commits failed")?;
+            check(o.counters.segments_deleted >= 10, "retention deleted fewer than ten segments")
+        },
+    }
+}
+
+pub(super) fn a_deletion_interrupted_by_power_loss() -> Scenario {
+    // Power fails the moment a segment's delete lands on the disk, before the node hears of it,
+    // five times: recovery must find a log that starts at or past every start it reported, with
+    // no gap, and the deletion it never heard of is judged at the restart.
+    let mut schedule = Vec::new();
+    for i in 0..5 {
+        let t = 1_300 + i * 400;
+        schedule.push(at(t, A::PowerLossAfterNextDelete(FileMatch::class(FileClass::Partition))));
+        schedule.push(at(t + 300, A::Restart));
+    }
+    Scenario {
+        name: "a_deletion_interrupted_by_power_loss",
+        story: "retention deletes a segment and the power fails as the delete lands, five times, with torn writes on: every restart finds a log whose start never moved backwards and has no gap; nothing deleted early, nothing acknowledged lost",
+        seed: 25,
+        nodes: 1,
+        sizes: retention_sizes(),
+        net: NetPlan::default(),
+        workload: retained(workload(500, 2, 3_500)),
+        faults: FaultPlan { torn_at_power_loss: true, ..plan() },
+        schedule,
+        expect: |o| {
+            hit(o, FaultClass::PowerLoss)?;
+            check(o.counters.restarts >= 4, "fewer than four restarts")?;
+            check(o.counters.segments_deleted >= 5, "retention deleted fewer than five segments")
         },
     }
 }

@@ -64,6 +64,10 @@ impl Simulation {
                 let (power, after) = (true, OpKind::Write);
                 self.world.armed_crash = Some(ArmedCrash { node, target, power, after });
             }
+            FaultAction::PowerLossAfterNextDelete(target) => {
+                let (power, after) = (true, OpKind::Delete);
+                self.world.armed_crash = Some(ArmedCrash { node, target, power, after });
+            }
             FaultAction::DeleteTopic(name) => {
                 self.world.workload.request_delete(&name);
                 self.world.wake_client(0, 0);
@@ -267,6 +271,7 @@ pub fn action_name(action: &FaultAction) -> &'static str {
         FaultAction::BitFlip => "bit-flip",
         FaultAction::CrashAfterNextSync { .. } => "arm-crash-after-sync",
         FaultAction::PowerLossAfterNextWrite(_) => "arm-power-loss-after-write",
+        FaultAction::PowerLossAfterNextDelete(_) => "arm-power-loss-after-delete",
         FaultAction::DeleteTopic(_) => "delete-topic",
         FaultAction::CreateTopic(_) => "create-topic",
         FaultAction::Route { .. } => "route-clients",
