@@ -51,6 +51,12 @@ pub struct SweepReport {
     pub by_nodes: BTreeMap<u32, NodeTally>,
     /// Whether owners deduplicated commits in this sweep.
     pub idempotent_commits: bool,
+    /// Retention: segments and records deleted, seeds that deleted any, and acknowledged
+    /// records excused because retention deleted them.
+    pub segments_deleted: u64,
+    pub records_deleted: u64,
+    pub seeds_with_deletions: u64,
+    pub excused_by_retention: u64,
 }
 
 impl SweepReport {
@@ -72,6 +78,10 @@ impl SweepReport {
         }
         self.rerouted += outcome.totals.rerouted;
         self.remote_commits += outcome.totals.remote_commits;
+        self.segments_deleted += outcome.counters.segments_deleted;
+        self.records_deleted += outcome.counters.records_deleted;
+        self.seeds_with_deletions += u64::from(outcome.counters.segments_deleted > 0);
+        self.excused_by_retention += outcome.verdict.deleted_by_retention;
         let tally = self.by_nodes.entry(outcome.nodes).or_default();
         tally.seeds += 1;
         tally.failed += u64::from(!outcome.passed);
@@ -140,6 +150,10 @@ impl SweepReport {
             "remote_commits": self.remote_commits,
             "by_nodes": by_nodes,
             "lost_to_corruption": self.lost_to_corruption,
+            "segments_deleted": self.segments_deleted,
+            "records_deleted": self.records_deleted,
+            "seeds_with_deletions": self.seeds_with_deletions,
+            "excused_by_retention": self.excused_by_retention,
         })
     }
 }

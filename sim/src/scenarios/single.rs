@@ -293,11 +293,7 @@ pub(super) fn wal_sequence_reused_after_a_lying_fsync() -> Scenario {
 
 /// One node, segments of 256 B (a roll every commit or two) and topics with 1 s of retention.
 fn retention_sizes() -> NodeSizes {
-    NodeSizes {
-        partition_segment_bytes: 256,
-        retention_check_ms: 200,
-        ..NodeSizes::default()
-    }
+    NodeSizes { partition_segment_bytes: 256, retention_check_ms: 200, ..NodeSizes::default() }
 }
 
 fn retained(w: WorkloadConfig) -> WorkloadConfig {
