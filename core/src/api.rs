@@ -271,4 +271,8 @@ pub struct Stats {
     /// Metastore snapshots taken locally / installed from the leader.
     pub meta_snapshots_taken: u64,
     pub meta_snapshots_installed: u64,
+    /// Partition reads that found a damaged record at rest (a frame whose CRC or offset does
+    /// not hold): answered 500, nothing from it served. Anything above zero means the disk
+    /// corrupted data; the error log names the file and byte.
+    pub partition_read_damaged: u64,
 }

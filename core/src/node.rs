@@ -245,6 +245,7 @@ struct NodeCounters {
     retention_segments_deleted: u64,
     retention_records_deleted: u64,
     retention_bytes_deleted: u64,
+    partition_read_damaged: u64,
 }
 
 /// Placement as the local metastore replica sees it.
@@ -562,6 +563,7 @@ impl Node {
             meta_undecodable_entries: meta.undecodable_entries,
             meta_snapshots_taken: meta.snapshots_taken,
             meta_snapshots_installed: meta.snapshots_installed,
+            partition_read_damaged: self.counters.partition_read_damaged,
         }
     }
 

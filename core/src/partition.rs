@@ -567,13 +567,15 @@ impl PartitionLog {
     /// itself where it can: a damaged frame before the wanted offset is stepped over by its
     /// length field (the next frame must then be intact and carry the next offset), and damage
     /// after some wanted records ends the answer there (the next read reports it). An error
-    /// names the damaged offset.
+    /// names the damaged offset, and the file and byte where it was found.
     pub fn decode_read(
         &self,
         plan: ReadPlan,
         bytes: &[u8],
-    ) -> Result<Vec<PartitionRecord>, String> {
-        let damaged = |offset: u64| format!("{}: damaged record at offset {offset}", self.key);
+    ) -> Result<Vec<PartitionRecord>, ReadDamage> {
+        let (key, file) = (self.key, plan.file);
+        let damaged =
+            |offset: u64, pos: usize| ReadDamage { key, offset, file, byte: plan.pos + pos as u64 };
         let mut records = Vec::new();
         let mut pos = 0;
         let mut expected = plan.start_offset;
@@ -588,11 +590,11 @@ impl PartitionLog {
                 if !wanted {
                     let next_intact = |&end: &usize| frame_at(bytes, end).is_some();
                     let next = claimed_frame_end(bytes, pos).filter(next_intact);
-                    pos = next.ok_or_else(|| damaged(expected))?;
+                    pos = next.ok_or_else(|| damaged(expected, pos))?;
                     expected += 1;
                     continue;
                 }
-                return if records.is_empty() { Err(damaged(expected)) } else { Ok(records) };
+                return if records.is_empty() { Err(damaged(expected, pos)) } else { Ok(records) };
             };
             let frame_bytes = (found.end() - pos) as u64;
             if wanted {
@@ -606,7 +608,7 @@ impl PartitionLog {
             expected += 1;
         }
         if records.is_empty() {
-            return Err(damaged(plan.first_offset));
+            return Err(damaged(plan.first_offset, pos));
         }
         Ok(records)
     }
@@ -614,6 +616,25 @@ impl PartitionLog {
     /// Next disk operation to emit.
     pub fn poll_io(&mut self) -> Option<(PartIo, DiskOp)> {
         self.outbox.pop_front()
+    }
+}
+
+/// A read found a frame that does not decode (or carries the wrong offset): nothing from it is
+/// served. Displays as the client is told (partition and offset); `file` and `byte` are for the
+/// log.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReadDamage {
+    pub key: PartitionKey,
+    /// The offset of the damaged record.
+    pub offset: u64,
+    /// The segment file, and the byte of it where the damaged frame starts.
+    pub file: FileId,
+    pub byte: u64,
+}
+
+impl std::fmt::Display for ReadDamage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "partition {}: damaged record at offset {}", self.key, self.offset)
     }
 }
 

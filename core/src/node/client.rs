@@ -11,7 +11,7 @@ use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::ids::{PartitionKey, RequestId};
 use crate::io::{DiskDone, DiskError, DiskOp};
 use crate::meta::{MetaCommand, validate_change, validate_requested};
-use crate::partition::{PartitionLog, ReadPlan, ReadRefusal};
+use crate::partition::{PartitionLog, ReadDamage, ReadPlan, ReadRefusal};
 use crate::peer::{PeerMessage, WireConsumed, WireError};
 
 impl Node {
@@ -287,7 +287,7 @@ impl Node {
     }
 
     fn decode_consume(
-        &self,
+        &mut self,
         key: PartitionKey,
         plan: ReadPlan,
         result: Result<DiskDone, DiskError>,
@@ -298,11 +298,20 @@ impl Node {
         match result {
             Err(error) => Err(ClientError::Internal(format!("read failed: {error}"))),
             Ok(DiskDone::Done) => Err(ClientError::Internal("read returned no data".into())),
-            Ok(DiskDone::Data(bytes)) => log.decode_read(plan, &bytes).map_err(|error| {
-                tracing::error!(%error, "consume found a damaged record");
-                ClientError::Internal(error)
-            }),
+            Ok(DiskDone::Data(bytes)) => {
+                let decoded = log.decode_read(plan, &bytes);
+                decoded.map_err(|damage| self.read_damaged(damage))
+            }
         }
+    }
+
+    /// A read found a damaged record: loud in the log and the counters, a 500 naming the
+    /// partition and offset for the client; nothing from it is served.
+    fn read_damaged(&mut self, damage: ReadDamage) -> ClientError {
+        let file = damage.file.relative_path();
+        tracing::error!(%damage, file, byte = damage.byte, "a read found a DAMAGED record at rest; nothing from it is served");
+        self.counters.partition_read_damaged += 1;
+        ClientError::Internal(format!("{damage}; nothing from it is served"))
     }
 }
 

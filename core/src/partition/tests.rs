@@ -292,7 +292,7 @@ fn consume(
 ) -> Result<Vec<PartitionRecord>, String> {
     let plan = log.read_plan(offset, max, max_bytes).expect("offset below the high watermark");
     let bytes = &disk.file[plan.pos as usize..(plan.pos + plan.len) as usize];
-    log.decode_read(plan, bytes)
+    log.decode_read(plan, bytes).map_err(|damage| format!("{damage} (byte {})", damage.byte))
 }
 
 #[test]
@@ -349,6 +349,7 @@ fn a_damaged_record_costs_only_itself() {
     assert_eq!(offsets(consume(&log, &disk, 1, 100, 1 << 20).unwrap()), vec![1, 2]);
     let err = consume(&log, &disk, 3, 100, 1 << 20).unwrap_err();
     assert!(err.contains("damaged record at offset 3"), "{err}");
+    assert!(err.contains(&format!("(byte {})", 3 * frame)), "the frame's byte: {err}");
     // A damaged length field cannot be stepped over: later reads of that interval fail loudly.
     disk.file[3 * frame] ^= 0x40;
     let err = consume(&log, &disk, 5, 1, 1 << 20).unwrap_err();

@@ -460,3 +460,25 @@ fn a_create_with_retention_past_the_bound_is_refused_before_it_is_proposed() {
     let ClientReply::Topics(topics) = h.call(ClientOp::ListTopics) else { panic!("list") };
     assert_eq!(topics[0].retention_ms, Some(MAX_RETENTION_MS), "the bound survives a restart");
 }
+
+#[test]
+fn a_record_damaged_at_rest_is_a_loud_500_never_data() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 1);
+    let messages = (0..3).map(|i| message(&format!("m{i}"), None, Some(0))).collect();
+    assert!(matches!(produce(&mut h, "t", messages), ClientReply::Produced { .. }));
+    h.run();
+    let log = h.files.keys().copied().find(|f| matches!(f, FileId::PartitionSegment { .. }));
+    let file = h.files.get_mut(&log.expect("the partition's segment")).unwrap();
+    let last = file.len() - 1;
+    file[last] ^= 0x20; // inside the last record's payload
+    let reply = h.call(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 2, max: 10 });
+    let ClientReply::Error(error @ ClientError::Internal(message)) = &reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(error.http_status(), 500);
+    assert!(message.contains("/p0: damaged record at offset 2"), "{message}");
+    assert_eq!(h.node.stats().partition_read_damaged, 1);
+    let ok = h.call(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 0, max: 2 });
+    assert!(matches!(ok, ClientReply::Records(r) if r.len() == 2), "the rest is served");
+}

@@ -66,7 +66,7 @@ struct Scalar {
 }
 
 /// Every node-wide metric, in exposition order.
-const SCALARS: [Scalar; 32] = [
+const SCALARS: [Scalar; 33] = [
     Scalar {
         name: "narad_produce_requests_accepted_total",
         kind: Kind::Counter,
@@ -259,6 +259,12 @@ const SCALARS: [Scalar; 32] = [
         help: "Metastore snapshots installed from the leader.",
         value: |s| s.meta_snapshots_installed,
     },
+    Scalar {
+        name: "narad_partition_read_damaged_total",
+        kind: Kind::Counter,
+        help: "Partition reads that found a damaged record at rest (answered 500, nothing served; the error log names the file and byte).",
+        value: |s| s.partition_read_damaged,
+    },
 ];
 
 fn render_partitions(out: &mut String, stats: &Stats) {
@@ -336,6 +342,7 @@ mod tests {
                 },
             )],
             retention_segments_deleted: 5,
+            partition_read_damaged: 6,
             ..Stats::default()
         };
         let text = render(&stats);
@@ -344,6 +351,7 @@ mod tests {
             text.contains("# TYPE narad_records_lost_total counter\nnarad_records_lost_total 2\n")
         );
         assert!(text.contains("# TYPE narad_dispatch_backlog gauge\nnarad_dispatch_backlog 9\n"));
+        assert!(text.contains("\nnarad_partition_read_damaged_total 6\n"), "{text}");
         assert!(
             text.contains("narad_partition_high_watermark{topic=\"orders\",partition=\"1\"} 42\n")
         );
