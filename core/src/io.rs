@@ -26,6 +26,10 @@ pub enum FileId {
     /// One segment of the log of one partition of one topic incarnation: the records from
     /// offset `base` on, up to the next segment's base.
     PartitionSegment { key: PartitionKey, base: u64 },
+    /// The seal file of the partition segment starting at `base`: a small summary that lets
+    /// start-up take the segment back without reading it (`partition::seal`, docs/design.md
+    /// §4.4). Written in the background; a missing or damaged one only costs a scan.
+    PartitionSeal { key: PartitionKey, base: u64 },
     /// The metastore's Raft log (entries and hard state), append-only.
     MetaRaftLog,
     /// The metastore's latest snapshot (state machine image plus its Raft metadata).
@@ -44,6 +48,9 @@ impl FileId {
             }
             FileId::PartitionSegment { key, base } => {
                 format!("partitions/{:020}/{:05}-{base:020}.log", key.topic.0, key.partition)
+            }
+            FileId::PartitionSeal { key, base } => {
+                format!("partitions/{:020}/{:05}-{base:020}.seal", key.topic.0, key.partition)
             }
             FileId::MetaRaftLog => "meta/raft.log".to_string(),
             FileId::MetaSnapshot => "meta/snapshot".to_string(),
@@ -68,6 +75,12 @@ impl FileId {
             }
             ["meta", "raft.log"] => Some(FileId::MetaRaftLog),
             ["meta", "snapshot"] => Some(FileId::MetaSnapshot),
+            ["partitions", topic, name] if name.ends_with(".seal") => {
+                let topic = TopicId(topic.parse().ok()?);
+                let (partition, base) = name.strip_suffix(".seal")?.split_once('-')?;
+                let key = PartitionKey { topic, partition: partition.parse().ok()? };
+                Some(FileId::PartitionSeal { key, base: base.parse().ok()? })
+            }
             ["partitions", topic, name] => {
                 let topic = TopicId(topic.parse().ok()?);
                 let name = name.strip_suffix(".log")?;
@@ -225,6 +238,9 @@ mod tests {
             FileId::PartitionSegment { key, base: 0 },
             FileId::PartitionSegment { key, base: 1 },
             FileId::PartitionSegment { key, base: u64::MAX },
+            FileId::PartitionSeal { key, base: 0 },
+            FileId::PartitionSeal { key, base: 42 },
+            FileId::PartitionSeal { key, base: u64::MAX },
             FileId::MetaRaftLog,
             FileId::MetaSnapshot,
         ] {
@@ -234,6 +250,8 @@ mod tests {
         assert_eq!(FileId::parse("partitions/x/00001.log"), None);
         let segment = "partitions/00000000000000000007/00003-00000000000000000042.log";
         assert_eq!(FileId::parse(segment), Some(FileId::PartitionSegment { key, base: 42 }));
+        let seal = "partitions/00000000000000000007/00003-00000000000000000042.seal";
+        assert_eq!(FileId::parse(seal), Some(FileId::PartitionSeal { key, base: 42 }));
     }
 
     /// Found by reading (issue 9): `+1` and other spellings of a number parsed, so two names on
@@ -252,6 +270,9 @@ mod tests {
             "partitions/00000000000000000007/00003-00000000000000000000.log",
             "partitions/00000000000000000007/00003-1.log",
             "partitions/00000000000000000007/00003-+0000000000000000001.log",
+            "partitions/00000000000000000007/00003.seal",
+            "partitions/00000000000000000007/00003-1.seal",
+            "partitions/00000000000000000007/00003-00000000000000000001.seal.log",
         ] {
             assert_eq!(FileId::parse(alias), None, "{alias}");
         }

@@ -158,6 +158,8 @@ enum IoPurpose {
     FileDelete,
     /// Start-up sync of a file found on disk (see `Node::sync_found_files`).
     StartupSync(FileId),
+    /// Start-up delete of a seal file recovery did not adopt (stale, damaged or orphaned).
+    StartupDelete(FileId),
 }
 
 /// Who asked for a partition read: a local client, or another node on a client's behalf.
@@ -223,8 +225,11 @@ pub struct Node {
     next_orphan_scan: Instant,
     /// When the next retention pass runs.
     next_retention_at: Instant,
-    /// Start-up syncs still running; nothing found on disk is used before they are done.
+    /// Start-up syncs (and deletes of stale seal files) still running; nothing found on disk is
+    /// used before they are done.
     startup_syncs_left: usize,
+    /// Partition segments recovery adopted from their seal files, and segments it scanned.
+    recovered_segments: (u64, u64),
     /// Inputs that arrived during the start-up syncs: client requests, and peer messages (at
     /// most `DEFERRED_PEER_MAX`; Raft tolerates the loss of the rest, commits retry).
     deferred: VecDeque<Deferred>,
@@ -295,15 +300,19 @@ impl Node {
                 }
             }
         }
-        let recovery = Node::begin_recovery(config, now, others)?;
+        let mut recovery = Node::begin_recovery(config, now, others)?;
         let mut partitions = Vec::with_capacity(logs.len());
         // `files` iterates in `FileId` order: by partition, then by first offset.
         for (key, segments) in logs {
             let mut scan = recovery.partition_scan(key);
             let mut rest: &[u8] = &[];
             for (base, bytes) in &segments {
-                // Sealing the segment fed before refuses it if it ended in a bad frame.
-                scan.begin_segment(*base)?;
+                // Sealing the segment before refuses it if it ended in a bad frame; a segment
+                // with a trusted seal file is adopted from it, not read.
+                rest = &[];
+                if scan.open_segment(*base, bytes.len() as u64)? {
+                    continue;
+                }
                 for chunk in bytes.chunks(chunk_bytes.max(1)) {
                     if scan.stopped() {
                         break;
@@ -320,8 +329,9 @@ impl Node {
 
     /// The first half of `recover`, for a runtime that reads partition logs a chunk at a time
     /// (so that none has to fit in memory): rebuilds the metastore and the WAL from `files`
-    /// (every file but the partition logs); then scan each log with `Recovery::partition_scan`
-    /// and hand them all to `Recovery::finish`.
+    /// (every file but the partition segments; seal files included, read whole: they are
+    /// small); then open each log with `Recovery::partition_scan` (segments with a trusted seal
+    /// are adopted, the others fed) and hand them all to `Recovery::finish`.
     pub fn begin_recovery(
         config: Config,
         now: Instant,
@@ -352,6 +362,7 @@ impl Node {
             segments = recovered.segments.len(),
             "recovered ingress WAL"
         );
+        let (files, seals) = split_seals(files);
         let id_base = incarnation_id_base(config.seed, now);
         let checkpoint = recovered.checkpoint;
         let wal = Wal::from_recovered(recovered).with_sizes(config.wal_sizes());
@@ -376,12 +387,13 @@ impl Node {
             next_orphan_scan: now,
             next_retention_at: now,
             startup_syncs_left: 0,
+            recovered_segments: (0, 0),
             deferred: VecDeque::new(),
             fatal: None,
             shutting_down: false,
             counters: NodeCounters::default(),
         };
-        Ok(Recovery::new(node, files.into_keys().collect()))
+        Ok(Recovery::new(node, files.into_keys().collect(), seals))
     }
 
     /// A file found at start-up may hold bytes that only ever reached the page cache (the
@@ -500,8 +512,30 @@ impl Node {
     /// True once, after `Input::BeginShutdown`, no disk operation is outstanding: every group
     /// commit has answered, the dispatcher committed what it could (a clean restart re-dispatches
     /// nothing unless a destination was failing), and the checkpoint is durable.
+    /// Each partition's active segment then has its seal file written (the clean-shutdown
+    /// marker: the next start-up adopts it without a scan).
     pub fn is_shut_down(&self) -> bool {
-        self.shutting_down && self.io.is_empty()
+        let sealed =
+            !self.is_serving() || self.partitions.values().all(|log| !log.wants_shutdown_seal());
+        self.shutting_down && self.io.is_empty() && sealed
+    }
+
+    /// Partition segments the start-up adopted from their seal files, and segments it scanned.
+    pub fn recovered_segments(&self) -> (u64, u64) {
+        self.recovered_segments
+    }
+
+    /// At shutdown, once nothing but seal writes is in flight: write the seal file of every
+    /// partition's active segment not sealed in its current state (a commit that lands later
+    /// makes it stale, and the next quiet moment writes it again).
+    fn seal_for_shutdown(&mut self) {
+        let quiet =
+            self.io.values().all(|p| matches!(p, IoPurpose::Partition(_, PartIo::Seal { .. })));
+        if self.shutting_down && quiet {
+            for log in self.partitions.values_mut() {
+                log.write_shutdown_seal();
+            }
+        }
     }
 
     /// The numbers of every partition log this node holds, whether or not its replica knows the
@@ -590,6 +624,8 @@ impl Node {
         self.drain_metastore();
         self.advance_checkpoint();
         self.collect_io();
+        self.seal_for_shutdown();
+        self.collect_io();
     }
 
     fn advance_checkpoint(&mut self) {
@@ -637,6 +673,22 @@ impl Node {
         }
         self.events.push_back(event);
     }
+}
+
+/// The seal files among `files`, by partition and base, and the rest.
+type Seals = BTreeMap<PartitionKey, BTreeMap<u64, Bytes>>;
+
+fn split_seals(files: BTreeMap<FileId, Bytes>) -> (BTreeMap<FileId, Bytes>, Seals) {
+    let mut seals = Seals::new();
+    let mut others = BTreeMap::new();
+    for (file, bytes) in files {
+        if let FileId::PartitionSeal { key, base } = file {
+            seals.entry(key).or_default().insert(base, bytes);
+        } else {
+            others.insert(file, bytes);
+        }
+    }
+    (others, seals)
 }
 
 /// The first id of this incarnation's commits and peer requests: the high 32 bits differ from

@@ -12,6 +12,11 @@
 //! verified frame and is never written again. Creating the new file is the commit's first step:
 //! until its write, fsync and read-back succeed, nothing of it is visible, and a crash leaves at
 //! most an empty file at the high watermark, which recovery takes as the (empty) active segment.
+//!
+//! A roll also writes the sealed segment's seal file in the background (`seal.rs`), and a clean
+//! shutdown writes the active segment's: start-up adopts a segment from a seal it can trust
+//! instead of reading it. A seal write never delays or fails a commit; a failed one is logged
+//! and forgotten (that segment is scanned at the next start-up).
 
 mod dedup;
 pub mod frame;
@@ -19,8 +24,10 @@ mod index;
 mod invariants;
 mod recovery;
 mod retention;
+pub mod seal;
+mod sealing;
 
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 
@@ -30,9 +37,11 @@ use crate::ids::{NodeId, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 use dedup::OriginIndex;
 pub use frame::{PartitionRecord, RecordView};
+pub use index::IndexEntry;
 use index::SparseIndex;
 pub use recovery::PartitionScan;
 pub use retention::{ReadRefusal, RetentionPolicy, Trimmed};
+use seal::Seal;
 
 /// Identifies a commit so its outcome can be matched to the dispatcher's request.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -45,8 +54,10 @@ pub enum PartIo {
     Commit,
     /// Truncation back to the high watermark (and its sync).
     Repair,
-    /// Deletion of a sealed segment by retention.
+    /// Deletion of a sealed segment (its seal file first) by retention.
     Trim,
+    /// Create, write or sync of the seal file of the segment starting at `base`.
+    Seal { base: u64 },
 }
 
 /// The result of a commit.
@@ -125,6 +136,7 @@ enum LogState {
 }
 
 /// A segment before the active one: immutable, read only.
+#[derive(Debug, PartialEq, Eq)]
 struct SealedSegment {
     /// Where its offsets start (sparse); it ends at `index.records()`.
     index: SparseIndex,
@@ -162,6 +174,23 @@ pub struct PartitionLog {
     state: LogState,
     outbox: VecDeque<(PartIo, DiskOp)>,
     origins: OriginIndex,
+    /// The dedup entries of the active segment's records (what its seal file's tail records).
+    active_origins: OriginIndex,
+    /// The highest durable WAL checkpoint each origin reported in a commit part (it never
+    /// re-sends below it): seal files record them so that a restart can prune the dedup index.
+    checkpoints: BTreeMap<NodeId, u64>,
+    /// Seal file operations in flight, by segment base.
+    seal_ios: BTreeMap<u64, u32>,
+    /// (base, size) of the active segment that its seal file describes: adopted at start-up,
+    /// or the last seal write emitted at shutdown (each state is written once).
+    active_seal: Option<(u64, u64)>,
+    /// Seals of the segments recovery had to scan, written once the node serves.
+    held_seals: Vec<Seal>,
+    /// Seal files start-up found but did not adopt (stale, damaged or orphaned): deleted before
+    /// the node serves.
+    stale_seals: BTreeSet<u64>,
+    /// Segments recovery adopted from their seals, and segments it scanned.
+    recovered_segments: (u64, u64),
     /// Skip records this partition already holds (on by default; off only to measure what
     /// idempotent commits save).
     pub idempotent: bool,
@@ -213,6 +242,13 @@ impl PartitionLog {
             state: LogState::Idle,
             outbox: VecDeque::new(),
             origins: OriginIndex::default(),
+            active_origins: OriginIndex::default(),
+            checkpoints: BTreeMap::new(),
+            seal_ios: BTreeMap::new(),
+            active_seal: None,
+            held_seals: Vec::new(),
+            stale_seals: BTreeSet::new(),
+            recovered_segments: (0, 0),
             idempotent: true,
             fsyncs: 0,
         }
@@ -250,10 +286,29 @@ impl PartitionLog {
     }
 
     /// Every segment file of the log that exists, oldest first.
+    pub fn segment_files(&self) -> Vec<FileId> {
+        self.segment_bases().map(|base| FileId::PartitionSegment { key: self.key, base }).collect()
+    }
+
+    /// Every file of the log: each segment, then its seal file (which may or may not exist: a
+    /// seal write may have failed). What deleting the log removes.
     pub fn files(&self) -> Vec<FileId> {
+        let key = self.key;
+        self.segment_bases()
+            .flat_map(|base| {
+                [FileId::PartitionSegment { key, base }, FileId::PartitionSeal { key, base }]
+            })
+            .collect()
+    }
+
+    fn segment_bases(&self) -> impl Iterator<Item = u64> + '_ {
         let active = self.file_exists.then_some(self.base);
-        let bases = self.sealed.keys().copied().chain(active);
-        bases.map(|base| FileId::PartitionSegment { key: self.key, base }).collect()
+        self.sealed.keys().copied().chain(active)
+    }
+
+    /// Segments recovery adopted from their seal files, and segments it scanned.
+    pub fn recovered_segments(&self) -> (u64, u64) {
+        self.recovered_segments
     }
 
     fn active_file(&self) -> FileId {
@@ -304,7 +359,7 @@ impl PartitionLog {
         let mut taken = std::collections::BTreeSet::new();
         for part in parts {
             assert!(part.records.iter().all(|r| r.origin_node == part.origin), "one origin a part");
-            self.origins.prune_below(part.origin, part.origin_checkpoint);
+            self.note_checkpoint(part.origin, part.origin_checkpoint);
             let (origins, idempotent) = (&self.origins, self.idempotent);
             let mut shares_write = false;
             let fresh: Vec<PartitionRecord> = part
@@ -379,8 +434,16 @@ impl PartitionLog {
     /// high watermark (only ever called between commits, with nothing to repair).
     fn roll_if_full(&mut self) {
         if (self.size >= self.segment_bytes || self.roll_due) && self.file_exists {
-            self.roll_to(self.high_watermark());
+            self.seal_and_roll();
         }
+    }
+
+    /// Seals the active segment, writing its seal file in the background (only ever called with
+    /// nothing to repair, so the segment ends in a verified, durable frame).
+    fn seal_and_roll(&mut self) {
+        let seal = self.active_summary();
+        self.roll_to(self.high_watermark());
+        self.emit_seal(&seal);
     }
 
     /// Seals the active segment; a new, empty one (no file yet) starts at `base`, the high
@@ -396,6 +459,16 @@ impl PartitionLog {
         self.file_exists = false;
         self.active_since_ms = None;
         self.roll_due = false;
+        self.active_origins = OriginIndex::default();
+        self.active_seal = None;
+    }
+
+    /// Remembers an origin's durable checkpoint and forgets what it will never re-send.
+    fn note_checkpoint(&mut self, origin: NodeId, checkpoint: u64) {
+        let known = self.checkpoints.entry(origin).or_insert(checkpoint);
+        *known = (*known).max(checkpoint);
+        self.origins.prune_below(origin, checkpoint);
+        self.active_origins.prune_below(origin, checkpoint);
     }
 
     fn emit_write(&mut self, data: &Bytes) {
@@ -418,6 +491,10 @@ impl PartitionLog {
             PartIo::Commit => self.on_commit_io(result),
             PartIo::Trim => {
                 self.on_trim_io(result);
+                Vec::new()
+            }
+            PartIo::Seal { base } => {
+                self.on_seal_io(base, result);
                 Vec::new()
             }
         }
@@ -488,6 +565,7 @@ impl PartitionLog {
         for part in commit.parts {
             for (&seq, &fingerprint) in part.origin_seqs.iter().zip(&part.fingerprints) {
                 self.origins.insert(part.origin, seq, fingerprint);
+                self.active_origins.insert(part.origin, seq, fingerprint);
             }
             let landed_count = part.origin_seqs.len() as u64;
             let landed = Landed { first_offset, origin_seqs: part.origin_seqs };

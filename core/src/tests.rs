@@ -6,4 +6,5 @@ mod harness;
 mod node_flow;
 mod overload;
 mod retention;
+mod seal_flow;
 mod topic_update;

@@ -19,7 +19,7 @@ fuzz_target!(|data: &[u8]| {
 });
 
 fn arbitrary_file(u: &mut Unstructured<'_>) -> arbitrary::Result<FileId> {
-    Ok(match u.int_in_range(0..=4u8)? {
+    Ok(match u.int_in_range(0..=5u8)? {
         0 => FileId::WalSegment { first_seq: u.arbitrary()? },
         1 => FileId::WalCheckpoint,
         2 => FileId::PartitionSegment {
@@ -27,6 +27,10 @@ fn arbitrary_file(u: &mut Unstructured<'_>) -> arbitrary::Result<FileId> {
             base: u.arbitrary()?,
         },
         3 => FileId::MetaRaftLog,
+        4 => FileId::PartitionSeal {
+            key: PartitionKey { topic: TopicId(u.arbitrary()?), partition: u.arbitrary()? },
+            base: u.arbitrary()?,
+        },
         _ => FileId::MetaSnapshot,
     })
 }

@@ -1,8 +1,9 @@
 //! The data directory at start-up: take an exclusive lock on it (two processes writing the same
 //! WAL would destroy it), then read every file the node owns so `Node::begin_recovery` can
-//! rebuild its state: the small ones whole, the partition logs (which may be larger than memory)
-//! a chunk at a time through the core's `PartitionScan`. Files the core does not recognise are
-//! left alone.
+//! rebuild its state: the small ones whole (seal files included), the partition logs (which may
+//! be larger than memory) a chunk at a time through the core's `PartitionScan`, and only those
+//! segments whose seal file the core does not trust: an adopted segment is never opened, only its
+//! length is looked up. Files the core does not recognise are left alone.
 
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions, TryLockError};
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context, bail};
 use bytes::Bytes;
-use narad_core::{FileId, PartitionKey, PartitionLog, Recovery, RecoveryError};
+use narad_core::{FileId, PartitionKey, PartitionLog, PartitionScan, Recovery, RecoveryError};
 
 use crate::disk::create_dirs_durable;
 
@@ -50,7 +51,8 @@ pub fn lock(data_dir: &Path) -> anyhow::Result<DataDirLock> {
 #[derive(Debug, Default)]
 pub struct Found {
     /// Every recognised file but the partition logs, read whole (they are small: the WAL is
-    /// compacted behind its checkpoint, the metastore behind its snapshot).
+    /// compacted behind its checkpoint, the metastore behind its snapshot, a seal file is about
+    /// 16 KiB per 64 MiB segment).
     pub files: BTreeMap<FileId, Bytes>,
     /// The partition logs' segment files (first offset, path), which may be far larger than
     /// memory: scanned by `recover_partitions`.
@@ -108,53 +110,88 @@ fn walk(dir: &Path, prefix: &str, found: &mut Found) -> anyhow::Result<()> {
 /// Bytes of partition log read and checked at a time during recovery.
 const SCAN_CHUNK_BYTES: usize = 8 * 1024 * 1024;
 
+/// What recovering the partition logs cost (for the start-up log line and tests).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ScanCount {
+    /// Segments adopted from their seal files (not read).
+    pub adopted: u64,
+    /// Segments read and checked.
+    pub scanned: u64,
+    /// Bytes of segment files read.
+    pub bytes_read: u64,
+}
+
 /// Recovers every partition log a chunk at a time (`PartitionScan`), so that memory holds one
-/// chunk and each log's sparse index, however large the logs are. The outer error is I/O; the
-/// inner one is damage recovery refuses to repair.
+/// chunk and each log's sparse index, however large the logs are; segments with a trusted seal
+/// file are adopted without a read. The outer error is I/O; the inner one is damage recovery
+/// refuses to repair.
 pub fn recover_partitions(
-    recovery: &Recovery,
+    recovery: &mut Recovery,
     logs: &BTreeMap<PartitionKey, Vec<(u64, PathBuf)>>,
-) -> anyhow::Result<Result<Vec<PartitionLog>, RecoveryError>> {
+) -> anyhow::Result<Result<(Vec<PartitionLog>, ScanCount), RecoveryError>> {
     scan_in_chunks(recovery, logs, SCAN_CHUNK_BYTES)
 }
 
 fn scan_in_chunks(
-    recovery: &Recovery,
+    recovery: &mut Recovery,
     logs: &BTreeMap<PartitionKey, Vec<(u64, PathBuf)>>,
     chunk_bytes: usize,
-) -> anyhow::Result<Result<Vec<PartitionLog>, RecoveryError>> {
+) -> anyhow::Result<Result<(Vec<PartitionLog>, ScanCount), RecoveryError>> {
     let mut recovered = Vec::with_capacity(logs.len());
     let mut chunk = vec![0u8; chunk_bytes];
+    let mut count = ScanCount::default();
     for (key, segments) in logs {
         let mut scan = recovery.partition_scan(*key);
         let mut rest = Vec::new();
         for (base, path) in segments {
-            // Sealing the segment scanned before refuses it if it ended in a bad frame.
-            if let Err(damage) = scan.begin_segment(*base) {
-                return Ok(Err(damage));
-            }
-            let read = |e| anyhow::Error::new(e).context(format!("reading {}", path.display()));
-            let mut file = File::open(path).map_err(read)?;
-            while !scan.stopped() {
-                let n = file.read(&mut chunk).map_err(read)?;
-                if n == 0 {
-                    break;
-                }
-                if let Err(damage) = scan.feed(&chunk[..n]) {
-                    return Ok(Err(damage));
-                }
-            }
-            // Past a frame that is not intact: the rest of the file, whole (a torn tail is at
-            // most the commit that was being written).
             rest.clear();
-            file.read_to_end(&mut rest).map_err(read)?;
+            match open_segment(&mut scan, *base, path, &mut chunk, &mut rest)? {
+                Ok(read) => count.bytes_read += read,
+                Err(damage) => return Ok(Err(damage)),
+            }
         }
+        count.adopted += scan.adopted();
+        count.scanned += scan.scanned();
         match scan.finish(&rest) {
             Ok(log) => recovered.push(log),
             Err(damage) => return Ok(Err(damage)),
         }
     }
-    Ok(Ok(recovered))
+    Ok(Ok((recovered, count)))
+}
+
+/// Opens one segment: adopted from its seal (only its length is looked up), or read and fed in
+/// chunks, the bytes past a frame that is not intact left in `rest` (a torn tail is at most the
+/// commit that was being written). Returns the bytes read.
+fn open_segment(
+    scan: &mut PartitionScan,
+    base: u64,
+    path: &Path,
+    chunk: &mut [u8],
+    rest: &mut Vec<u8>,
+) -> anyhow::Result<Result<u64, RecoveryError>> {
+    let read = |e| anyhow::Error::new(e).context(format!("reading {}", path.display()));
+    let len = fs::metadata(path).map_err(read)?.len();
+    match scan.open_segment(base, len) {
+        Ok(true) => return Ok(Ok(0)),
+        Ok(false) => {}
+        // Sealing the segment scanned before refuses it if it ended in a bad frame.
+        Err(damage) => return Ok(Err(damage)),
+    }
+    let mut file = File::open(path).map_err(read)?;
+    let mut bytes_read = 0;
+    while !scan.stopped() {
+        let n = file.read(chunk).map_err(read)?;
+        if n == 0 {
+            break;
+        }
+        bytes_read += n as u64;
+        if let Err(damage) = scan.feed(&chunk[..n]) {
+            return Ok(Err(damage));
+        }
+    }
+    file.read_to_end(rest).map_err(read)?;
+    Ok(Ok(bytes_read + rest.len() as u64))
 }
 
 #[cfg(test)]
@@ -182,9 +219,11 @@ mod tests {
         // One stray byte: a torn tail, truncated by the recovered log's first effects.
         let config = narad_core::Config::single(narad_core::NodeId(1), 7);
         let now = narad_core::Instant(0);
-        let recovery =
+        let mut recovery =
             narad_core::Node::begin_recovery(config, now, BTreeMap::new()).expect("empty");
-        let logs = recover_partitions(&recovery, &found.partition_logs).expect("io").expect("ok");
+        let (logs, count) =
+            recover_partitions(&mut recovery, &found.partition_logs).expect("io").expect("ok");
+        assert_eq!(count, ScanCount { adopted: 0, scanned: 1, bytes_read: 1 });
         assert_eq!((logs[0].high_watermark(), logs[0].size_bytes()), (0, 0));
     }
 
@@ -211,11 +250,12 @@ mod tests {
         let config = narad_core::Config::single(narad_core::NodeId(1), 7);
         let now = narad_core::Instant(0);
         for chunk in [1, 7, 4096, 1 << 20] {
-            let recovery = narad_core::Node::begin_recovery(config.clone(), now, BTreeMap::new())
-                .expect("nothing to recover");
+            let mut recovery =
+                narad_core::Node::begin_recovery(config.clone(), now, BTreeMap::new())
+                    .expect("nothing to recover");
             let segments = BTreeMap::from([(key, vec![(0, path.clone())])]);
-            let logs = scan_in_chunks(&recovery, &segments, chunk).expect("io");
-            let log = &logs.expect("no damage")[0];
+            let logs = scan_in_chunks(&mut recovery, &segments, chunk).expect("io");
+            let log = &logs.expect("no damage").0[0];
             assert_eq!((log.high_watermark(), log.size_bytes()), (300, whole), "chunk {chunk}");
         }
     }

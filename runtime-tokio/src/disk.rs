@@ -108,7 +108,8 @@ impl DiskExecutor {
 /// The pool thread that owns `file`: a pure function of the file, so its operations stay ordered.
 fn pool_index(file: FileId, threads: usize) -> usize {
     let hash = match file {
-        FileId::PartitionSegment { key, .. } => {
+        // A partition's seal files on the thread of its segments.
+        FileId::PartitionSegment { key, .. } | FileId::PartitionSeal { key, .. } => {
             key.topic.0.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ u64::from(key.partition)
         }
         _ => 0,

@@ -35,6 +35,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding the HTTP API to {}", args.http))?;
     listener.set_nonblocking(true)?;
     let found = datadir::load(&args.data_dir)?;
+    let found_bytes = found.bytes() as u64;
     tracing::info!(
         data_dir = %args.data_dir.display(),
         files = found.files.len(),
@@ -47,8 +48,12 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.partition_segment_bytes = args.partition_segment_bytes;
     let mut clock = Clock::default();
     let recovered = match Node::begin_recovery(config, clock.now(), found.files) {
-        Ok(recovery) => datadir::recover_partitions(&recovery, &found.partition_logs)?
-            .map(|partitions| recovery.finish(partitions)),
+        Ok(mut recovery) => datadir::recover_partitions(&mut recovery, &found.partition_logs)?.map(
+            |(partitions, count)| {
+                log_partition_scan(count, found_bytes);
+                recovery.finish(partitions)
+            },
+        ),
         Err(error) => Err(error),
     };
     let node = match recovered {
@@ -201,6 +206,20 @@ async fn parent_exit(parent: Option<u32>) {
     while std::os::unix::process::parent_id() == parent {
         tokio::time::sleep(PARENT_POLL).await;
     }
+}
+
+/// How much start-up read: the small files (the WAL, the metastore, the seal files) whole, and
+/// the partition segments it could not adopt from their seals.
+fn log_partition_scan(count: datadir::ScanCount, found_bytes: u64) {
+    let (adopted, scanned) = (count.adopted, count.scanned);
+    let bytes = count.bytes_read + found_bytes;
+    tracing::info!(
+        adopted,
+        scanned,
+        bytes_read = bytes,
+        segment_bytes_read = count.bytes_read,
+        "recovered partition logs: {adopted} segments adopted from seals, {scanned} scanned, {bytes} bytes read"
+    );
 }
 
 fn log_recovered(stats: &Stats, seed: u64) {

@@ -280,6 +280,10 @@ fn file_word(file: &FileId) -> [u64; 2] {
             4 | (u64::from(key.partition) << 8),
             key.topic.0 ^ base.wrapping_mul(0x9E37_79B9_7F4A_7C15),
         ],
+        FileId::PartitionSeal { key, base } => [
+            7 | (u64::from(key.partition) << 8),
+            key.topic.0 ^ base.wrapping_mul(0x9E37_79B9_7F4A_7C15),
+        ],
         FileId::MetaRaftLog => [5, 0],
         FileId::MetaSnapshot => [6, 0],
     }

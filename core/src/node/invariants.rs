@@ -77,7 +77,7 @@ impl Node {
                 IoPurpose::Wal(WalIo::Checkpoint | WalIo::CheckpointCreate) => wal.checkpoint += 1,
                 IoPurpose::Wal(WalIo::CursorRead { .. }) => wal.cursor_reads += 1,
                 IoPurpose::Wal(WalIo::Repair) => wal.repairs += 1,
-                IoPurpose::StartupSync(_) => syncs += 1,
+                IoPurpose::StartupSync(_) | IoPurpose::StartupDelete(_) => syncs += 1,
                 IoPurpose::Wal(WalIo::Delete)
                 | IoPurpose::Partition(..)
                 | IoPurpose::Meta(_)
@@ -101,7 +101,7 @@ impl Node {
     /// Partition operations in flight match what each log held here waits for (a log dropped
     /// with its topic may leave completions behind: they are ignored).
     fn check_partition_io(&self) -> Result<(), String> {
-        let mut parts: BTreeMap<PartitionKey, (u32, u32, u32)> = BTreeMap::new();
+        let mut parts: BTreeMap<PartitionKey, (u32, u32, u32, u32)> = BTreeMap::new();
         for purpose in self.io.values() {
             if let IoPurpose::Partition(key, io) = purpose {
                 let entry = parts.entry(*key).or_default();
@@ -109,13 +109,14 @@ impl Node {
                     PartIo::Commit => entry.0 += 1,
                     PartIo::Repair => entry.1 += 1,
                     PartIo::Trim => entry.2 += 1,
+                    PartIo::Seal { .. } => entry.3 += 1,
                 }
             }
         }
         for (key, log) in &self.partitions {
             let waits = log.outstanding();
             let flying = parts.get(key).copied().unwrap_or_default();
-            if flying != (waits.commit, waits.repair, waits.trim) {
+            if flying != (waits.commit, waits.repair, waits.trim, waits.seal) {
                 return Err(format!("io: {key} has {flying:?} in flight, log waits for {waits:?}"));
             }
         }

@@ -28,6 +28,13 @@ impl Node {
                 self.answer_consume(key, plan, asker, result)
             }
             IoPurpose::StartupSync(file) => self.on_startup_sync(file, result),
+            IoPurpose::StartupDelete(file) => {
+                if let Err(error) = &result {
+                    let path = file.relative_path();
+                    tracing::warn!(%error, file = %path, "deleting a stale seal file failed; it stays, and the next start-up checks it again");
+                }
+                self.on_startup_sync(file, Ok(DiskDone::Done));
+            }
             IoPurpose::FileDelete => {
                 if let Err(error) = result {
                     tracing::warn!(%error, "deleting a file failed; it stays as garbage");
@@ -99,6 +106,9 @@ impl Node {
         }
         if self.startup_syncs_left == 0 && self.fatal.is_none() {
             tracing::info!(deferred = self.deferred.len(), "start-up syncs done; serving");
+            for log in self.partitions.values_mut() {
+                log.release_held_seals();
+            }
             while let Some(deferred) = self.deferred.pop_front() {
                 match deferred {
                     Deferred::Client(request, op) => self.handle_client(request, op),

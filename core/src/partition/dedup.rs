@@ -20,7 +20,7 @@ use crate::ids::NodeId;
 const DEDUP_HORIZON: u64 = (LOOKAHEAD_WINDOWS * WINDOW_MAX_RECORDS) as u64;
 
 /// The committed origins of one partition: origin → sequence → content fingerprint.
-#[derive(Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct OriginIndex {
     by_origin: BTreeMap<NodeId, BTreeMap<u64, u32>>,
     /// Insertions by recovery since it last pruned (see `insert_recovered`).
@@ -65,6 +65,29 @@ impl OriginIndex {
                 *seqs = seqs.split_off(&newest.saturating_sub(DEDUP_HORIZON));
             }
         }
+    }
+
+    /// Forgets, for every origin in `checkpoints`, the sequences below its checkpoint.
+    pub fn prune_below_all(&mut self, checkpoints: &BTreeMap<NodeId, u64>) {
+        for (&origin, &checkpoint) in checkpoints {
+            self.prune_below(origin, checkpoint);
+        }
+    }
+
+    /// The entries an origin may still replay (at or above its checkpoint in `checkpoints`;
+    /// every entry of an origin not listed): what a seal file records.
+    pub fn replayable(
+        &self,
+        checkpoints: &BTreeMap<NodeId, u64>,
+    ) -> BTreeMap<NodeId, BTreeMap<u64, u32>> {
+        self.by_origin
+            .iter()
+            .map(|(origin, seqs)| {
+                let from = checkpoints.get(origin).copied().unwrap_or(0);
+                (*origin, seqs.range(from..).map(|(&s, &f)| (s, f)).collect::<BTreeMap<_, _>>())
+            })
+            .filter(|(_, seqs)| !seqs.is_empty())
+            .collect()
     }
 
     /// Entries held.

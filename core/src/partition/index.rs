@@ -18,7 +18,7 @@ pub struct IndexEntry {
 }
 
 /// Sparse offset → position index; also counts the records (the high watermark).
-#[derive(Debug)]
+#[derive(Debug, PartialEq, Eq)]
 pub struct SparseIndex {
     entries: Vec<IndexEntry>,
     records: u64,
@@ -44,6 +44,18 @@ impl SparseIndex {
     /// An empty index of a segment whose first record will be offset `base`.
     pub fn starting_at(base: u64, interval: u64) -> SparseIndex {
         SparseIndex { entries: Vec::new(), records: base, interval: interval.max(1) }
+    }
+
+    /// The index of a segment as its seal file recorded it: `entries` (checked by the seal's
+    /// decoder: the first at the segment's first record, increasing) and `records`, the offset
+    /// after its last record.
+    pub fn from_entries(entries: Vec<IndexEntry>, records: u64, interval: u64) -> SparseIndex {
+        SparseIndex { entries, records, interval: interval.max(1) }
+    }
+
+    /// The entries, oldest first (what a seal file records).
+    pub fn entry_list(&self) -> &[IndexEntry] {
+        &self.entries
     }
 
     /// Bytes of log between two entries.

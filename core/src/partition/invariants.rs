@@ -13,6 +13,8 @@ pub struct PartOutstanding {
     pub repair: u32,
     /// A retention delete.
     pub trim: u32,
+    /// Seal file operations.
+    pub seal: u32,
     /// Commit parts (jobs) the commit in progress will decide.
     pub parts: usize,
 }
@@ -20,7 +22,7 @@ pub struct PartOutstanding {
 impl PartitionLog {
     /// What this log waits for.
     pub fn outstanding(&self) -> PartOutstanding {
-        let trim = self.trims_in_flight();
+        let (trim, seal) = (self.trims_in_flight(), self.seal_ios_in_flight());
         let busy = match &self.state {
             LogState::Committing(commit) => PartOutstanding {
                 commit: commit.ios_left,
@@ -32,7 +34,7 @@ impl PartitionLog {
             }
             LogState::Idle | LogState::Poisoned => PartOutstanding::default(),
         };
-        PartOutstanding { trim, ..busy }
+        PartOutstanding { trim, seal, ..busy }
     }
 
     /// Every visible record is a whole frame of the committed bytes (so the watermark never

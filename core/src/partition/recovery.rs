@@ -12,12 +12,25 @@
 //! each). Only the last may end in a torn tail: the earlier ones were sealed after a verified
 //! commit, so a bad tail there, or a segment that does not start where the one before it ends,
 //! is damage and recovery refuses.
+//!
+//! A segment whose seal file can be trusted is adopted instead of fed (`open_segment`): its
+//! index, size, newest timestamp, dedup tail and known checkpoints come from the seal, and not
+//! one byte of it is read (`seal.rs` says when a seal is trusted). Any segment may be adopted or
+//! scanned; a trusted seal of the last one makes it the active segment with no scan. Seals found
+//! and not adopted (stale, damaged, or with no segment) are listed for deletion, and the seals of
+//! the sealed segments that had to be scanned are written again once the node serves.
+
+use std::collections::BTreeMap;
+
+use bytes::Bytes;
 
 use crate::codec::{ScanEnd, classify_bad, frame_at, frame_incomplete};
 use crate::recovery_error::RecoveryError;
 
 use super::PartitionLog;
 use super::frame::RecordView;
+use super::index::SparseIndex;
+use super::seal::Seal;
 use crate::ids::{NodeId, PartitionKey};
 
 /// A partition log being recovered; see the module docs.
@@ -34,6 +47,13 @@ pub struct PartitionScan {
     /// Records of this origin below this sequence are not remembered for idempotent commits
     /// (see `forgetting_origin_below`).
     forget_below: Option<(NodeId, u64)>,
+    /// The seal files found for this log, by base, not yet looked at.
+    seals: BTreeMap<u64, Bytes>,
+    /// The current segment was adopted from its seal (it is not fed).
+    adopted_current: bool,
+    /// Segments adopted from their seals, and segments scanned.
+    adopted: u64,
+    scanned: u64,
 }
 
 impl PartitionScan {
@@ -48,7 +68,27 @@ impl PartitionScan {
             stopped: false,
             begun: false,
             forget_below: None,
+            seals: BTreeMap::new(),
+            adopted_current: false,
+            adopted: 0,
+            scanned: 0,
         }
+    }
+
+    /// The seal files found for this log (by the base of their segment).
+    pub fn with_seals(mut self, seals: BTreeMap<u64, Bytes>) -> PartitionScan {
+        self.seals = seals;
+        self
+    }
+
+    /// Segments adopted from their seal files so far.
+    pub fn adopted(&self) -> u64 {
+        self.adopted
+    }
+
+    /// Segments scanned (fed) so far.
+    pub fn scanned(&self) -> u64 {
+        self.scanned
     }
 
     /// Rolls the recovered log's active segment at `bytes` (see `PartitionLog::with_segment_bytes`).
@@ -57,15 +97,78 @@ impl PartitionScan {
         self
     }
 
+    /// The next segment starts at offset `base` and its file holds `len` bytes. If its seal file
+    /// can be trusted (it decodes, names `base`, records `len` bytes, and the segment starts
+    /// where the one before it ended), the segment is adopted from it and `true` returned: do not
+    /// feed it. Otherwise it is begun as by `begin_segment`: feed its bytes.
+    pub fn open_segment(&mut self, base: u64, len: u64) -> Result<bool, RecoveryError> {
+        let found = self.seals.remove(&base);
+        let trusted = found
+            .as_deref()
+            .and_then(Seal::decode)
+            .filter(|seal| seal.base == base && seal.size == len && self.continues_at(base));
+        let Some(seal) = trusted else {
+            if found.is_some() {
+                self.log.stale_seals.insert(base);
+            }
+            self.begin_segment(base)?;
+            return Ok(false);
+        };
+        self.end_segment(base)?;
+        self.adopt(seal);
+        Ok(true)
+    }
+
+    /// A segment starting at `base` would follow the one before it without a gap.
+    fn continues_at(&self, base: u64) -> bool {
+        let end = self.log.high_watermark();
+        !self.begun
+            || (!self.stopped && self.carry.is_empty() && end > self.log.base && end == base)
+    }
+
+    /// Takes the segment just begun from its seal.
+    fn adopt(&mut self, seal: Seal) {
+        let interval = self.log.index.interval();
+        self.log.index = SparseIndex::from_entries(seal.entries, seal.end, interval);
+        self.log.active_newest_ms = seal.newest_ms;
+        self.carry_at = seal.size;
+        for (origin, checkpoint) in seal.checkpoints {
+            self.log.note_checkpoint(origin, checkpoint);
+        }
+        for (origin, seqs) in seal.tail {
+            for (seq, fingerprint) in seqs {
+                if !self.forgets(origin, seq) {
+                    self.log.origins.insert_recovered(origin, seq, fingerprint);
+                    self.log.active_origins.insert_recovered(origin, seq, fingerprint);
+                }
+            }
+        }
+        self.log.active_seal = Some((seal.base, seal.size));
+        self.adopted_current = true;
+        self.adopted += 1;
+    }
+
+    fn forgets(&self, origin: NodeId, seq: u64) -> bool {
+        self.forget_below.is_some_and(|(o, below)| origin == o && seq < below)
+    }
+
     /// The next bytes fed are the segment starting at offset `base`. The segment fed until now
     /// is sealed: it must have ended cleanly (no torn tail, no damage) with at least one
     /// record, and `base` must be where it ended.
     pub fn begin_segment(&mut self, base: u64) -> Result<(), RecoveryError> {
+        self.end_segment(base)?;
+        self.scanned += 1;
+        Ok(())
+    }
+
+    /// Seals the segment fed or adopted until now (see `begin_segment`) and starts the next at
+    /// `base`. A sealed segment that was scanned gets its seal written once the node serves.
+    fn end_segment(&mut self, base: u64) -> Result<(), RecoveryError> {
         if !self.begun {
             self.begun = true;
             let interval = self.log.index.interval();
             self.log.base = base;
-            self.log.index = super::index::SparseIndex::starting_at(base, interval);
+            self.log.index = SparseIndex::starting_at(base, interval);
             return Ok(());
         }
         let file = self.file();
@@ -86,6 +189,10 @@ impl PartitionScan {
             });
         }
         self.log.size = self.carry_at;
+        if !std::mem::take(&mut self.adopted_current) {
+            let seal = self.log.active_summary();
+            self.log.held_seals.push(seal);
+        }
         self.log.roll_to(base);
         self.log.file_exists = true;
         self.carry_at = 0;
@@ -96,6 +203,7 @@ impl PartitionScan {
     /// origin's durable WAL checkpoint is past them, so it never sends them again.
     pub fn forgetting_origin_below(mut self, origin: NodeId, checkpoint: u64) -> PartitionScan {
         self.forget_below = Some((origin, checkpoint));
+        self.log.note_checkpoint(origin, checkpoint);
         self
     }
 
@@ -114,6 +222,7 @@ impl PartitionScan {
     /// the next offset) fails recovery at once.
     pub fn feed(&mut self, chunk: &[u8]) -> Result<(), RecoveryError> {
         assert!(!self.stopped, "feed after the scan stopped");
+        assert!(!self.adopted_current, "an adopted segment is not fed");
         self.begun = true;
         self.carry.extend_from_slice(chunk);
         let mut pos = 0;
@@ -146,7 +255,14 @@ impl PartitionScan {
             });
         }
         let mut log = self.log;
+        log.stale_seals.extend(self.seals.into_keys());
+        log.recovered_segments = (self.adopted, self.scanned);
         log.origins.prune_to_horizon();
+        log.active_origins.prune_to_horizon();
+        let checkpoints = std::mem::take(&mut log.checkpoints);
+        log.origins.prune_below_all(&checkpoints);
+        log.active_origins.prune_below_all(&checkpoints);
+        log.checkpoints = checkpoints;
         log.size = self.carry_at;
         if !self.carry.is_empty() {
             log.start_repair(); // a torn tail, or a zero fill past the last frame
@@ -175,6 +291,7 @@ fn take(
             let forgotten = forget_below.is_some_and(|(o, below)| origin == o && seq < below);
             if !forgotten {
                 log.origins.insert_recovered(origin, seq, record.fingerprint());
+                log.active_origins.insert_recovered(origin, seq, record.fingerprint());
             }
             Ok(())
         }

@@ -4,7 +4,8 @@
 //! past `retention_ms` is first sealed, so a quiet partition ages out too), never a segment with a
 //! record inside `retention_ms`, and only from the front, so the log never has a gap.
 //!
-//! Crash safety: one segment is deleted at a time, oldest first, and the next delete is emitted
+//! Crash safety: one segment is deleted at a time, oldest first (its seal file, then the segment:
+//! a crash in between leaves a segment without a seal, which start-up scans), and the next delete is emitted
 //! only once the previous one completed. Deletes of different files may complete in any order, so
 //! two in flight could leave a younger segment deleted and an older one present after a crash: a
 //! gap recovery must refuse. The log start offset advances when a delete has completed (the
@@ -63,8 +64,11 @@ enum TrimStage {
     /// first (a new file's directory entry may be durable only once the file was synced).
     /// Holds the operations still in flight.
     OpeningActive(u32),
+    /// The oldest sealed segment's seal file is being deleted; the segment's delete follows (a
+    /// crash in between leaves a segment without a seal: scanned at start-up, correct).
+    DeletingSeal,
     /// The oldest sealed segment's delete is in flight.
-    Deleting,
+    DeletingSegment,
 }
 
 impl PartitionLog {
@@ -94,7 +98,7 @@ impl PartitionLog {
             return;
         }
         if matches!(self.state, super::LogState::Idle) {
-            self.roll_to(self.high_watermark());
+            self.seal_and_roll();
         } else {
             self.roll_due = true;
         }
@@ -105,7 +109,7 @@ impl PartitionLog {
         let by_age = past(oldest.newest_ms, now_ms, policy.retention_ms);
         let by_size =
             policy.retention_bytes.is_some_and(|limit| self.size_bytes() - oldest.size >= limit);
-        if !by_age && !by_size {
+        if (!by_age && !by_size) || self.seal_in_flight(base) {
             return;
         }
         let stage = if self.sealed.len() == 1 && !self.file_exists {
@@ -121,9 +125,9 @@ impl PartitionLog {
             self.fsyncs += 1;
             TrimStage::OpeningActive(2)
         } else {
-            let file = FileId::PartitionSegment { key: self.key, base };
+            let file = FileId::PartitionSeal { key: self.key, base };
             self.outbox.push_back((PartIo::Trim, DiskOp::Delete { file }));
-            TrimStage::Deleting
+            TrimStage::DeletingSeal
         };
         self.trim = Some(Trim { base, now_ms, policy, stage, failed: false });
     }
@@ -153,6 +157,12 @@ impl PartitionLog {
         }
         if let Err(error) = result {
             tracing::warn!(partition = %self.key, base = trim.base, %error, "retention: deleting a segment failed; retrying at the next pass");
+            return;
+        }
+        if trim.stage == TrimStage::DeletingSeal {
+            let file = FileId::PartitionSegment { key: self.key, base: trim.base };
+            self.outbox.push_back((PartIo::Trim, DiskOp::Delete { file }));
+            self.trim = Some(Trim { stage: TrimStage::DeletingSegment, ..trim });
             return;
         }
         let segment = self.sealed.remove(&trim.base).expect("invariant: the trimmed segment");
@@ -188,7 +198,7 @@ impl PartitionLog {
     /// True if `offset` sits in a segment whose delete is in flight (a read must not be sent).
     pub fn is_being_trimmed(&self, offset: u64) -> bool {
         self.trim.is_some_and(|trim| {
-            trim.stage == TrimStage::Deleting
+            matches!(trim.stage, TrimStage::DeletingSeal | TrimStage::DeletingSegment)
                 && offset >= trim.base
                 && self.sealed.get(&trim.base).is_some_and(|s| offset < s.index.records())
         })
@@ -198,7 +208,7 @@ impl PartitionLog {
     pub(super) fn trims_in_flight(&self) -> u32 {
         match self.trim.map(|trim| trim.stage) {
             None => 0,
-            Some(TrimStage::Deleting) => 1,
+            Some(TrimStage::DeletingSeal | TrimStage::DeletingSegment) => 1,
             Some(TrimStage::OpeningActive(left)) => left,
         }
     }

@@ -1,6 +1,7 @@
 //! Segmented partition logs: a log rolls into a new segment file once the active one is full,
 //! reads find the segment holding the wanted offset, and recovery takes the segments back in
-//! order, refusing a sealed segment that ends badly or a gap between segments.
+//! order, refusing a sealed segment that ends badly or a gap between segments. Seal files and
+//! their adoption by recovery are tested in `seal_tests`.
 
 use std::collections::BTreeMap;
 
@@ -47,6 +48,23 @@ impl Files {
         Ok(DiskDone::Done)
     }
 
+    /// The segment files, by base.
+    fn segments(&self) -> impl Iterator<Item = (u64, &Vec<u8>)> {
+        self.0.iter().filter_map(|(file, bytes)| match file {
+            FileId::PartitionSegment { base, .. } => Some((*base, bytes)),
+            _ => None,
+        })
+    }
+
+    /// The seal files, by base.
+    fn seals(&self) -> BTreeMap<u64, Bytes> {
+        let seals = self.0.iter().filter_map(|(file, bytes)| match file {
+            FileId::PartitionSeal { base, .. } => Some((*base, Bytes::from(bytes.clone()))),
+            _ => None,
+        });
+        seals.collect()
+    }
+
     /// Every record of `log`, read one consume at a time as a client walks a partition.
     fn read_all(&self, log: &PartitionLog) -> Vec<PartitionRecord> {
         let mut out = Vec::new();
@@ -86,12 +104,12 @@ fn filled(commits: u64, per_commit: u64, bytes: u64) -> (PartitionLog, Files) {
     (log, files)
 }
 
+/// Recovers the segments of `files` by scanning every one (seal files ignored).
 fn recover(files: &Files, chunk: usize) -> Result<PartitionLog, RecoveryError> {
     let mut scan = PartitionScan::new(KEY, INTERVAL).with_segment_bytes(300);
     let mut rest: &[u8] = &[];
-    for (file, bytes) in &files.0 {
-        let FileId::PartitionSegment { base, .. } = file else { panic!("only segments") };
-        scan.begin_segment(*base)?;
+    for (base, bytes) in files.segments() {
+        scan.begin_segment(base)?;
         for piece in bytes.chunks(chunk) {
             if scan.stopped() {
                 break;
@@ -103,6 +121,10 @@ fn recover(files: &Files, chunk: usize) -> Result<PartitionLog, RecoveryError> {
     scan.finish(rest)
 }
 
+fn is_segment(file: &FileId) -> bool {
+    matches!(file, FileId::PartitionSegment { .. })
+}
+
 fn offsets_and_seqs(records: &[PartitionRecord]) -> Vec<(u64, u64)> {
     records.iter().map(|r| (r.offset, r.origin_seq)).collect()
 }
@@ -111,18 +133,12 @@ fn offsets_and_seqs(records: &[PartitionRecord]) -> Vec<(u64, u64)> {
 fn a_full_segment_rolls_and_reads_cross_every_segment() {
     let (log, files) = filled(20, 3, 300);
     assert!(log.segment_count() > 5, "{} segments", log.segment_count());
-    assert_eq!(log.files(), files.0.keys().copied().collect::<Vec<_>>(), "one file per segment");
-    let bases: Vec<u64> = files
-        .0
-        .keys()
-        .map(|f| match f {
-            FileId::PartitionSegment { base, .. } => *base,
-            _ => unreachable!(),
-        })
-        .collect();
+    let segments: Vec<FileId> = files.0.keys().copied().filter(is_segment).collect();
+    assert_eq!(log.segment_files(), segments, "one file per segment");
+    let bases: Vec<u64> = files.segments().map(|(base, _)| base).collect();
     assert_eq!(bases[0], 0);
     assert!(bases.iter().all(|base| base % 3 == 0), "segments start at commit boundaries");
-    let sizes: u64 = files.0.values().map(|f| f.len() as u64).sum();
+    let sizes: u64 = files.segments().map(|(_, f)| f.len() as u64).sum();
     assert_eq!(log.size_bytes(), sizes);
     let expected: Vec<(u64, u64)> = (0..60).map(|i| (i, i)).collect();
     assert_eq!(offsets_and_seqs(&files.read_all(&log)), expected);
@@ -137,7 +153,7 @@ fn recovery_takes_the_segments_back_in_any_chunking() {
         assert_eq!(recovered.high_watermark(), 60);
         assert_eq!(recovered.segment_count(), log.segment_count());
         assert_eq!(recovered.size_bytes(), log.size_bytes());
-        assert_eq!(recovered.files(), log.files());
+        assert_eq!(recovered.segment_files(), log.segment_files());
         recovered.check_invariants().expect("consistent");
         assert_eq!(files.read_all(&recovered), files.read_all(&log));
     }
@@ -151,7 +167,7 @@ fn an_empty_new_segment_left_by_a_crash_is_the_active_one() {
     files.0.insert(next, Vec::new());
     let mut recovered = recover(&files, 64).expect("an empty last segment is fine");
     assert_eq!(recovered.high_watermark(), 12);
-    assert_eq!(recovered.files().last(), Some(&next));
+    assert_eq!(recovered.segment_files().last(), Some(&next));
     let part = CommitPart {
         id: CommitId(9),
         origin: NodeId(1),
@@ -167,25 +183,26 @@ fn an_empty_new_segment_left_by_a_crash_is_the_active_one() {
 #[test]
 fn recovery_refuses_a_sealed_segment_with_a_bad_tail_or_a_gap() {
     let (_, files) = filled(20, 3, 300);
-    let first = *files.0.keys().next().unwrap();
+    let first = FileId::PartitionSegment { key: KEY, base: 0 };
     let mut torn = Files(files.0.clone());
     torn.0.get_mut(&first).unwrap().extend_from_slice(&[9, 9, 9]);
     let refused = recover(&torn, 64).map(|_| ()).unwrap_err().to_string();
     assert!(refused.contains("sealed segment"), "{refused}");
     let mut gap = Files(files.0.clone());
-    let second = *gap.0.keys().nth(1).unwrap();
+    let second = gap.0.keys().copied().filter(is_segment).nth(1).unwrap();
     gap.0.remove(&second);
     let refused = recover(&gap, 64).map(|_| ()).unwrap_err().to_string();
     assert!(refused.contains("next segment starts at"), "{refused}");
     // A torn tail of the last segment is cut as always.
     let mut tail = Files(files.0.clone());
-    tail.0.values_mut().last().unwrap().extend_from_slice(&[9, 9, 9]);
+    let last = tail.0.keys().copied().rfind(is_segment).unwrap();
+    tail.0.get_mut(&last).unwrap().extend_from_slice(&[9, 9, 9]);
     assert_eq!(recover(&tail, 64).expect("torn last tail").high_watermark(), 60);
 }
 
 mod retention {
     use super::*;
-    use crate::partition::{ReadRefusal, RetentionPolicy, Trimmed};
+    use crate::partition::{PartIo, ReadRefusal, RetentionPolicy, Trimmed};
 
     /// A log of `commits` commits of 3 records, commit `c` stamped `1_000 * c` ms, one commit
     /// a segment.
@@ -204,16 +221,23 @@ mod retention {
         (log, files)
     }
 
-    /// Runs the log's queued operations (`fail`: every one fails); the deletes it emitted, in
-    /// order. Retention deletes one segment at a time; before the last file goes it creates and
-    /// syncs the active segment's file, and only those two run together.
+    /// Runs the log's queued operations (`fail`: the pass's operations fail); the deletes it
+    /// emitted, in order. Seal writes of segments sealed for their age run as they come; the
+    /// pass deletes one file at a time, and before the last segment goes it creates and syncs
+    /// the active segment's file (only those two run together).
     fn run_trims(log: &mut PartitionLog, files: &mut Files, fail: bool) -> Vec<FileId> {
         let mut deleted = Vec::new();
-        while let Some((io, op)) = log.poll_io() {
-            let mut ops = vec![(io, op)];
-            ops.extend(std::iter::from_fn(|| log.poll_io()));
+        while let Some(first) = log.poll_io() {
+            let all: Vec<(PartIo, DiskOp)> =
+                std::iter::once(first).chain(std::iter::from_fn(|| log.poll_io())).collect();
+            let (seals, ops): (Vec<_>, Vec<_>) =
+                all.into_iter().partition(|(io, _)| matches!(io, PartIo::Seal { .. }));
+            for (io, op) in seals {
+                let result = files.execute(op);
+                let _ = log.on_io(io, result);
+            }
             let creates = matches!(ops[..], [(_, DiskOp::Create { .. }), (_, DiskOp::Sync { .. })]);
-            assert!(ops.len() == 1 || creates, "one delete in flight at a time: {ops:?}");
+            assert!(ops.len() <= 1 || creates, "one delete in flight at a time: {ops:?}");
             for (io, op) in ops {
                 assert!(log.log_start_offset() < log.high_watermark() || log.segment_count() == 1);
                 let result = if fail {
@@ -231,6 +255,19 @@ mod retention {
         deleted
     }
 
+    /// Each trimmed segment lost its seal file first, then the segment file.
+    fn seal_then_segment(deleted: &[FileId]) -> usize {
+        for pair in deleted.chunks(2) {
+            let [FileId::PartitionSeal { base: a, .. }, FileId::PartitionSegment { base: b, .. }] =
+                pair
+            else {
+                panic!("seal, then segment: {pair:?}")
+            };
+            assert_eq!(a, b);
+        }
+        deleted.len() / 2
+    }
+
     fn trimmed(log: &mut PartitionLog) -> Vec<Trimmed> {
         std::iter::from_fn(|| log.poll_trimmed()).collect()
     }
@@ -246,7 +283,7 @@ mod retention {
         assert!(log.is_being_trimmed(0) && !log.is_being_trimmed(log.high_watermark() - 1));
         assert_eq!(log.refuse_read(0), Some(ReadRefusal::BeingTrimmed));
         let deleted = run_trims(&mut log, &mut files, false);
-        assert_eq!(deleted.len(), 5, "{deleted:?}");
+        assert_eq!(seal_then_segment(&deleted), 5, "{deleted:?}");
         assert_eq!(log.log_start_offset(), 15);
         assert!(log.read_plan(14, 10, 1 << 20).is_none(), "below the start: nothing to read");
         assert_eq!(log.refuse_read(14), Some(ReadRefusal::Gone { log_start_offset: 15 }));
@@ -272,11 +309,8 @@ mod retention {
             60_000,
             RetentionPolicy { retention_ms: 10_000, retention_bytes: None },
         );
-        assert_eq!(
-            run_trims(&mut log, &mut files, false).len(),
-            4,
-            "every segment, the active too"
-        );
+        let deleted = run_trims(&mut log, &mut files, false);
+        assert_eq!(seal_then_segment(&deleted), 4, "every segment, the active too");
         assert_eq!((log.log_start_offset(), log.high_watermark()), (12, 12));
         // One empty file is left: the active segment's, named by the next offset, so that a
         // restart goes on at 12 rather than at 0 (found by the simulator: seed 0x7).
@@ -302,13 +336,17 @@ mod retention {
     fn no_commit_starts_while_the_active_segment_is_created_and_a_failed_create_is_retried() {
         let (mut log, mut files) = aged_log(1);
         let policy = RetentionPolicy { retention_ms: 1_000, retention_bytes: None };
+        // The first pass seals the aged active segment; nothing is deleted while its seal
+        // file is being written.
+        log.start_retention(5_000, policy);
+        assert!(run_trims(&mut log, &mut files, false).is_empty());
         log.start_retention(5_000, policy);
         assert!(!log.can_start_commit(), "the active segment's create is in flight");
         assert!(run_trims(&mut log, &mut files, true).is_empty(), "the create failed");
         assert!(log.can_start_commit());
         assert_eq!(log.log_start_offset(), 0, "the last segment stays until its successor exists");
         log.start_retention(5_000, policy);
-        assert_eq!(run_trims(&mut log, &mut files, false).len(), 1);
+        assert_eq!(seal_then_segment(&run_trims(&mut log, &mut files, false)), 1);
         assert_eq!((log.log_start_offset(), log.high_watermark()), (3, 3));
     }
 
@@ -350,3 +388,5 @@ mod retention {
         assert!(oldest_left < total / 2, "and the oldest left is needed to hold it");
     }
 }
+
+mod seal_tests;

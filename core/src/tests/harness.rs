@@ -23,6 +23,7 @@ pub struct Harness {
     pub replies: BTreeMap<RequestId, ClientReply>,
     next_request: u64,
     pub fault: Option<FaultFn>,
+    config: Config,
 }
 
 impl Harness {
@@ -36,18 +37,27 @@ impl Harness {
 
     /// A harness whose disk fails the operations `fault` picks, from the very first one.
     pub fn from_files_with_fault(files: BTreeMap<FileId, Vec<u8>>, fault: FaultFn) -> Harness {
-        Harness::build(files, Some(fault))
+        Harness::build(files, Some(fault), Harness::config())
     }
 
     pub fn from_files(files: BTreeMap<FileId, Vec<u8>>) -> Harness {
-        Harness::build(files, None)
+        Harness::build(files, None, Harness::config())
     }
 
-    fn build(files: BTreeMap<FileId, Vec<u8>>, fault: Option<FaultFn>) -> Harness {
+    /// A node started from `files` with `config` (kept across restarts).
+    pub fn with_config(files: BTreeMap<FileId, Vec<u8>>, config: Config) -> Harness {
+        Harness::build(files, None, config)
+    }
+
+    /// The default configuration of a harness node.
+    pub fn config() -> Config {
+        Config::single(crate::ids::NodeId(1), 42)
+    }
+
+    fn build(files: BTreeMap<FileId, Vec<u8>>, fault: Option<FaultFn>, config: Config) -> Harness {
         let now = Instant(1_700_000_000_000_000);
         let snapshot = files.iter().map(|(f, b)| (*f, Bytes::from(b.clone()))).collect();
-        let config = Config::single(crate::ids::NodeId(1), 42);
-        let node = Node::recover(config, now, snapshot).expect("recovery");
+        let node = Node::recover(config.clone(), now, snapshot).expect("recovery");
         let mut harness = Harness {
             node,
             files,
@@ -56,6 +66,7 @@ impl Harness {
             replies: BTreeMap::new(),
             next_request: 1,
             fault,
+            config,
         };
         harness.drain_effects();
         harness
@@ -63,7 +74,7 @@ impl Harness {
 
     /// Restarts the node from the current files (everything written counts as durable here).
     pub fn restart(self) -> Harness {
-        Harness::from_files(self.files)
+        Harness::build(self.files, None, self.config)
     }
 
     /// Sends a request and runs until idle; returns its reply.
@@ -79,6 +90,12 @@ impl Harness {
         self.node.handle_input(self.now, Input::Client { request, op });
         self.drain_effects();
         request
+    }
+
+    /// Feeds one input and collects its effects (without running them).
+    pub fn deliver(&mut self, input: Input) {
+        self.node.handle_input(self.now, input);
+        self.drain_effects();
     }
 
     /// Completes disk operations without firing any timer (e.g. before a delayed checkpoint).

@@ -15,6 +15,8 @@ pub enum FileClass {
     Checkpoint,
     /// A partition log.
     Partition,
+    /// A partition segment's seal file.
+    Seal,
     /// The metastore's Raft log or snapshot (cluster).
     Meta,
 }
@@ -26,6 +28,7 @@ impl FileClass {
             FileId::WalSegment { .. } => FileClass::Wal,
             FileId::WalCheckpoint => FileClass::Checkpoint,
             FileId::PartitionSegment { .. } => FileClass::Partition,
+            FileId::PartitionSeal { .. } => FileClass::Seal,
             FileId::MetaRaftLog | FileId::MetaSnapshot => FileClass::Meta,
         }
     }
