@@ -75,11 +75,14 @@ pub enum FaultClass {
     /// A partition log rolled: a segment after its first was created (observed on the disk), so
     /// commits, reads and recovery ran across sealed segments.
     PartitionSegmentRoll,
+    /// A start-up adopted at least one partition segment from its seal file without reading it
+    /// (observed), so reads, commits and retention ran on adopted segments.
+    PartitionSealAdopted,
 }
 
 impl FaultClass {
     /// Every class, in reporting order.
-    pub const ALL: [FaultClass; 32] = [
+    pub const ALL: [FaultClass; 33] = [
         FaultClass::ProcessCrash,
         FaultClass::PowerLoss,
         FaultClass::TornWrite,
@@ -112,6 +115,7 @@ impl FaultClass {
         FaultClass::WalSealedWithBacklog,
         FaultClass::PartitionCommitAfterFailure,
         FaultClass::PartitionSegmentRoll,
+        FaultClass::PartitionSealAdopted,
     ];
 
     /// Stable snake_case name (JSON keys, reports).
@@ -149,6 +153,7 @@ impl FaultClass {
             FaultClass::WalSealedWithBacklog => "wal_sealed_with_backlog",
             FaultClass::PartitionCommitAfterFailure => "partition_commit_after_failure",
             FaultClass::PartitionSegmentRoll => "partition_segment_roll",
+            FaultClass::PartitionSealAdopted => "partition_seal_adopted",
         }
     }
 
@@ -159,8 +164,14 @@ impl FaultClass {
 }
 
 /// Hits per fault class.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct FaultHits([u64; FaultClass::ALL.len()]);
+
+impl Default for FaultHits {
+    fn default() -> Self {
+        FaultHits([0; FaultClass::ALL.len()])
+    }
+}
 
 impl FaultHits {
     /// Counts one hit of `class`.
@@ -204,7 +215,7 @@ mod tests {
         total.add(&hits);
         assert_eq!(total.get(FaultClass::BitFlip), 2);
         assert_eq!(total.classes_hit(), 1);
-        assert_eq!(FaultClass::ALL.len(), 32);
+        assert_eq!(FaultClass::ALL.len(), 33);
         for (i, class) in FaultClass::ALL.iter().enumerate() {
             assert_eq!(class.index(), i);
         }

@@ -83,12 +83,13 @@ impl SimDisk {
         self.damage.push(Damage { file, class: FaultClass::MisdirectedWrite, bytes });
     }
 
-    /// Flips one bit at rest in a random non-empty record file. Returns false if there is none.
+    /// Flips one bit at rest in a random non-empty record file (or seal file). Returns false if
+    /// there is none.
     pub fn bit_flip_at_rest(&mut self) -> bool {
         let candidates: Vec<FileId> = self
             .files
             .iter()
-            .filter(|(id, f)| FileClass::of(id).holds_records() && !f.is_empty())
+            .filter(|(id, f)| FileClass::of(id).corruptible() && !f.is_empty())
             .map(|(id, _)| *id)
             .collect();
         if candidates.is_empty() {

@@ -15,7 +15,8 @@ pub enum FileClass {
     Checkpoint,
     /// A partition log.
     Partition,
-    /// A partition segment's seal file.
+    /// A partition segment's seal file: the random disk faults strike it like any file, but
+    /// targeted partition faults aim at the segments (`FileMatch::partition`).
     Seal,
     /// The metastore's Raft log or snapshot (cluster).
     Meta,
@@ -33,9 +34,15 @@ impl FileClass {
         }
     }
 
-    /// Files that hold records (where corruption-class faults are aimed).
+    /// Files that hold records.
     pub fn holds_records(self) -> bool {
         matches!(self, FileClass::Wal | FileClass::Partition)
+    }
+
+    /// Files the corruption-class faults (misdirected writes, lying fsyncs, bit flips at rest,
+    /// torn live writes) strike: those holding records, and the seal files describing them.
+    pub fn corruptible(self) -> bool {
+        self.holds_records() || self == FileClass::Seal
     }
 }
 
@@ -84,11 +91,12 @@ pub struct DiskFaults {
     pub start_read_error_rate: f64,
     /// Probability that a read returns one flipped bit.
     pub read_corruption_rate: f64,
-    /// Probability that a write to a partition log lands only a sector prefix but reports success.
+    /// Probability that a write to a partition log (or seal file) lands only a sector prefix but
+    /// reports success.
     pub torn_live_rate: f64,
-    /// Probability that a write to a record file lands at the wrong offset.
+    /// Probability that a write to a record file (or seal file) lands at the wrong offset.
     pub misdirect_rate: f64,
-    /// Probability that a sync of a record file lies.
+    /// Probability that a sync of a record file (or seal file) lies.
     pub lying_fsync_rate: f64,
     /// Created files' directory entries are durable only at their first sync.
     pub missing_dir_fsync: bool,

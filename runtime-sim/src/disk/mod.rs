@@ -215,7 +215,7 @@ impl SimDisk {
 
     fn torn_live(&mut self, file: &FileId) -> bool {
         DiskFaults::take_if_matches(&mut self.faults.torn_next_write, file)
-            || (FileClass::of(file) == FileClass::Partition
+            || (matches!(FileClass::of(file), FileClass::Partition | FileClass::Seal)
                 && self.faults.torn_live_rate > 0.0
                 && self.rng.random_bool(self.faults.torn_live_rate))
     }
@@ -228,7 +228,7 @@ impl SimDisk {
             return Some(sectors);
         }
         let rate = self.faults.misdirect_rate;
-        if FileClass::of(file).holds_records() && rate > 0.0 && self.rng.random_bool(rate) {
+        if FileClass::of(file).corruptible() && rate > 0.0 && self.rng.random_bool(rate) {
             let sectors: i64 = self.rng.random_range(1..=8);
             return Some(if self.rng.random_bool(0.5) { sectors } else { -sectors });
         }
@@ -284,7 +284,7 @@ impl SimDisk {
     fn lies(&mut self, file: &FileId) -> bool {
         let rate = self.faults.lying_fsync_rate;
         self.faults.lie_on.is_some_and(|m| m.matches(file))
-            || (FileClass::of(file).holds_records() && rate > 0.0 && self.rng.random_bool(rate))
+            || (FileClass::of(file).corruptible() && rate > 0.0 && self.rng.random_bool(rate))
     }
 
     fn read(&mut self, file: FileId, offset: u64, len: u64) -> Result<DiskDone, DiskError> {
@@ -458,6 +458,43 @@ mod tests {
         assert!(d.complete(&write(wal, 0, b"x")).is_err());
         d.complete(&write(wal, 0, b"x")).expect("write");
         assert_eq!(d.hits.get(FaultClass::PartitionCommitAfterFailure), 1, "only partitions");
+    }
+
+    /// Seal files take the random corruption-class faults like the files they describe, never
+    /// the targeted partition ones, and never count as partition commits.
+    #[test]
+    fn seal_files_take_the_random_faults() {
+        let key = narad_core::PartitionKey { topic: narad_core::TopicId(1), partition: 0 };
+        let seal = FileId::PartitionSeal { key, base: 0 };
+        let data = vec![7u8; 3 * SECTOR_BYTES as usize];
+        let sealed = |d: &mut SimDisk| {
+            d.complete(&DiskOp::Create { file: seal }).expect("create");
+            let op = DiskOp::Write { file: seal, offset: 0, data: Bytes::from(data.clone()) };
+            d.complete(&op).expect("write reports success");
+            d.complete(&DiskOp::Sync { file: seal }).expect("sync reports success");
+        };
+        let mut d = disk();
+        d.faults.torn_live_rate = 1.0;
+        sealed(&mut d);
+        assert_eq!(d.hits.get(FaultClass::TornWriteLive), 1);
+        assert_ne!(d.file(&seal).unwrap().data(), &data[..], "torn");
+        let mut d = disk();
+        d.faults.misdirect_rate = 1.0;
+        sealed(&mut d);
+        assert_eq!(d.hits.get(FaultClass::MisdirectedWrite), 1);
+        let mut d = disk();
+        d.faults.lying_fsync_rate = 1.0;
+        sealed(&mut d);
+        assert_eq!(d.hits.get(FaultClass::LyingFsync), 1);
+        d.power_loss();
+        assert!(d.file(&seal).is_none_or(|f| f.data() != &data[..]), "a lie loses the seal");
+        let mut d = disk();
+        sealed(&mut d);
+        assert!(d.bit_flip_at_rest(), "the only non-empty file is a candidate");
+        assert_ne!(d.file(&seal).unwrap().data(), &data[..]);
+        d.faults.fail_next_sync = Some(FileMatch::partition(0));
+        d.complete(&DiskOp::Sync { file: seal }).expect("aimed at the segments only");
+        assert_eq!(d.hits.get(FaultClass::PartitionCommitAfterFailure), 0);
     }
 
     #[test]

@@ -133,6 +133,10 @@ impl Simulation {
         self.world.checker.recovered_origins(n as u32, &recovered_origins(&files));
         match self.hosts[n].start(now, files, &mut self.world) {
             Ok(()) => {
+                let adopted = self.hosts[n].node().map_or(0, |node| node.recovered_segments().0);
+                if adopted > 0 {
+                    self.world.hit(FaultClass::PartitionSealAdopted);
+                }
                 self.world.running[n] = Some(self.hosts[n].epoch());
                 // The checker learns the recovered watermarks when the node is ready
                 // (`HostRuntime::ready`): before its start-up syncs nothing it read is served.
@@ -219,6 +223,11 @@ impl Simulation {
     /// Hands the disk's damage reports to the checker.
     pub(super) fn collect_damage(&mut self, n: usize) {
         for damage in self.world.disks[n].take_damage() {
+            if let FileId::PartitionSeal { .. } = damage.file {
+                // A damaged seal is not trusted (its CRC, length and base are checked), so it
+                // costs a scan, never a record: the checker stays strict about what it causes.
+                continue;
+            }
             let ids = ids_in(&damage.bytes);
             self.world.checker.damaged(&ids);
             // A damaged last frame looks exactly like a torn tail, and recovery truncates it: the
