@@ -24,6 +24,7 @@ pub fn all() -> Vec<(&'static str, Vec<Vec<u8>>)> {
         ("wal_checkpoint", vec![checkpoint_file(7, 9)]),
         ("partition_frame", partition_bodies()),
         ("partition_recovery", vec![chunks::encode(&[7, 300], &partition_log(20))]),
+        ("partition_seal", seals()),
         ("peer_message", peer_messages()),
         ("meta_command", commands()),
         ("meta_state", vec![state_image()]),
@@ -244,6 +245,28 @@ fn batch_bodies() -> Vec<Vec<u8>> {
 
 fn payloads() -> Vec<Vec<u8>> {
     vec![b"{\"total\": 42}".to_vec(), b"hello".to_vec(), vec![0, 159, 146, 150], b"\"x\"".to_vec()]
+}
+
+/// Seal files: an empty segment's, and one with an index, checkpoints and a dedup tail.
+fn seals() -> Vec<Vec<u8>> {
+    use narad_core::partition::seal::{DedupTail, Seal};
+    use std::collections::BTreeMap;
+    let empty = Seal { base: 4, end: 4, ..Seal::default() };
+    let entries = vec![
+        narad_core::partition::IndexEntry { offset: 10, pos: 0 },
+        narad_core::partition::IndexEntry { offset: 90, pos: 65_600 },
+    ];
+    let tail = DedupTail::from([(NodeId(1), BTreeMap::from([(700, 5), (701, 6)]))]);
+    let full = Seal {
+        base: 10,
+        end: 120,
+        size: 99_000,
+        newest_ms: 1_700_000_000_000,
+        entries,
+        checkpoints: BTreeMap::from([(NodeId(1), 700)]),
+        tail,
+    };
+    vec![empty.encode(), full.encode()]
 }
 
 #[cfg(test)]
