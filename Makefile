@@ -17,6 +17,7 @@ help:
 	@echo "fuzz         every fuzz target for FUZZ_SECONDS (default 60) on stable; summary table"
 	@echo "fuzz-regress replay fuzz/corpus and fuzz/regressions through every fuzz target (seconds)"
 	@echo "nightly      the long campaign: each fuzz target NIGHTLY_FUZZ_SECONDS (900), 200,000 seeds twice"
+	@echo "bench-soak   one node under 64 clients for DURATION (600) s with retention_bytes: disk stays bounded"
 
 run:
 	cargo run --release -p narad -- serve
@@ -56,3 +57,10 @@ nightly:
 .PHONY: bench-peers
 bench-peers:
 	scripts/bench-peers.sh
+
+# One node, 1 MiB segments, a 4-partition topic with retention_bytes 4 MiB, 64 clients of
+# narad bench for DURATION s (600; DURATION=60 for a quick run), sampled every 5 s: writes
+# docs/soak.md, docs/soak.svg and docs/soak.csv; fails if disk use breaks its bound.
+.PHONY: bench-soak
+bench-soak:
+	DURATION=$(or $(DURATION),600) scripts/bench-soak.sh
