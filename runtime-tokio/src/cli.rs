@@ -114,11 +114,12 @@ pub enum TopicAction {
         #[arg(long, value_name = "N")]
         partitions: Option<u32>,
         /// Retention in milliseconds: 0 keeps records forever, else 1000 or more (default 7
-        /// days). Recorded with the topic; not enforced yet.
+        /// days). Each partition's owner deletes whole sealed segments once their newest record
+        /// is older.
         #[arg(long, value_name = "MS")]
         retention_ms: Option<u64>,
-        /// Bytes each partition keeps at most, 4194304 (4 MiB) or more (default: no limit).
-        /// Recorded with the topic; not enforced yet.
+        /// Size limit of each partition, 4194304 (4 MiB) or more (default: no limit). The owner
+        /// deletes the oldest sealed segment while the others still hold this many bytes.
         #[arg(long, value_name = "BYTES")]
         retention_bytes: Option<u64>,
     },
