@@ -169,6 +169,8 @@ pub struct PartitionLog {
     roll_due: bool,
     /// The retention pass in progress (a segment's delete in flight).
     trim: Option<retention::Trim>,
+    /// The latest pass's clock and policy: a roll checks the size bound again at once.
+    last_pass: Option<(u64, RetentionPolicy)>,
     /// Completed deletions not yet taken by `poll_trimmed`.
     trimmed: VecDeque<Trimmed>,
     state: LogState,
@@ -238,6 +240,7 @@ impl PartitionLog {
             active_since_ms: None,
             roll_due: false,
             trim: None,
+            last_pass: None,
             trimmed: VecDeque::new(),
             state: LogState::Idle,
             outbox: VecDeque::new(),
@@ -409,7 +412,7 @@ impl PartitionLog {
             parts.push(WrittenPart { id, origin, origin_seqs, fingerprints });
         }
         let data = Bytes::from(data);
-        self.roll_if_full();
+        let rolled = self.roll_if_full();
         let (stage, ios_left) = if self.file_exists {
             self.emit_write(&data);
             (Stage::Persisting, WRITE_SYNC_READ)
@@ -428,14 +431,20 @@ impl PartitionLog {
             error: None,
             read_back: None,
         });
+        if rolled {
+            self.retention_after_roll();
+        }
     }
 
     /// Seals a full or aged active segment: the commit being started goes to a new one at the
-    /// high watermark (only ever called between commits, with nothing to repair).
-    fn roll_if_full(&mut self) {
-        if (self.size >= self.segment_bytes || self.roll_due) && self.file_exists {
+    /// high watermark (only ever called between commits, with nothing to repair). True if it
+    /// rolled.
+    fn roll_if_full(&mut self) -> bool {
+        let due = (self.size >= self.segment_bytes || self.roll_due) && self.file_exists;
+        if due {
             self.seal_and_roll();
         }
+        due
     }
 
     /// Seals the active segment, writing its seal file in the background (only ever called with

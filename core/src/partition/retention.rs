@@ -76,11 +76,25 @@ impl PartitionLog {
     /// segment that is past the policy, if any, and goes on one segment at a time as deletes
     /// complete. Does nothing while a pass runs.
     pub fn start_retention(&mut self, now_ms: u64, policy: RetentionPolicy) {
+        self.last_pass = Some((now_ms, policy));
         if self.trim.is_some() {
             return;
         }
         self.seal_if_due(now_ms, policy);
         self.trim_next(now_ms, policy);
+    }
+
+    /// A commit just rolled the active segment: the log grew by a sealed segment, so the size
+    /// bound is looked at again now rather than at the next pass (between two passes a busy
+    /// partition may roll several segments). Judged with the latest pass's clock and policy (an
+    /// older clock deletes no more by age than that pass could). The commit is running, so this
+    /// never creates the active segment's file; it only deletes.
+    pub(super) fn retention_after_roll(&mut self) {
+        if let Some((now_ms, policy)) = self.last_pass
+            && self.trim.is_none()
+        {
+            self.trim_next(now_ms, policy);
+        }
     }
 
     /// Seals the active segment when it is due: its newest record is past `retention_ms` (a

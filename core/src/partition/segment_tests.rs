@@ -374,6 +374,36 @@ mod retention {
     }
 
     #[test]
+    fn a_roll_looks_at_the_size_bound_again_without_waiting_for_the_next_pass() {
+        let (mut log, mut files) = aged_log(2);
+        let limit = 3 * log.size_bytes() / 2;
+        let policy = RetentionPolicy { retention_ms: 0, retention_bytes: Some(limit) };
+        log.start_retention(0, policy);
+        assert!(run_trims(&mut log, &mut files, false).is_empty(), "under the bound");
+        // More commits, one segment each, and no pass: each roll deletes what the bound allows,
+        // so the log never holds more than the bound plus two segments (the oldest, which the
+        // bound still needs, and the active one).
+        let mut biggest = 0;
+        for c in 2..12 {
+            let records = (c * 3..c * 3 + 3).map(record).collect();
+            let part =
+                CommitPart { id: CommitId(c), origin: NodeId(1), origin_checkpoint: 0, records };
+            let before = log.size_bytes();
+            assert!(log.begin_commit(vec![part]).expect("idle").is_empty());
+            files.run(&mut log);
+            run_trims(&mut log, &mut files, false);
+            let trimmed_now: u64 = trimmed(&mut log).iter().map(|t| t.bytes).sum();
+            biggest = biggest.max(log.size_bytes() + trimmed_now - before);
+            assert!(
+                log.size_bytes() <= limit + 2 * biggest,
+                "{} > {limit} + 2 x {biggest}",
+                log.size_bytes()
+            );
+        }
+        assert!(log.log_start_offset() >= 12, "start {}", log.log_start_offset());
+    }
+
+    #[test]
     fn size_retention_keeps_at_least_the_bound_and_a_failed_delete_is_retried() {
         let (mut log, mut files) = aged_log(10);
         let total = log.size_bytes();
