@@ -18,6 +18,7 @@ help:
 	@echo "fuzz-regress replay fuzz/corpus and fuzz/regressions through every fuzz target (seconds)"
 	@echo "nightly      the long campaign: each fuzz target NIGHTLY_FUZZ_SECONDS (900), 200,000 seeds twice"
 	@echo "bench-soak   one node under 64 clients for DURATION (600) s with retention_bytes: disk stays bounded"
+	@echo "bench-restart start-up time and bytes read after a clean shutdown and a kill -9, at 1 and 4 GiB"
 
 run:
 	cargo run --release -p narad -- serve
@@ -64,3 +65,10 @@ bench-peers:
 .PHONY: bench-soak
 bench-soak:
 	DURATION=$(or $(DURATION),600) scripts/bench-soak.sh
+
+# Start-up cost after a clean shutdown and after kill -9 at 1 and 4 GiB of partition data (issue
+# 11): fills a data dir in /var/tmp through the real binary, prints a table, checks the targets.
+# Knobs: SIZES_GIB, BENCH_DIR, BASELINE=/path/to/another/narad, COLD=0.
+.PHONY: bench-restart
+bench-restart:
+	scripts/bench-restart.sh

@@ -260,6 +260,41 @@ mod tests {
         }
     }
 
+    /// A segment whose seal file is trusted is adopted from it and never read: here its bytes
+    /// are garbage of the right length, and start-up neither reads nor minds them.
+    #[test]
+    fn a_segment_with_a_trusted_seal_is_not_read() {
+        use narad_core::partition::IndexEntry;
+        use narad_core::partition::seal::Seal;
+        let dir = tempfile::tempdir().expect("temp dir");
+        let root = dir.path();
+        let key = PartitionKey { topic: narad_core::TopicId(1), partition: 0 };
+        let segment = root.join(FileId::PartitionSegment { key, base: 0 }.relative_path());
+        fs::create_dir_all(segment.parent().unwrap()).expect("mkdir");
+        fs::write(&segment, vec![0xEE; 5_000]).expect("write");
+        let seal = Seal {
+            base: 0,
+            end: 40,
+            size: 5_000,
+            newest_ms: 7,
+            entries: vec![IndexEntry { offset: 0, pos: 0 }],
+            ..Seal::default()
+        };
+        let seal_path = root.join(FileId::PartitionSeal { key, base: 0 }.relative_path());
+        fs::write(&seal_path, seal.encode()).expect("write seal");
+        let _lock = lock(root).expect("lock");
+        let found = load(root).expect("load");
+        assert!(found.files.contains_key(&FileId::PartitionSeal { key, base: 0 }), "read whole");
+        let config = narad_core::Config::single(narad_core::NodeId(1), 7);
+        let mut recovery =
+            narad_core::Node::begin_recovery(config, narad_core::Instant(0), found.files)
+                .expect("nothing else to recover");
+        let (logs, count) =
+            recover_partitions(&mut recovery, &found.partition_logs).expect("io").expect("ok");
+        assert_eq!(count, ScanCount { adopted: 1, scanned: 0, bytes_read: 0 });
+        assert_eq!((logs[0].high_watermark(), logs[0].size_bytes()), (40, 5_000));
+    }
+
     #[test]
     fn second_lock_is_refused() {
         let dir = tempfile::tempdir().expect("temp dir");
