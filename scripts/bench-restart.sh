@@ -24,7 +24,7 @@
 # are ACTIVE_MIB=63.)
 #
 # Knobs (environment): SIZES_GIB ("1 4"), ACTIVE_MIB (32), PARTITIONS (8), PAYLOAD (16384),
-# BATCH (64), CLIENTS (8), BENCH_DIR (/var/tmp: must be the disk you want to measure), PORT (7962),
+# BATCH (64), CLIENTS (8), BENCH_DIR (/var/tmp: must be the disk you want to measure), PORT (7972),
 # BASELINE (unset), COLD (1: also cold-cache runs when possible).
 set -euo pipefail
 
@@ -37,7 +37,7 @@ PAYLOAD="${PAYLOAD:-16384}"
 BATCH="${BATCH:-64}"
 CLIENTS="${CLIENTS:-8}"
 BENCH_DIR="${BENCH_DIR:-/var/tmp}"
-PORT="${PORT:-7962}"
+PORT="${PORT:-7972}"
 BASELINE="${BASELINE:-}"
 COLD="${COLD:-1}"
 TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
