@@ -54,18 +54,8 @@ cargo build --release -q -p narad
 # --- what we start, and how it stops -----------------------------------------------------------
 WORK="$(mktemp -d "$BENCH_DIR/narad-bench.XXXXXX")"
 RESULTS="$WORK/results.jsonl"
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 50); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/bench-lib.sh
+source "$ROOT/scripts/bench-lib.sh"
 
 wait_for() { # wait_for WHAT CMD...: retries CMD for up to 10 s
     local what="$1"; shift

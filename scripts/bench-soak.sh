@@ -51,18 +51,8 @@ log "building narad (release)"
 cargo build --release -q -p narad
 
 WORK="$(mktemp -d "$BENCH_DIR/narad-soak.XXXXXX")"
-PIDS=()
-cleanup() {
-    for pid in "${PIDS[@]}"; do
-        kill "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        for _ in $(seq 100); do kill -0 "$pid" 2>/dev/null || break; sleep 0.1; done
-        kill -9 "$pid" 2>/dev/null || true
-    done
-    rm -rf "$WORK"
-}
-trap cleanup EXIT
+# shellcheck source=scripts/bench-lib.sh
+source "$ROOT/scripts/bench-lib.sh"
 
 RUST_LOG=info "$NARAD" serve --http "127.0.0.1:$NARAD_PORT" --data-dir "$WORK/data" \
     --partition-segment-bytes "$SEGMENT_BYTES" 2>"$WORK/narad.log" &

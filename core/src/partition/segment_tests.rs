@@ -110,15 +110,25 @@ fn recover(files: &Files, chunk: usize) -> Result<PartitionLog, RecoveryError> {
     let mut rest: &[u8] = &[];
     for (base, bytes) in files.segments() {
         scan.begin_segment(base)?;
-        for piece in bytes.chunks(chunk) {
-            if scan.stopped() {
-                break;
-            }
-            scan.feed(piece)?;
-        }
-        rest = &bytes[usize::try_from(scan.fed()).unwrap()..];
+        rest = feed_segment(&mut scan, bytes, chunk)?;
     }
     scan.finish(rest)
+}
+
+/// Feeds one segment's bytes to `scan` `chunk` bytes at a time, up to where it stopped; returns
+/// what it did not consume (the tail `finish` looks at).
+fn feed_segment<'a>(
+    scan: &mut PartitionScan,
+    bytes: &'a [u8],
+    chunk: usize,
+) -> Result<&'a [u8], RecoveryError> {
+    for piece in bytes.chunks(chunk) {
+        if scan.stopped() {
+            break;
+        }
+        scan.feed(piece)?;
+    }
+    Ok(&bytes[usize::try_from(scan.fed()).unwrap()..])
 }
 
 fn is_segment(file: &FileId) -> bool {

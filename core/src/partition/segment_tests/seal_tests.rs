@@ -44,13 +44,7 @@ fn recover_sealed(files: &Files, chunk: usize) -> Result<PartitionLog, RecoveryE
         if scan.open_segment(base, bytes.len() as u64)? {
             continue;
         }
-        for piece in bytes.chunks(chunk) {
-            if scan.stopped() {
-                break;
-            }
-            scan.feed(piece)?;
-        }
-        rest = &bytes[usize::try_from(scan.fed()).unwrap()..];
+        rest = feed_segment(&mut scan, bytes, chunk)?;
     }
     scan.finish(rest)
 }
