@@ -4,8 +4,9 @@
 //! time, off the produce path (see `partition/retention.rs`); completed deletions become events
 //! and counters here. A policy changed by `PATCH /v1/topics/{t}` applies at the next pass.
 
+use crate::ids::PartitionKey;
 use crate::io::NodeEvent;
-use crate::partition::RetentionPolicy;
+use crate::partition::{RetentionPolicy, Trimmed};
 
 use super::Node;
 
@@ -30,28 +31,25 @@ impl Node {
         }
     }
 
-    /// Turns the deletions logs completed into events and counters.
-    pub(super) fn collect_trimmed(&mut self) {
+    /// Turns the deletions the log of `key` completed into events and counters (a deletion
+    /// completes only in that log's own disk completion, so no other log needs a look).
+    pub(super) fn collect_trimmed(&mut self, key: PartitionKey) {
         let now_ms = self.now.as_millis();
-        let mut events = Vec::new();
-        for (key, log) in &mut self.partitions {
-            while let Some(trimmed) = log.poll_trimmed() {
-                self.counters.retention_segments_deleted += 1;
-                self.counters.retention_records_deleted += trimmed.records;
-                self.counters.retention_bytes_deleted += trimmed.bytes;
-                tracing::info!(
-                    partition = %key,
-                    log_start_offset = trimmed.log_start_offset,
-                    records = trimmed.records,
-                    bytes = trimmed.bytes,
-                    newest_ms = trimmed.newest_ms,
-                    "retention: deleted a sealed segment"
-                );
-                events.push(NodeEvent::SegmentDeleted { key: *key, trimmed, now_ms });
-            }
-        }
-        for event in events {
-            self.push_event(event);
+        let Some(log) = self.partitions.get_mut(&key) else { return };
+        let trimmed: Vec<Trimmed> = std::iter::from_fn(|| log.poll_trimmed()).collect();
+        for trimmed in trimmed {
+            self.counters.retention_segments_deleted += 1;
+            self.counters.retention_records_deleted += trimmed.records;
+            self.counters.retention_bytes_deleted += trimmed.bytes;
+            tracing::info!(
+                partition = %key,
+                log_start_offset = trimmed.log_start_offset,
+                records = trimmed.records,
+                bytes = trimmed.bytes,
+                newest_ms = trimmed.newest_ms,
+                "retention: deleted a sealed segment"
+            );
+            self.push_event(NodeEvent::SegmentDeleted { key, trimmed, now_ms });
         }
     }
 }

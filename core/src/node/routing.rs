@@ -93,7 +93,9 @@ impl Node {
         for outcome in log.on_io(io, result) {
             self.on_commit_outcome(outcome);
         }
-        self.collect_trimmed();
+        if io == PartIo::Trim {
+            self.collect_trimmed(key);
+        }
         self.start_queued_commits();
     }
 
