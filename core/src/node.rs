@@ -398,8 +398,10 @@ impl Node {
 
     /// A file found at start-up may hold bytes that only ever reached the page cache (the
     /// previous process crashed before syncing them). We may trust them only once they are
-    /// durable, so every file is synced before the node uses anything it read: otherwise a later
-    /// power loss could take back a record we already dispatched, committed or served.
+    /// durable, so every file read is synced before the node uses anything in it: otherwise a
+    /// later power loss could take back a record we already dispatched, committed or served.
+    /// (A segment adopted from its seal was not read, and was durable before its seal existed:
+    /// see `PartitionLog::startup_sync_files`.)
     fn sync_found_files<'a>(&mut self, files: impl Iterator<Item = &'a FileId>) {
         for file in files {
             self.startup_syncs_left += 1;

@@ -193,6 +193,8 @@ pub struct PartitionLog {
     stale_seals: BTreeSet<u64>,
     /// Segments recovery adopted from their seals, and segments it scanned.
     recovered_segments: (u64, u64),
+    /// Bases of the segments recovery adopted, until start-up takes them (`startup_sync_files`).
+    adopted_bases: BTreeSet<u64>,
     /// Skip records this partition already holds (on by default; off only to measure what
     /// idempotent commits save).
     pub idempotent: bool,
@@ -251,6 +253,7 @@ impl PartitionLog {
             active_seal: None,
             held_seals: Vec::new(),
             stale_seals: BTreeSet::new(),
+            adopted_bases: BTreeSet::new(),
             recovered_segments: (0, 0),
             idempotent: true,
             fsyncs: 0,
@@ -291,6 +294,20 @@ impl PartitionLog {
     /// Every segment file of the log that exists, oldest first.
     pub fn segment_files(&self) -> Vec<FileId> {
         self.segment_bases().map(|base| FileId::PartitionSegment { key: self.key, base }).collect()
+    }
+
+    /// The segment files start-up must sync before the node trusts them: every one it scanned.
+    /// An adopted segment is left alone: its seal was written only after every byte the seal
+    /// describes was durable (a roll and a clean shutdown follow a verified commit; a scanned
+    /// segment's seal waits until start-up synced it), so syncing it again would only cost a
+    /// device flush per segment. Called once, at the end of recovery.
+    pub fn startup_sync_files(&mut self) -> Vec<FileId> {
+        let adopted = std::mem::take(&mut self.adopted_bases);
+        let key = self.key;
+        self.segment_bases()
+            .filter(|base| !adopted.contains(base))
+            .map(|base| FileId::PartitionSegment { key, base })
+            .collect()
     }
 
     /// Every file of the log: each segment, then its seal file (which may or may not exist: a

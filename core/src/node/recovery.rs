@@ -58,7 +58,7 @@ impl Recovery {
             .collect();
         for mut log in partitions {
             log.idempotent = node.config.idempotent_commits;
-            found.extend(log.segment_files());
+            found.extend(log.startup_sync_files());
             stale.extend(log.take_stale_seals());
             let (adopted, scanned) = log.recovered_segments();
             node.recovered_segments.0 += adopted;

@@ -144,6 +144,7 @@ impl PartitionScan {
             }
         }
         self.log.active_seal = Some((seal.base, seal.size));
+        self.log.adopted_bases.insert(seal.base);
         self.adopted_current = true;
         self.adopted += 1;
     }

@@ -117,6 +117,10 @@ fn an_adopted_log_equals_a_scanned_one() {
         }
         assert_eq!(adopted.checkpoints, log.checkpoints, "checkpoints come back with the seals");
         assert!(adopted.take_stale_seals().is_empty());
+        // Start-up syncs what it read, and nothing it adopted.
+        assert!(adopted.startup_sync_files().is_empty(), "adopted segments are not synced");
+        let mut scanned = scanned;
+        assert_eq!(scanned.startup_sync_files(), log.segment_files(), "scanned ones are");
     }
 }
 
@@ -174,6 +178,8 @@ fn a_torn_garbled_misplaced_or_orphaned_seal_is_not_trusted() {
         assert_eq!(recovered.recovered_segments().1, 1, "{what} seal: its segment is scanned");
         assert_same_log(&recovered, &scanned, &files);
         assert_eq!(recovered.take_stale_seals(), [seal_file(second)], "{what} seal: deleted");
+        let synced = [FileId::PartitionSegment { key: KEY, base: second }];
+        assert_eq!(recovered.startup_sync_files(), synced, "{what} seal: only it is synced");
         // The scanned segment's seal is written again once the node serves.
         recovered.release_held_seals();
         assert!(
