@@ -31,6 +31,33 @@ pub enum ClientOp {
     Consume { topic: String, partition: u32, offset: u64, max: u32 },
     /// The cluster's members as this node's metastore replica sees them.
     Members,
+    /// Queue consume: lease up to `max` (1-100) available messages of the topic (of one
+    /// `partition` if given) for the topic's visibility timeout.
+    Receive { topic: String, partition: Option<u32>, max: u32 },
+    /// Settle the leases `handles` name (receipt handles as the client sent them). `batch`:
+    /// the batch form (one result per handle); otherwise exactly one handle.
+    Settle { topic: String, handles: Vec<String>, action: SettleAction, batch: bool },
+}
+
+/// What a settle does to a lease.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettleAction {
+    /// Done: never delivered again (204 once durable).
+    Ack,
+    /// Renew the lease for a full visibility timeout from now.
+    Extend,
+    /// Give it back: available again at once.
+    Nack,
+}
+
+/// One message a queue receive leased.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LeasedRecord {
+    pub record: ConsumedRecord,
+    /// `partition:offset:nonce`: what settles this delivery, and nothing else.
+    pub receipt_handle: String,
+    /// How many times the message was delivered, this delivery included.
+    pub delivery_count: u32,
 }
 
 /// One message of a produce.
@@ -63,6 +90,11 @@ pub enum ClientReply {
     Records(Vec<ConsumedRecord>),
     /// 200: cluster members.
     Members(Vec<MemberView>),
+    /// 200 (or 204 when empty): messages leased by a queue receive.
+    Leased(Vec<LeasedRecord>),
+    /// A settle's outcome per handle, in request order: 204 / the error (single form), or
+    /// 200 with every result (batch form).
+    Settled(Vec<Result<(), ClientError>>),
     /// The request failed and changed nothing (except `WalFailed`, which is ambiguous).
     Error(ClientError),
 }
@@ -188,6 +220,10 @@ pub enum ClientError {
     /// or a disk that lost them). Answered 410 with the offset to read from instead.
     #[error("offset is below the log start offset {log_start_offset}: those records are gone")]
     Gone { log_start_offset: u64 },
+    /// A receipt handle that names no live lease (expired, settled, redelivered under a new
+    /// handle, or never ours): 410, do not retry.
+    #[error("{0}")]
+    StaleHandle(String),
 }
 
 impl ClientError {
@@ -201,7 +237,7 @@ impl ClientError {
             ClientError::WalFailed(_) | ClientError::Internal(_) => 500,
             ClientError::ShuttingDown | ClientError::Unavailable(_) => 503,
             ClientError::Overloaded(_) => 503,
-            ClientError::Gone { .. } => 410,
+            ClientError::Gone { .. } | ClientError::StaleHandle(_) => 410,
         }
     }
 }

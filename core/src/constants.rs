@@ -90,3 +90,16 @@ pub const MAX_CONSUME_BYTES: u64 = 8 * 1024 * 1024;
 pub const WAL_READ_CHUNK_BYTES: u64 = 4 * 1024 * 1024;
 /// Longest record key.
 pub const MAX_KEY_BYTES: usize = 4_096;
+
+/// Queue consume: offsets past a partition's ack frontier that may be leased (and so acked
+/// ahead of it) at once; past it, receives wait for the frontier to move (the original Narad's
+/// `max_acked_ahead_per_partition` is 1,024).
+pub const QUEUE_WINDOW_RECORDS: u64 = 4_096;
+/// Default lease of a queue receive, when a topic sets none (`visibility_timeout_ms`).
+pub const DEFAULT_VISIBILITY_TIMEOUT_MS: u64 = 30_000;
+/// Messages a queue receive may ask for at once (`max`).
+pub const MAX_RECEIVE_MESSAGES: u32 = 100;
+/// Receipt handles one batch ack may settle.
+pub const MAX_SETTLE_HANDLES: usize = 100;
+/// Size past which the consumer journal is compacted into a new file.
+pub const CONSUMER_JOURNAL_COMPACT_BYTES: u64 = 4 * 1024 * 1024;

@@ -34,6 +34,9 @@ pub enum FileId {
     MetaRaftLog,
     /// The metastore's latest snapshot (state machine image plus its Raft metadata).
     MetaSnapshot,
+    /// The consumer journal (`queue::journal`): acks and delivery counts of queue consumers,
+    /// numbered from 0; a compaction writes the next number and deletes the one before.
+    ConsumerJournal { number: u64 },
 }
 
 impl FileId {
@@ -54,6 +57,7 @@ impl FileId {
             }
             FileId::MetaRaftLog => "meta/raft.log".to_string(),
             FileId::MetaSnapshot => "meta/snapshot".to_string(),
+            FileId::ConsumerJournal { number } => format!("consumers/{number:020}.journal"),
         }
     }
 
@@ -75,6 +79,10 @@ impl FileId {
             }
             ["meta", "raft.log"] => Some(FileId::MetaRaftLog),
             ["meta", "snapshot"] => Some(FileId::MetaSnapshot),
+            ["consumers", name] => {
+                let number = name.strip_suffix(".journal")?.parse().ok()?;
+                Some(FileId::ConsumerJournal { number })
+            }
             ["partitions", topic, name] if name.ends_with(".seal") => {
                 let topic = TopicId(topic.parse().ok()?);
                 let (partition, base) = name.strip_suffix(".seal")?.split_once('-')?;
@@ -243,6 +251,8 @@ mod tests {
             FileId::PartitionSeal { key, base: u64::MAX },
             FileId::MetaRaftLog,
             FileId::MetaSnapshot,
+            FileId::ConsumerJournal { number: 0 },
+            FileId::ConsumerJournal { number: u64::MAX },
         ] {
             assert_eq!(FileId::parse(&file.relative_path()), Some(file));
         }

@@ -27,6 +27,7 @@ pub mod meta;
 pub mod node;
 pub mod partition;
 pub mod peer;
+pub mod queue;
 pub mod recovery_error;
 pub mod wal;
 

@@ -14,6 +14,7 @@ mod discard;
 mod invariants;
 mod metastore;
 mod owner;
+mod queue;
 mod recovery;
 mod retention;
 mod routing;
@@ -75,6 +76,9 @@ pub struct Config {
     /// it scales the bounds down instead of writing gigabytes; the metastore keeps the values
     /// clients set either way.
     pub retention_bytes_divisor: u64,
+    /// Size past which the consumer journal is compacted into a new file
+    /// (`CONSUMER_JOURNAL_COMPACT_BYTES`); the simulator makes it small.
+    pub consumer_journal_compact_bytes: u64,
 }
 
 impl Config {
@@ -102,6 +106,7 @@ impl Config {
             wal_rotate_dispatched_bytes: crate::constants::WAL_ROTATE_DISPATCHED_BYTES,
             retention_check_ms: crate::constants::RETENTION_CHECK_MS,
             retention_bytes_divisor: 1,
+            consumer_journal_compact_bytes: crate::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
         }
     }
 
@@ -158,8 +163,16 @@ enum IoPurpose {
     FileDelete,
     /// Start-up sync of a file found on disk (see `Node::sync_found_files`).
     StartupSync(FileId),
-    /// Start-up delete of a seal file recovery did not adopt (stale, damaged or orphaned).
+    /// Start-up delete of a seal file recovery did not adopt (stale, damaged or orphaned),
+    /// or of a stale consumer-journal file.
     StartupDelete(FileId),
+    /// A consumer-journal operation.
+    Journal(crate::queue::JournalIo),
+    /// The read of a queue receive served by one of our partitions.
+    QueueRead {
+        id: u64,
+        plan: ReadPlan,
+    },
 }
 
 /// Who asked for a partition read: a local client, or another node on a client's behalf.
@@ -237,6 +250,8 @@ pub struct Node {
     fatal: Option<String>,
     shutting_down: bool,
     counters: NodeCounters,
+    /// Queue consumers: partition queues, the consumer journal, requests in progress.
+    consumers: queue::Consumers,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -362,6 +377,7 @@ impl Node {
             segments = recovered.segments.len(),
             "recovered ingress WAL"
         );
+        let consumers = queue::Consumers::recover(&files, &config)?;
         let (files, seals) = split_seals(files);
         let id_base = incarnation_id_base(config.seed, now);
         let checkpoint = recovered.checkpoint;
@@ -392,6 +408,7 @@ impl Node {
             fatal: None,
             shutting_down: false,
             counters: NodeCounters::default(),
+            consumers,
         };
         Ok(Recovery::new(node, files.into_keys().collect(), seals))
     }
@@ -625,6 +642,7 @@ impl Node {
         self.answer_settled_admin();
         self.drain_metastore();
         self.advance_checkpoint();
+        self.pump_journal();
         self.collect_io();
         self.seal_for_shutdown();
         self.collect_io();

@@ -9,9 +9,13 @@
 
 use bytes::Bytes;
 
-use crate::api::{ClientError, PartitionNumbers, TopicInfo};
+use crate::api::{ClientError, PartitionNumbers, SettleAction, TopicInfo};
 use crate::codec::{Reader, put_optional_bytes};
 use crate::ids::{PartitionKey, TopicId};
+use crate::queue::ReceiptHandle;
+
+mod queue_wire;
+pub use queue_wire::WireLeased;
 
 /// Version of the node protocol. Bump it when a message's layout changes.
 pub const PROTOCOL_VERSION: u8 = 1;
@@ -62,6 +66,14 @@ pub enum PeerMessage {
     TopicStats { id: u64, topic: TopicId },
     /// The numbers of each partition of the topic the sender owns or holds.
     TopicStatsReply { id: u64, partitions: Vec<(u32, PartitionNumbers)> },
+    /// Queue receive on a partition the receiver owns: lease up to `max` messages.
+    Receive { id: u64, target: PartitionKey, max: u32 },
+    /// The owner's answer: what it leased (empty: nothing available).
+    ReceiveReply { id: u64, result: Result<Vec<WireLeased>, WireError> },
+    /// Settle these leases of the receiver's partitions of `topic`.
+    Settle { id: u64, topic: TopicId, action: SettleAction, handles: Vec<ReceiptHandle> },
+    /// One result per handle of `Settle { id, .. }`, in order.
+    SettleReply { id: u64, results: Vec<Result<(), WireError>> },
 }
 
 /// The outcome of a forwarded metastore command.
@@ -102,9 +114,7 @@ impl WireError {
             503 => ClientError::Unavailable(self.message),
             410 => match self.message.parse() {
                 Ok(log_start_offset) => ClientError::Gone { log_start_offset },
-                Err(_) => {
-                    ClientError::Internal(format!("410 without a log start: {}", self.message))
-                }
+                Err(_) => ClientError::StaleHandle(self.message),
             },
             _ => ClientError::Internal(self.message),
         }
@@ -142,6 +152,10 @@ const TAG_CONSUME: u8 = 8;
 const TAG_CONSUME_REPLY: u8 = 9;
 const TAG_TOPIC_STATS: u8 = 10;
 const TAG_TOPIC_STATS_REPLY: u8 = 11;
+const TAG_RECEIVE: u8 = 12;
+const TAG_RECEIVE_REPLY: u8 = 13;
+const TAG_SETTLE: u8 = 14;
+const TAG_SETTLE_REPLY: u8 = 15;
 
 const RESULT_COMMITTED: u8 = 0;
 const RESULT_FAILED: u8 = 1;
@@ -208,13 +222,12 @@ impl PeerMessage {
             }
             PeerMessage::TopicStatsReply { id, partitions } => {
                 out.push(TAG_TOPIC_STATS_REPLY);
-                put_u64s(&mut out, &[*id, partitions.len() as u64]);
-                for (partition, n) in partitions {
-                    out.extend_from_slice(&partition.to_le_bytes());
-                    let numbers = [n.log_start_offset, n.high_watermark, n.segments, n.size_bytes];
-                    put_u64s(&mut out, &numbers);
-                }
+                encode_topic_stats_reply(&mut out, *id, partitions);
             }
+            PeerMessage::Receive { .. }
+            | PeerMessage::ReceiveReply { .. }
+            | PeerMessage::Settle { .. }
+            | PeerMessage::SettleReply { .. } => queue_wire::encode(self, &mut out),
         }
         Bytes::from(out)
     }
@@ -236,6 +249,10 @@ impl PeerMessage {
             TAG_COMMIT_REPLY | TAG_CONFIRM | TAG_CONFIRM_REPLY => decode_small(tag, &mut reader),
             TAG_PROPOSE_REPLY | TAG_CONSUME | TAG_CONSUME_REPLY => decode_small(tag, &mut reader),
             TAG_TOPIC_STATS | TAG_TOPIC_STATS_REPLY => decode_small(tag, &mut reader),
+            TAG_RECEIVE => queue_wire::decode_receive(&mut reader),
+            TAG_RECEIVE_REPLY => queue_wire::decode_receive_reply(&mut reader),
+            TAG_SETTLE => queue_wire::decode_settle(&mut reader),
+            TAG_SETTLE_REPLY => queue_wire::decode_settle_reply(&mut reader),
             other => return Err(DecodeError::UnknownType(other)),
         };
         let message = message.ok_or(DecodeError::Malformed)?;
@@ -260,7 +277,19 @@ impl PeerMessage {
             PeerMessage::ConsumeReply { .. } => "consume-reply",
             PeerMessage::TopicStats { .. } => "topic-stats",
             PeerMessage::TopicStatsReply { .. } => "topic-stats-reply",
+            PeerMessage::Receive { .. } => "receive",
+            PeerMessage::ReceiveReply { .. } => "receive-reply",
+            PeerMessage::Settle { .. } => "settle",
+            PeerMessage::SettleReply { .. } => "settle-reply",
         }
+    }
+}
+
+fn encode_topic_stats_reply(out: &mut Vec<u8>, id: u64, partitions: &[(u32, PartitionNumbers)]) {
+    put_u64s(out, &[id, partitions.len() as u64]);
+    for (partition, n) in partitions {
+        out.extend_from_slice(&partition.to_le_bytes());
+        put_u64s(out, &[n.log_start_offset, n.high_watermark, n.segments, n.size_bytes]);
     }
 }
 
@@ -497,8 +526,8 @@ mod tests {
         let wire = WireError::from_client(&gone);
         assert_eq!(wire.status, 410);
         assert_eq!(wire.clone().into_client(), gone);
-        let garbled = WireError { status: 410, message: "soon".into() };
-        assert!(matches!(garbled.into_client(), ClientError::Internal(_)));
+        let stale = ClientError::StaleHandle("receipt handle matches no lease".into());
+        assert_eq!(WireError::from_client(&stale).into_client(), stale, "a stale handle's 410");
     }
 
     fn arb_record() -> impl Strategy<Value = WireRecord> {
@@ -544,6 +573,73 @@ mod tests {
             (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(id, t, gone)| {
                 PeerMessage::ConfirmGoneReply { id, topic: TopicId(t), gone }
             }),
+            arb_queue_message(),
+        ]
+    }
+
+    fn arb_queue_message() -> impl Strategy<Value = PeerMessage> {
+        prop_oneof![
+            (any::<u64>(), any::<u64>(), any::<u32>(), any::<u32>()).prop_map(
+                |(id, t, partition, max)| PeerMessage::Receive {
+                    id,
+                    target: PartitionKey { topic: TopicId(t), partition },
+                    max
+                }
+            ),
+            (any::<u64>(), prop::collection::vec((any::<u64>(), any::<u32>(), arb_record()), 0..4))
+                .prop_map(|(id, leased)| PeerMessage::ReceiveReply {
+                    id,
+                    result: Ok(leased
+                        .into_iter()
+                        .map(|(nonce, delivery_count, r)| WireLeased {
+                            record: WireConsumed {
+                                offset: r.seq,
+                                timestamp_ms: r.timestamp_ms,
+                                key: r.key,
+                                payload: r.payload,
+                            },
+                            nonce,
+                            delivery_count,
+                        })
+                        .collect()),
+                }),
+            (any::<u64>(), any::<u16>(), ".{0,20}").prop_map(|(id, status, message)| {
+                PeerMessage::ReceiveReply { id, result: Err(WireError { status, message }) }
+            }),
+            (
+                any::<u64>(),
+                any::<u64>(),
+                0u8..3,
+                prop::collection::vec((any::<u32>(), any::<u64>(), any::<u64>()), 0..5)
+            )
+                .prop_map(|(id, t, action, handles)| PeerMessage::Settle {
+                    id,
+                    topic: TopicId(t),
+                    action: [SettleAction::Ack, SettleAction::Extend, SettleAction::Nack]
+                        [usize::from(action)],
+                    handles: handles
+                        .into_iter()
+                        .map(|(partition, offset, nonce)| ReceiptHandle {
+                            partition,
+                            offset,
+                            nonce
+                        })
+                        .collect(),
+                }),
+            (
+                any::<u64>(),
+                prop::collection::vec(proptest::option::of((any::<u16>(), ".{0,9}")), 0..5)
+            )
+                .prop_map(|(id, results)| PeerMessage::SettleReply {
+                    id,
+                    results: results
+                        .into_iter()
+                        .map(|r| match r {
+                            None => Ok(()),
+                            Some((status, message)) => Err(WireError { status, message }),
+                        })
+                        .collect(),
+                }),
         ]
     }
 

@@ -5,6 +5,7 @@ mod cluster_harness;
 mod harness;
 mod node_flow;
 mod overload;
+mod queue_flow;
 mod retention;
 mod seal_flow;
 mod topic_update;

@@ -160,6 +160,7 @@ impl TopicTag {
             Op::CreateTopic { name, .. } | Op::DeleteTopic { name } | Op::GetTopic { name } => name,
             Op::UpdateTopic { name, .. } => name,
             Op::Produce { topic, .. } | Op::Consume { topic, .. } => topic,
+            Op::Receive { topic, .. } | Op::Settle { topic, .. } => topic,
             Op::ListTopics | Op::Members => return TopicTag::default(),
         };
         let mut tag = TopicTag::default();
@@ -286,6 +287,7 @@ fn file_word(file: &FileId) -> [u64; 2] {
         ],
         FileId::MetaRaftLog => [5, 0],
         FileId::MetaSnapshot => [6, 0],
+        FileId::ConsumerJournal { number } => [8, *number],
     }
 }
 

@@ -62,6 +62,16 @@ impl Node {
                 let members = self.member_views();
                 self.reply(request, ClientReply::Members(members));
             }
+            ClientOp::Receive { topic, partition, max } => {
+                self.receive(request, &topic, partition, max);
+            }
+            ClientOp::Settle { topic, handles, action, batch } => {
+                if !batch && handles.len() != 1 {
+                    let error = ClientError::BadRequest("one receipt handle".into());
+                    return self.reply(request, ClientReply::Error(error));
+                }
+                self.settle(request, &topic, &handles, action);
+            }
         }
     }
 
@@ -286,7 +296,7 @@ impl Node {
         }
     }
 
-    fn decode_consume(
+    pub(super) fn decode_consume(
         &mut self,
         key: PartitionKey,
         plan: ReadPlan,
@@ -318,7 +328,7 @@ impl Node {
 impl Node {
     /// A topic this replica does not know: 404 only if the replica has caught up with the
     /// leader; otherwise the topic may exist and we cannot tell yet (503, retry).
-    fn unknown_topic(&self, topic: &str) -> ClientError {
+    pub(super) fn unknown_topic(&self, topic: &str) -> ClientError {
         if self.meta.caught_up() {
             not_found(topic)
         } else {

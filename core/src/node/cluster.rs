@@ -37,6 +37,10 @@ pub(super) enum Forwarded {
     Consume { request: RequestId, topic: String, partition: u32 },
     /// A discard confirmation asked of the leader.
     Confirm,
+    /// One partition of a client's queue receive, asked of its owner.
+    Receive { pending: u64 },
+    /// The handles `slots` of a settle, sent to their owner.
+    Settle { batch: u64, slots: Vec<usize> },
 }
 
 /// Our outstanding requests to peers.
@@ -164,6 +168,25 @@ impl Node {
             }
             PeerMessage::TopicStatsReply { id, partitions } => {
                 self.on_topic_stats(from, id, &partitions);
+            }
+            PeerMessage::Receive { id, target, max } => self.on_peer_receive(from, id, target, max),
+            PeerMessage::ReceiveReply { id, result } => {
+                if let Some((Forwarded::Receive { pending }, _, _)) =
+                    self.remote.forwards.remove(&id)
+                    && let Some(key) = self.receive_partition(pending)
+                {
+                    self.on_peer_receive_reply(pending, key, result);
+                }
+            }
+            PeerMessage::Settle { id, topic, action, handles } => {
+                self.on_peer_settle(from, id, topic, action, &handles);
+            }
+            PeerMessage::SettleReply { id, results } => {
+                if let Some((Forwarded::Settle { batch, slots }, _, _)) =
+                    self.remote.forwards.remove(&id)
+                {
+                    self.on_settle_results(batch, &slots, Some(results), "");
+                }
             }
         }
     }
@@ -509,9 +532,16 @@ impl Node {
     /// Too many requests are outstanding with peers: a client's is answered `Overloaded`, the
     /// node's own (heartbeat, confirmation) waits for the next pass.
     fn refuse_forward(&mut self, kind: Forwarded) {
-        if let Forwarded::Admin { request, .. } | Forwarded::Consume { request, .. } = kind {
-            let error = ClientError::Overloaded("too many requests outstanding with peers".into());
-            self.reply(request, ClientReply::Error(error));
+        let error = ClientError::Overloaded("too many requests outstanding with peers".into());
+        match kind {
+            Forwarded::Admin { request, .. } | Forwarded::Consume { request, .. } => {
+                self.reply(request, ClientReply::Error(error));
+            }
+            Forwarded::Receive { pending } => self.on_receive_forward_failed(pending, error),
+            Forwarded::Settle { batch, slots } => {
+                self.on_settle_results(batch, &slots, None, &error.to_string());
+            }
+            Forwarded::Heartbeat | Forwarded::Confirm => {}
         }
     }
 
@@ -529,6 +559,13 @@ impl Node {
         match forwarded {
             Forwarded::Admin { request, .. } | Forwarded::Consume { request, .. } => {
                 self.reply(request, ClientReply::Error(ClientError::Unavailable(message)));
+            }
+            Forwarded::Receive { pending } => {
+                self.on_receive_forward_failed(pending, ClientError::Unavailable(message));
+            }
+            Forwarded::Settle { batch, slots } => {
+                let message = format!("{message}; the settle may or may not have happened");
+                self.on_settle_results(batch, &slots, None, &message);
             }
             Forwarded::Heartbeat | Forwarded::Confirm => {}
         }

@@ -29,13 +29,21 @@ impl Node {
         self.meta.check_invariants()?;
         self.check_io()?;
         self.check_commits()?;
+        self.check_consumers(false)?;
         self.check_bounds()
+    }
+
+    fn check_consumers(&self, deep: bool) -> Result<(), String> {
+        let journal_ios =
+            self.io.values().filter(|purpose| matches!(purpose, IoPurpose::Journal(_))).count();
+        self.consumers.check(journal_ios, deep)
     }
 
     /// `check_invariants` plus every partition log (watermark within its committed bytes, its
     /// operations in flight, its jobs) and the dispatcher's held records and destinations.
     pub fn check_invariants_deep(&self) -> Result<(), String> {
         self.check_invariants()?;
+        self.check_consumers(true)?;
         for log in self.partitions.values() {
             log.check_invariants()?;
         }
@@ -82,6 +90,8 @@ impl Node {
                 | IoPurpose::Partition(..)
                 | IoPurpose::Meta(_)
                 | IoPurpose::Consume { .. }
+                | IoPurpose::Journal(_)
+                | IoPurpose::QueueRead { .. }
                 | IoPurpose::FileDelete => {}
             }
         }

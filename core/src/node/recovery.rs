@@ -66,6 +66,7 @@ impl Recovery {
             node.partitions.insert(log.key(), log);
         }
         node.sync_found_files(found.iter());
+        stale.append(&mut node.consumers.stale_files);
         for file in stale {
             node.startup_syncs_left += 1;
             node.emit(IoPurpose::StartupDelete(file), DiskOp::Delete { file });

@@ -35,6 +35,8 @@ impl Node {
                 }
                 self.on_startup_sync(file, Ok(DiskDone::Done));
             }
+            IoPurpose::Journal(io) => self.on_journal_io(io, result),
+            IoPurpose::QueueRead { id, plan } => self.on_queue_read(id, plan, result),
             IoPurpose::FileDelete => {
                 if let Err(error) = result {
                     tracing::warn!(%error, "deleting a file failed; it stays as garbage");

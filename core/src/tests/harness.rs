@@ -24,6 +24,8 @@ pub struct Harness {
     next_request: u64,
     pub fault: Option<FaultFn>,
     config: Config,
+    /// Every disk operation executed, in order.
+    pub ops: Vec<DiskOp>,
 }
 
 impl Harness {
@@ -67,6 +69,7 @@ impl Harness {
             next_request: 1,
             fault,
             config,
+            ops: Vec::new(),
         };
         harness.drain_effects();
         harness
@@ -136,6 +139,7 @@ impl Harness {
                     assert!(self.replies.insert(request, reply).is_none(), "answered twice");
                 }
                 Effect::Disk { token, op } => {
+                    self.ops.push(op.clone());
                     let injected = self.fault.as_mut().and_then(|fault| fault(&op));
                     let result = match injected {
                         Some(error) => Err(error),

@@ -20,6 +20,8 @@ pub enum FileClass {
     Seal,
     /// The metastore's Raft log or snapshot (cluster).
     Meta,
+    /// The consumer journal (queue acks and delivery counts).
+    Journal,
 }
 
 impl FileClass {
@@ -31,6 +33,7 @@ impl FileClass {
             FileId::PartitionSegment { .. } => FileClass::Partition,
             FileId::PartitionSeal { .. } => FileClass::Seal,
             FileId::MetaRaftLog | FileId::MetaSnapshot => FileClass::Meta,
+            FileId::ConsumerJournal { .. } => FileClass::Journal,
         }
     }
 

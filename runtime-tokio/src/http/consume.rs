@@ -1,4 +1,5 @@
-//! `GET /v1/topics/{t}/consume?partition=p&offset=o[&max=n]`: committed records of one partition.
+//! `GET /v1/topics/{t}/consume?partition=p&offset=o[&max=n]`: committed records of one partition
+//! (a replay). Without `offset` the consume is a queue receive (`queue.rs`).
 //! Without `max` the answer is one message object; with it, `{"messages":[...]}`. Nothing at the
 //! offset yet (at or past the high watermark) is 204 in both forms.
 
@@ -19,12 +20,10 @@ pub async fn consume(
     uri: Uri,
 ) -> Result<Response, ApiError> {
     let params = consume_params(uri.query())?;
-    let op = ClientOp::Consume {
-        topic,
-        partition: params.partition,
-        offset: params.offset,
-        max: params.max.unwrap_or(1),
+    let (Some(partition), Some(offset)) = (params.partition, params.offset) else {
+        return super::queue::receive(&node, topic, params.partition, params.max).await;
     };
+    let op = ClientOp::Consume { topic, partition, offset, max: params.max.unwrap_or(1) };
     let records = match call(&node, op).await? {
         ClientReply::Records(records) => records,
         other => return Err(ApiError::unexpected(&other)),

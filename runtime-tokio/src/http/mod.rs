@@ -10,6 +10,7 @@ mod error;
 mod metrics;
 pub(crate) mod produce;
 pub(crate) mod query;
+mod queue;
 mod topics;
 
 use axum::Router;
@@ -30,6 +31,7 @@ pub fn router(node: NodeHandle) -> Router {
         .route("/v1/topics/{topic}/produce", post(produce::single))
         .route("/v1/topics/{topic}/produce/batch", post(produce::batch))
         .route("/v1/topics/{topic}/consume", get(consume::consume))
+        .route("/v1/topics/{topic}/ack", post(queue::ack))
         .route("/v1/cluster/members", get(cluster::members))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))

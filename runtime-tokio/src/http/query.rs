@@ -22,11 +22,20 @@ pub struct ProduceParams {
 /// Parameters of `GET /v1/topics/{t}/consume`.
 #[derive(Debug, PartialEq, Eq)]
 pub struct ConsumeParams {
-    pub partition: u32,
-    /// First offset to read; 0 when absent.
-    pub offset: u64,
+    /// Required with `offset` (a replay); optional for a queue receive.
+    pub partition: Option<u32>,
+    /// First offset to replay; `None` makes the consume a queue receive (a lease).
+    pub offset: Option<u64>,
     /// `Some` selects the list form of the answer.
     pub max: Option<u32>,
+}
+
+/// Parameters of `POST /v1/topics/{t}/ack`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct SettleParams {
+    /// The one handle to settle; `None`: the handles are in the body.
+    pub receipt_handle: Option<String>,
+    pub action: narad_core::api::SettleAction,
 }
 
 /// Parses the produce query string.
@@ -49,7 +58,25 @@ pub fn produce_params(query: Option<&str>) -> Result<ProduceParams, ApiError> {
     Ok(params)
 }
 
-/// Parses the consume query string; `partition` is required.
+/// Parses the ack query string.
+pub fn settle_params(query: Option<&str>) -> Result<SettleParams, ApiError> {
+    let (mut handle, mut extend) = (None, None);
+    for (name, value) in pairs(query) {
+        match &*name {
+            b"receipt_handle" => {
+                let text = String::from_utf8(value.into_owned())
+                    .map_err(|_| ApiError::bad_request("`receipt_handle` is not UTF-8"))?;
+                set_once(&mut handle, "receipt_handle", text)?;
+            }
+            b"extend" => set_once(&mut extend, "extend", value.into_owned())?,
+            _ => {}
+        }
+    }
+    let action = super::queue::settle_action(extend.as_deref())?;
+    Ok(SettleParams { receipt_handle: handle, action })
+}
+
+/// Parses the consume query string: `partition` is required with `offset`.
 pub fn consume_params(query: Option<&str>) -> Result<ConsumeParams, ApiError> {
     let (mut partition, mut offset, mut max) = (None, None, None);
     for (name, value) in pairs(query) {
@@ -60,12 +87,15 @@ pub fn consume_params(query: Option<&str>) -> Result<ConsumeParams, ApiError> {
             _ => {}
         }
     }
-    let partition = partition
-        .ok_or_else(|| ApiError::bad_request("query parameter `partition` is required"))?;
+    if offset.is_some() && partition.is_none() {
+        return Err(ApiError::bad_request(
+            "query parameter `partition` is required with `offset` (a replay)",
+        ));
+    }
     if max == Some(0) {
         return Err(ApiError::bad_request("`max` must be at least 1"));
     }
-    Ok(ConsumeParams { partition, offset: offset.unwrap_or(0), max })
+    Ok(ConsumeParams { partition, offset, max })
 }
 
 fn once(seen: &mut bool, name: &str) -> Result<(), ApiError> {
@@ -140,10 +170,12 @@ mod tests {
     #[test]
     fn consume_params_parse() {
         let c = consume_params(Some("partition=2&offset=10&max=5")).expect("valid");
-        assert_eq!(c, ConsumeParams { partition: 2, offset: 10, max: Some(5) });
-        let c = consume_params(Some("partition=0")).expect("valid");
-        assert_eq!(c, ConsumeParams { partition: 0, offset: 0, max: None });
-        assert!(consume_params(Some("offset=1")).is_err(), "partition is required");
+        assert_eq!(c, ConsumeParams { partition: Some(2), offset: Some(10), max: Some(5) });
+        let c = consume_params(Some("partition=0")).expect("a queue receive on one partition");
+        assert_eq!(c, ConsumeParams { partition: Some(0), offset: None, max: None });
+        let c = consume_params(None).expect("a queue receive on the topic");
+        assert_eq!(c, ConsumeParams { partition: None, offset: None, max: None });
+        assert!(consume_params(Some("offset=1")).is_err(), "partition is required with offset");
         assert!(consume_params(Some("partition=1&max=0")).is_err());
         assert!(consume_params(Some("partition=x")).is_err());
     }

@@ -169,6 +169,10 @@ pub fn status_of(reply: &ClientReply) -> (u16, u64) {
         ClientReply::Produced { accepted } => (202, *accepted as u64),
         ClientReply::Records(records) => (200, records.len() as u64),
         ClientReply::Members(members) => (200, members.len() as u64),
+        ClientReply::Leased(leased) => {
+            (if leased.is_empty() { 204 } else { 200 }, leased.len() as u64)
+        }
+        ClientReply::Settled(results) => (200, results.iter().filter(|r| r.is_ok()).count() as u64),
         ClientReply::Error(e) => (e.http_status(), 0),
     }
 }
@@ -185,6 +189,8 @@ pub fn op_name(op: &ClientOp) -> &'static str {
         ClientOp::Produce { .. } => "produce",
         ClientOp::Consume { .. } => "consume",
         ClientOp::Members => "members",
+        ClientOp::Receive { .. } => "receive",
+        ClientOp::Settle { .. } => "settle",
     }
 }
 

@@ -1,0 +1,737 @@
+//! Queue consumers through the node (docs/design.md §4.8): a client's receive goes through the
+//! topic's partitions (ours, or their owners' over node RPC) until one leases something; a
+//! settle goes to each handle's owner. On the owner a receive reserves offsets in the
+//! partition's queue, reads them, journals their delivery counts and answers once those are
+//! durable; an ack answers once its journal entry is.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use bytes::Bytes;
+
+use super::cluster::Forwarded;
+use super::{IoPurpose, Node};
+use crate::api::{ClientError, ClientReply, ConsumedRecord, LeasedRecord, SettleAction};
+use crate::constants::{MAX_CONSUME_BYTES, MAX_RECEIVE_MESSAGES, MAX_SETTLE_HANDLES};
+use crate::ids::{NodeId, PartitionKey, RequestId, TopicId};
+use crate::io::{DiskDone, DiskError, DiskOp, FileId};
+use crate::partition::ReadPlan;
+use crate::peer::{PeerMessage, WireConsumed, WireError, WireLeased};
+use crate::queue::{
+    ConsumerJournal, JournalEntry, JournalIo, PartitionQueue, ReceiptHandle, RecoveredJournal,
+    nonce,
+};
+use crate::recovery_error::RecoveryError;
+
+/// What waits for a consumer-journal group commit.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum JournalWaiter {
+    /// The delivery entries of an owner receive.
+    Receive(u64),
+    /// The ack entry of one handle of a settle.
+    Ack { batch: u64, slot: usize, key: PartitionKey, offset: u64 },
+}
+
+/// Who asked one of our partition queues for messages.
+#[derive(Clone, Copy, Debug)]
+enum ReceiveAsker {
+    /// A client receive of this node (`Consumers::client_receives`).
+    Client(u64),
+    /// Another node, for its client.
+    Peer { from: NodeId, id: u64 },
+}
+
+/// A receive served by one of our partition queues: reading, then journaling.
+struct OwnerReceive {
+    asker: ReceiveAsker,
+    key: PartitionKey,
+    reserved: Vec<u64>,
+    granted: Vec<Granted>,
+}
+
+/// A delivery granted, waiting for its journal entry.
+struct Granted {
+    record: WireConsumed,
+    nonce: u64,
+    count: u32,
+}
+
+/// A client's receive going through the topic's partitions in turn.
+struct ClientReceive {
+    request: RequestId,
+    topic: String,
+    topic_id: TopicId,
+    partitions: Vec<u32>,
+    next: usize,
+    max: u32,
+}
+
+/// Who waits for a settle's results.
+#[derive(Clone, Copy, Debug)]
+enum SettleAsker {
+    Client(RequestId),
+    Peer { from: NodeId, id: u64 },
+}
+
+/// A settle waiting for a result per handle.
+struct SettleBatch {
+    asker: SettleAsker,
+    results: Vec<Option<Result<(), ClientError>>>,
+}
+
+/// Everything the node keeps for queue consumers.
+pub(super) struct Consumers {
+    /// The queue of every partition we own that a consumer touched.
+    pub(super) queues: BTreeMap<PartitionKey, PartitionQueue>,
+    pub(super) journal: ConsumerJournal<JournalWaiter>,
+    /// Journal files start-up found stale, deleted before the node serves.
+    pub(super) stale_files: Vec<FileId>,
+    owner_receives: BTreeMap<u64, OwnerReceive>,
+    client_receives: BTreeMap<u64, ClientReceive>,
+    settles: BTreeMap<u64, SettleBatch>,
+    next_id: u64,
+    /// Where each topic's next receive starts, so receives spread over its partitions.
+    cursors: BTreeMap<TopicId, u32>,
+    /// What this owner's nonces are derived from (drawn from the seed).
+    secret: u64,
+}
+
+impl Consumers {
+    /// The consumer state of a starting node, from the journal files among `files`.
+    pub(super) fn recover(
+        files: &BTreeMap<FileId, Bytes>,
+        config: &super::Config,
+    ) -> Result<Consumers, RecoveryError> {
+        let journal_files: BTreeMap<u64, Bytes> = files
+            .iter()
+            .filter_map(|(file, bytes)| match file {
+                FileId::ConsumerJournal { number } => Some((*number, bytes.clone())),
+                _ => None,
+            })
+            .collect();
+        let found = crate::queue::recover(&journal_files)?;
+        let secret = crate::queue::owner_secret(config.seed);
+        Ok(Consumers::recovered(found, secret, config.consumer_journal_compact_bytes))
+    }
+
+    /// The consumer state start-up rebuilt from the journal files.
+    fn recovered(found: RecoveredJournal, secret: u64, compact_bytes: u64) -> Self {
+        let journal = ConsumerJournal::recovered(&found, compact_bytes);
+        let stale_files =
+            found.stale.iter().map(|&number| FileId::ConsumerJournal { number }).collect();
+        let queues = found
+            .queues
+            .into_iter()
+            .map(|(key, durable)| (key, PartitionQueue::from_durable(durable)))
+            .collect();
+        Consumers {
+            queues,
+            journal,
+            stale_files,
+            owner_receives: BTreeMap::new(),
+            client_receives: BTreeMap::new(),
+            settles: BTreeMap::new(),
+            next_id: 0,
+            cursors: BTreeMap::new(),
+            secret,
+        }
+    }
+
+    fn next_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    /// Every partition queue's own consistency, and the journal's operations in flight
+    /// against the node's (`Node::check_invariants`).
+    pub(super) fn check(&self, journal_ios: usize, deep: bool) -> Result<(), String> {
+        let expected = self.journal.ops_in_flight();
+        if journal_ios != expected {
+            return Err(format!(
+                "consumer journal: {journal_ios} operations in flight, {expected} awaited"
+            ));
+        }
+        if deep {
+            for (key, queue) in &self.queues {
+                queue.check().map_err(|e| format!("queue of {key}: {e}"))?;
+            }
+        }
+        Ok(())
+    }
+}
+
+fn stale(what: &str) -> ClientError {
+    ClientError::StaleHandle(format!("receipt handle {what}; do not retry"))
+}
+
+impl Node {
+    /// `ClientOp::Receive`: validate, then try the topic's partitions in turn.
+    pub(super) fn receive(
+        &mut self,
+        request: RequestId,
+        topic: &str,
+        partition: Option<u32>,
+        max: u32,
+    ) {
+        let Some(info) = self.meta.topic(topic) else {
+            let error = self.unknown_topic(topic);
+            return self.reply(request, ClientReply::Error(error));
+        };
+        let (count, topic_id) = (info.partitions, info.id);
+        let error = if !(1..=MAX_RECEIVE_MESSAGES).contains(&max) {
+            Some(format!("max must be 1 to {MAX_RECEIVE_MESSAGES}, not {max}"))
+        } else {
+            partition.filter(|&p| p >= count).map(|p| {
+                format!("partition {p} out of range: topic `{topic}` has {count} partitions")
+            })
+        };
+        if let Some(message) = error {
+            return self.reply(request, ClientReply::Error(ClientError::BadRequest(message)));
+        }
+        let partitions = match partition {
+            Some(p) => vec![p],
+            None => {
+                let cursor = self.consumers.cursors.entry(topic_id).or_insert(0);
+                let first = *cursor % count;
+                *cursor = first + 1;
+                (0..count).map(|i| (first + i) % count).collect()
+            }
+        };
+        let id = self.consumers.next_id();
+        let pending =
+            ClientReceive { request, topic: topic.to_string(), topic_id, partitions, next: 0, max };
+        self.consumers.client_receives.insert(id, pending);
+        self.next_partition(id);
+    }
+
+    /// Asks the next partition of a client receive, or answers it (nothing available).
+    fn next_partition(&mut self, id: u64) {
+        loop {
+            let Some(pending) = self.consumers.client_receives.get_mut(&id) else { return };
+            let Some(&partition) = pending.partitions.get(pending.next) else {
+                let done = self.consumers.client_receives.remove(&id).expect("present above");
+                return self.reply(done.request, ClientReply::Leased(Vec::new()));
+            };
+            pending.next += 1;
+            let (key, max) = (PartitionKey { topic: pending.topic_id, partition }, pending.max);
+            let single = pending.partitions.len() == 1;
+            match self.meta.owner(key) {
+                Some(owner) if owner == self.config.node_id => {
+                    return self.lease_local(ReceiveAsker::Client(id), key, max);
+                }
+                Some(owner) if self.meta.is_alive(owner) => {
+                    let kind = Forwarded::Receive { pending: id };
+                    return self.forward(owner, kind, |fid| PeerMessage::Receive {
+                        id: fid,
+                        target: key,
+                        max,
+                    });
+                }
+                owner if single => {
+                    let who = owner.map_or_else(|| "unknown".into(), |n| format!("node {}", n.0));
+                    let message = format!("the owner of this partition ({who}) is down");
+                    return self.on_partition_leased(id, Err(ClientError::Unavailable(message)));
+                }
+                _ => {} // a dead owner's partition is skipped
+            }
+        }
+    }
+
+    /// One partition of a client receive answered.
+    pub(super) fn on_partition_leased(
+        &mut self,
+        id: u64,
+        result: Result<Vec<LeasedRecord>, ClientError>,
+    ) {
+        let Some(pending) = self.consumers.client_receives.get(&id) else { return };
+        let single = pending.partitions.len() == 1;
+        match result {
+            Ok(leased) if leased.is_empty() => self.next_partition(id),
+            Err(error) if !single && error.http_status() >= 500 => {
+                tracing::debug!(%error, "a partition of a queue receive failed; trying the next");
+                self.next_partition(id);
+            }
+            result => {
+                let done = self.consumers.client_receives.remove(&id).expect("present above");
+                let reply = result.map_or_else(ClientReply::Error, ClientReply::Leased);
+                self.reply(done.request, reply);
+            }
+        }
+    }
+
+    /// A client receive's partition was tried on another node and gave no answer.
+    pub(super) fn on_receive_forward_failed(&mut self, id: u64, error: ClientError) {
+        self.on_partition_leased(id, Err(error));
+    }
+
+    /// Leases up to `max` messages of our partition `key` for `asker`.
+    fn lease_local(&mut self, asker: ReceiveAsker, key: PartitionKey, max: u32) {
+        if let Some(reason) = self.consumers.journal.latched() {
+            let error = ClientError::Internal(format!(
+                "consumer journal failed ({reason}); this node serves no queue receive until it \
+                 restarts"
+            ));
+            return self.finish_owner_receive(asker, key, Err(error));
+        }
+        let Some(log) = self.partitions.get(&key) else {
+            return self.finish_owner_receive(asker, key, Ok(Vec::new()));
+        };
+        let (start, end) = (log.log_start_offset(), log.high_watermark());
+        let queue = self.consumers.queues.entry(key).or_default();
+        queue.clamp_to_start(start);
+        let reserved = queue.reserve(self.now, start, end, max as usize);
+        let plan = match (reserved.first(), reserved.last()) {
+            (Some(&first), Some(&last)) if log.refuse_read(first).is_none() => {
+                log.read_plan(first, last - first + 1, MAX_CONSUME_BYTES)
+            }
+            _ => None,
+        };
+        let Some(plan) = plan else {
+            for offset in reserved {
+                queue.release(offset);
+            }
+            return self.finish_owner_receive(asker, key, Ok(Vec::new()));
+        };
+        let id = self.consumers.next_id();
+        let receive = OwnerReceive { asker, key, reserved, granted: Vec::new() };
+        self.consumers.owner_receives.insert(id, receive);
+        let op = DiskOp::Read { file: plan.file, offset: plan.pos, len: plan.len };
+        self.emit(IoPurpose::QueueRead { id, plan }, op);
+    }
+
+    /// The read of an owner receive completed: grant what it returned, journal the counts.
+    pub(super) fn on_queue_read(
+        &mut self,
+        id: u64,
+        plan: ReadPlan,
+        result: Result<DiskDone, DiskError>,
+    ) {
+        let Some(mut receive) = self.consumers.owner_receives.remove(&id) else { return };
+        let key = receive.key;
+        let decoded = self.decode_consume(key, plan, result);
+        let expires = self.now.plus_millis(self.visibility_ms(key.topic));
+        let secret = self.consumers.secret;
+        let Some(queue) = self.consumers.queues.get_mut(&key) else {
+            let error = ClientError::NotFound("topic not found".into());
+            return self.finish_owner_receive(receive.asker, key, Err(error));
+        };
+        let mut reserved: BTreeSet<u64> = receive.reserved.iter().copied().collect();
+        let mut entries = Vec::new();
+        for record in decoded.as_ref().map(Vec::as_slice).unwrap_or_default() {
+            let offset = record.offset;
+            if reserved.remove(&offset) {
+                let count = queue.next_count(offset);
+                let nonce = nonce(secret, key, offset, count);
+                queue.grant(offset, nonce, count, expires);
+                entries.push(JournalEntry::Delivered { key, offset, count });
+                let record = WireConsumed {
+                    offset,
+                    timestamp_ms: record.timestamp_ms,
+                    key: record.key.clone(),
+                    payload: record.payload.clone(),
+                };
+                receive.granted.push(Granted { record, nonce, count });
+            }
+        }
+        for offset in reserved {
+            queue.release(offset);
+        }
+        if let Err(error) = decoded {
+            return self.finish_owner_receive(receive.asker, key, Err(error));
+        }
+        if receive.granted.is_empty() {
+            return self.finish_owner_receive(receive.asker, key, Ok(Vec::new()));
+        }
+        self.consumers.owner_receives.insert(id, receive);
+        if self.consumers.journal.stage(&entries, JournalWaiter::Receive(id)).is_err() {
+            self.on_journal_waiter(JournalWaiter::Receive(id), false);
+        }
+        self.pump_journal();
+    }
+
+    /// A journal group commit ended for `waiter`: durable (`ok`) or never.
+    fn on_journal_waiter(&mut self, waiter: JournalWaiter, ok: bool) {
+        match waiter {
+            JournalWaiter::Receive(id) => self.on_receive_journaled(id, ok),
+            JournalWaiter::Ack { batch, slot, key, offset } => {
+                if let Some(queue) = self.consumers.queues.get_mut(&key) {
+                    if ok { queue.on_acked(offset) } else { queue.on_ack_failed(offset) }
+                }
+                let result = if ok {
+                    Ok(())
+                } else {
+                    Err(ClientError::Internal(
+                        "the consumer journal failed; the ack may not \
+                                               hold"
+                            .into(),
+                    ))
+                };
+                self.fill_settle(batch, slot, result);
+                self.finish_settle_if_done(batch);
+            }
+        }
+    }
+
+    fn on_receive_journaled(&mut self, id: u64, ok: bool) {
+        let Some(receive) = self.consumers.owner_receives.remove(&id) else { return };
+        let key = receive.key;
+        let expires = self.now.plus_millis(self.visibility_ms(key.topic));
+        let mut leased = Vec::with_capacity(receive.granted.len());
+        if let Some(queue) = self.consumers.queues.get_mut(&key) {
+            for granted in receive.granted {
+                let offset = granted.record.offset;
+                if ok {
+                    queue.on_delivered(offset, granted.count, expires);
+                    leased.push(granted);
+                } else {
+                    queue.on_delivery_failed(offset, granted.count);
+                }
+            }
+        }
+        let result = if ok {
+            Ok(leased)
+        } else {
+            Err(ClientError::Internal("the consumer journal failed; nothing was leased".into()))
+        };
+        self.finish_owner_receive(receive.asker, key, result);
+    }
+
+    /// Answers whoever asked our partition `key` for messages.
+    fn finish_owner_receive(
+        &mut self,
+        asker: ReceiveAsker,
+        key: PartitionKey,
+        result: Result<Vec<Granted>, ClientError>,
+    ) {
+        match asker {
+            ReceiveAsker::Client(id) => {
+                let Some(topic) = self.consumers.client_receives.get(&id).map(|p| p.topic.clone())
+                else {
+                    return;
+                };
+                let leased = result.map(|granted| {
+                    granted.into_iter().map(|g| leased_record(&topic, key, g)).collect()
+                });
+                self.on_partition_leased(id, leased);
+            }
+            ReceiveAsker::Peer { from, id } => {
+                let result = result
+                    .map(|granted| {
+                        granted
+                            .into_iter()
+                            .map(|g| WireLeased {
+                                record: g.record,
+                                nonce: g.nonce,
+                                delivery_count: g.count,
+                            })
+                            .collect()
+                    })
+                    .map_err(|error| WireError::from_client(&error));
+                self.send(from, &PeerMessage::ReceiveReply { id, result });
+            }
+        }
+    }
+
+    /// A peer asks one of our partitions for messages.
+    pub(super) fn on_peer_receive(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        target: PartitionKey,
+        max: u32,
+    ) {
+        if self.meta.owner(target) != Some(self.config.node_id) {
+            let error = ClientError::Unavailable("this node does not own that partition".into());
+            let result = Err(WireError::from_client(&error));
+            return self.send(from, &PeerMessage::ReceiveReply { id, result });
+        }
+        self.lease_local(
+            ReceiveAsker::Peer { from, id },
+            target,
+            max.clamp(1, MAX_RECEIVE_MESSAGES),
+        );
+    }
+
+    /// An owner answered a client receive's partition.
+    pub(super) fn on_peer_receive_reply(
+        &mut self,
+        pending: u64,
+        key: PartitionKey,
+        result: Result<Vec<WireLeased>, WireError>,
+    ) {
+        let Some(topic) = self.consumers.client_receives.get(&pending).map(|p| p.topic.clone())
+        else {
+            return;
+        };
+        let result = result.map_err(WireError::into_client).map(|leased| {
+            leased
+                .into_iter()
+                .map(|l| {
+                    let granted =
+                        Granted { record: l.record, nonce: l.nonce, count: l.delivery_count };
+                    leased_record(&topic, key, granted)
+                })
+                .collect()
+        });
+        self.on_partition_leased(pending, result);
+    }
+
+    /// The partition a forwarded receive asked, if it is still waiting.
+    pub(super) fn receive_partition(&self, pending: u64) -> Option<PartitionKey> {
+        let receive = self.consumers.client_receives.get(&pending)?;
+        let partition = *receive.partitions.get(receive.next.checked_sub(1)?)?;
+        Some(PartitionKey { topic: receive.topic_id, partition })
+    }
+
+    /// `ClientOp::Settle`: each handle goes to its partition's owner.
+    pub(super) fn settle(
+        &mut self,
+        request: RequestId,
+        topic: &str,
+        handles: &[String],
+        action: SettleAction,
+    ) {
+        let Some(info) = self.meta.topic(topic) else {
+            let error = self.unknown_topic(topic);
+            return self.reply(request, ClientReply::Error(error));
+        };
+        let (topic_id, count) = (info.id, info.partitions);
+        if handles.is_empty() || handles.len() > MAX_SETTLE_HANDLES {
+            let message =
+                format!("1 to {MAX_SETTLE_HANDLES} receipt handles, not {}", handles.len());
+            return self.reply(request, ClientReply::Error(ClientError::BadRequest(message)));
+        }
+        let batch = self.consumers.next_id();
+        let results = vec![None; handles.len()];
+        self.consumers
+            .settles
+            .insert(batch, SettleBatch { asker: SettleAsker::Client(request), results });
+        let mut by_owner: BTreeMap<NodeId, (Vec<usize>, Vec<ReceiptHandle>)> = BTreeMap::new();
+        for (slot, text) in handles.iter().enumerate() {
+            let Some(handle) = ReceiptHandle::parse(text) else {
+                let error = ClientError::BadRequest(format!(
+                    "receipt handle `{text}` is not partition:offset:nonce"
+                ));
+                self.fill_settle(batch, slot, Err(error));
+                continue;
+            };
+            if handle.partition >= count {
+                self.fill_settle(
+                    batch,
+                    slot,
+                    Err(stale("names a partition this topic does not have")),
+                );
+                continue;
+            }
+            let key = PartitionKey { topic: topic_id, partition: handle.partition };
+            match self.meta.owner(key) {
+                Some(owner) if owner == self.config.node_id => {
+                    self.settle_local(batch, slot, key, handle, action);
+                }
+                Some(owner) if self.meta.is_alive(owner) => {
+                    let (slots, list) = by_owner.entry(owner).or_default();
+                    slots.push(slot);
+                    list.push(handle);
+                }
+                _ => {
+                    let error = ClientError::Unavailable("the partition's owner is down".into());
+                    self.fill_settle(batch, slot, Err(error));
+                }
+            }
+        }
+        for (owner, (slots, handles)) in by_owner {
+            let kind = Forwarded::Settle { batch, slots };
+            self.forward(owner, kind, |id| PeerMessage::Settle {
+                id,
+                topic: topic_id,
+                action,
+                handles,
+            });
+        }
+        self.finish_settle_if_done(batch);
+        self.pump_journal();
+    }
+
+    /// Settles one handle of a partition we own.
+    fn settle_local(
+        &mut self,
+        batch: u64,
+        slot: usize,
+        key: PartitionKey,
+        handle: ReceiptHandle,
+        action: SettleAction,
+    ) {
+        let (now, offset) = (self.now, handle.offset);
+        let expires = now.plus_millis(self.visibility_ms(key.topic));
+        let Some(queue) = self.consumers.queues.get_mut(&key) else {
+            return self.fill_settle(batch, slot, Err(stale("matches no lease")));
+        };
+        let result = match action {
+            SettleAction::Extend => queue.extend(now, offset, handle.nonce, expires),
+            SettleAction::Nack => queue.nack(now, offset, handle.nonce),
+            SettleAction::Ack => match queue.begin_ack(now, offset, handle.nonce) {
+                Err(stale) => Err(stale),
+                Ok(()) => {
+                    let waiter = JournalWaiter::Ack { batch, slot, key, offset };
+                    let entry = JournalEntry::Acked { key, offset };
+                    if self.consumers.journal.stage(&[entry], waiter).is_err() {
+                        self.on_journal_waiter(waiter, false);
+                    }
+                    return;
+                }
+            },
+        };
+        let result = result
+            .map_err(|_| stale("matches no lease: it expired, was settled or was delivered again"));
+        self.fill_settle(batch, slot, result);
+    }
+
+    fn fill_settle(&mut self, batch: u64, slot: usize, result: Result<(), ClientError>) {
+        if let Some(slot) =
+            self.consumers.settles.get_mut(&batch).and_then(|b| b.results.get_mut(slot))
+        {
+            slot.get_or_insert(result);
+        }
+    }
+
+    /// Answers a settle once every handle has its result.
+    fn finish_settle_if_done(&mut self, batch: u64) {
+        let done = self
+            .consumers
+            .settles
+            .get(&batch)
+            .is_some_and(|b| b.results.iter().all(Option::is_some));
+        if !done {
+            return;
+        }
+        let settle = self.consumers.settles.remove(&batch).expect("present above");
+        let results = settle.results.into_iter().map(|r| r.expect("checked above"));
+        match settle.asker {
+            SettleAsker::Client(request) => {
+                self.reply(request, ClientReply::Settled(results.collect()))
+            }
+            SettleAsker::Peer { from, id } => {
+                let results = results.map(|r| r.map_err(|e| WireError::from_client(&e))).collect();
+                self.send(from, &PeerMessage::SettleReply { id, results });
+            }
+        }
+    }
+
+    /// A peer settles handles of our partitions of `topic`.
+    pub(super) fn on_peer_settle(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        topic: TopicId,
+        action: SettleAction,
+        handles: &[ReceiptHandle],
+    ) {
+        let batch = self.consumers.next_id();
+        let results = vec![None; handles.len()];
+        let asker = SettleAsker::Peer { from, id };
+        self.consumers.settles.insert(batch, SettleBatch { asker, results });
+        for (slot, &handle) in handles.iter().enumerate() {
+            let key = PartitionKey { topic, partition: handle.partition };
+            if self.meta.owner(key) == Some(self.config.node_id) {
+                self.settle_local(batch, slot, key, handle, action);
+            } else {
+                let error =
+                    ClientError::Unavailable("this node does not own that partition".into());
+                self.fill_settle(batch, slot, Err(error));
+            }
+        }
+        self.finish_settle_if_done(batch);
+        self.pump_journal();
+    }
+
+    /// An owner answered the handles `slots` of settle `batch` (or never will: `None`).
+    pub(super) fn on_settle_results(
+        &mut self,
+        batch: u64,
+        slots: &[usize],
+        results: Option<Vec<Result<(), WireError>>>,
+        failure: &str,
+    ) {
+        match results {
+            Some(results) if results.len() == slots.len() => {
+                for (&slot, result) in slots.iter().zip(results) {
+                    self.fill_settle(batch, slot, result.map_err(WireError::into_client));
+                }
+            }
+            answered => {
+                let message = match answered {
+                    Some(_) => "the owner's answer does not match the handles sent".to_string(),
+                    None => failure.to_string(),
+                };
+                for &slot in slots {
+                    self.fill_settle(batch, slot, Err(ClientError::Unavailable(message.clone())));
+                }
+            }
+        }
+        self.finish_settle_if_done(batch);
+    }
+
+    /// A consumer-journal operation completed.
+    pub(super) fn on_journal_io(&mut self, io: JournalIo, result: Result<DiskDone, DiskError>) {
+        let settled = self.consumers.journal.on_io(io, result);
+        for waiter in settled.durable {
+            self.on_journal_waiter(waiter, true);
+        }
+        for waiter in settled.failed {
+            self.on_journal_waiter(waiter, false);
+        }
+        self.pump_journal();
+    }
+
+    /// Starts the journal's next image or group commit, and emits its operations.
+    pub(super) fn pump_journal(&mut self) {
+        if self.consumers.journal.wants_image() {
+            let image = self.journal_image();
+            self.consumers.journal.begin_image(image);
+        }
+        self.consumers.journal.pump();
+        while let Some((io, op)) = self.consumers.journal.poll_io() {
+            self.emit(IoPurpose::Journal(io), op);
+        }
+    }
+
+    /// Every live partition queue's durable state (a new journal file's image).
+    fn journal_image(&self) -> Vec<JournalEntry> {
+        self.consumers
+            .queues
+            .iter()
+            .filter(|(key, _)| self.meta.topic_by_id(key.topic).is_some())
+            .map(|(key, queue)| {
+                let durable = queue.durable();
+                JournalEntry::State {
+                    key: *key,
+                    frontier: durable.frontier,
+                    acked: durable.acked.iter().copied().collect(),
+                    deliveries: durable.deliveries.iter().map(|(o, c)| (*o, *c)).collect(),
+                }
+            })
+            .collect()
+    }
+
+    /// The lease a receive of `topic` gives. Every topic has the default for now: a per-topic
+    /// `visibility_timeout_ms` needs a metastore field, not there yet.
+    fn visibility_ms(&self, _topic: TopicId) -> u64 {
+        crate::constants::DEFAULT_VISIBILITY_TIMEOUT_MS
+    }
+}
+
+fn leased_record(topic: &str, key: PartitionKey, granted: Granted) -> LeasedRecord {
+    let Granted { record, nonce, count } = granted;
+    let handle = ReceiptHandle { partition: key.partition, offset: record.offset, nonce };
+    LeasedRecord {
+        record: ConsumedRecord {
+            topic: topic.to_string(),
+            partition: key.partition,
+            offset: record.offset,
+            key: record.key,
+            payload: record.payload,
+            timestamp_ms: record.timestamp_ms,
+        },
+        receipt_handle: handle.to_string(),
+        delivery_count: count,
+    }
+}

@@ -1,0 +1,203 @@
+//! Queue consume on whole nodes: receives lease, acks are durable and never redelivered, a nack
+//! or an expiry makes a message available again with a higher delivery count, stale handles
+//! answer 410, a restart voids leases but keeps acks and counts, and acks share journal syncs.
+//! Through another node of a cluster too.
+
+use bytes::Bytes;
+
+use super::cluster_harness::Cluster;
+use super::harness::Harness;
+use crate::api::{ClientError, ClientOp, ClientReply, LeasedRecord, ProduceMessage, SettleAction};
+use crate::io::{DiskOp, FileId};
+
+fn create(name: &str, partitions: u32) -> ClientOp {
+    ClientOp::CreateTopic {
+        name: name.into(),
+        partitions: Some(partitions),
+        retention_ms: None,
+        retention_bytes: None,
+    }
+}
+
+fn produce(name: &str, count: usize) -> ClientOp {
+    let message = |i: usize| ProduceMessage {
+        key: None,
+        partition: Some(0),
+        payload: Bytes::from(format!("m{i}")),
+    };
+    ClientOp::Produce {
+        topic: name.into(),
+        messages: (0..count).map(message).collect(),
+        batch: true,
+    }
+}
+
+fn receive(name: &str, max: u32) -> ClientOp {
+    ClientOp::Receive { topic: name.into(), partition: None, max }
+}
+
+fn settle(name: &str, handles: &[&str], action: SettleAction) -> ClientOp {
+    let handles = handles.iter().map(|h| (*h).to_string()).collect();
+    ClientOp::Settle { topic: name.into(), handles, action, batch: true }
+}
+
+fn leased(reply: ClientReply) -> Vec<LeasedRecord> {
+    match reply {
+        ClientReply::Leased(leased) => leased,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn results(reply: ClientReply) -> Vec<Result<(), ClientError>> {
+    match reply {
+        ClientReply::Settled(results) => results,
+        other => panic!("{other:?}"),
+    }
+}
+
+fn offsets(leased: &[LeasedRecord]) -> Vec<(u64, u32)> {
+    leased.iter().map(|l| (l.record.offset, l.delivery_count)).collect()
+}
+
+fn ready(name: &str, count: usize) -> Harness {
+    let mut h = Harness::new();
+    assert!(matches!(h.call(create(name, 1)), ClientReply::TopicCreated(_)));
+    assert!(matches!(h.call(produce(name, count)), ClientReply::Produced { .. }));
+    h.run();
+    h
+}
+
+#[test]
+fn leases_acks_nacks_and_stale_handles() {
+    let mut h = ready("q", 5);
+    let first = leased(h.call(receive("q", 2)));
+    assert_eq!(offsets(&first), [(0, 1), (1, 1)]);
+    assert_eq!(first[0].record.payload, Bytes::from("m0"));
+    let rest = leased(h.call(receive("q", 10)));
+    assert_eq!(offsets(&rest), [(2, 1), (3, 1), (4, 1)], "leased ones are not offered again");
+    assert!(leased(h.call(receive("q", 10))).is_empty(), "everything is leased");
+    let handles: Vec<&str> = first.iter().map(|l| l.receipt_handle.as_str()).collect();
+    assert_eq!(results(h.call(settle("q", &handles, SettleAction::Ack))), [Ok(()), Ok(())]);
+    assert_eq!(
+        results(h.call(settle("q", &handles[..1], SettleAction::Ack))),
+        [Err(ClientError::StaleHandle(
+            "receipt handle matches no lease: it expired, was settled or was delivered again; \
+             do not retry"
+                .into()
+        ))],
+        "an acked handle is stale"
+    );
+    let nacked = rest[0].receipt_handle.as_str();
+    assert_eq!(results(h.call(settle("q", &[nacked], SettleAction::Nack))), [Ok(())]);
+    let again = leased(h.call(receive("q", 10)));
+    assert_eq!(offsets(&again), [(2, 2)], "a nacked message comes back, its count grown");
+    assert_ne!(again[0].receipt_handle, nacked, "a new delivery, a new handle");
+    let stale = results(h.call(settle("q", &[nacked], SettleAction::Ack)));
+    assert!(matches!(stale[..], [Err(ClientError::StaleHandle(_))]), "{stale:?}");
+}
+
+#[test]
+fn expired_leases_come_back_and_extend_keeps_them() {
+    let mut h = ready("q", 2);
+    let leases = leased(h.call(receive("q", 2)));
+    let keep = leases[1].receipt_handle.clone();
+    // `run` lets 3 s pass per call; extend the second lease every call, not the first.
+    for _ in 0..11 {
+        assert_eq!(results(h.call(settle("q", &[&keep], SettleAction::Extend))), [Ok(())]);
+    }
+    let expired = leased(h.call(receive("q", 2)));
+    assert_eq!(offsets(&expired), [(0, 2)], "only the lease left to expire is offered");
+}
+
+#[test]
+fn a_restart_voids_leases_but_keeps_acks_and_counts() {
+    let mut h = ready("q", 3);
+    let leases = leased(h.call(receive("q", 3)));
+    let acked = leases[1].receipt_handle.as_str();
+    assert_eq!(results(h.call(settle("q", &[acked], SettleAction::Ack))), [Ok(())]);
+    let mut h = h.restart();
+    h.run();
+    let after = leased(h.call(receive("q", 10)));
+    assert_eq!(offsets(&after), [(0, 2), (2, 2)], "leased ones are available at once");
+    let old = leases[0].receipt_handle.as_str();
+    let stale = results(h.call(settle("q", &[old], SettleAction::Ack)));
+    assert!(matches!(stale[..], [Err(ClientError::StaleHandle(_))]), "{stale:?}");
+    assert!(h.files.keys().any(|f| matches!(f, FileId::ConsumerJournal { .. })));
+}
+
+#[test]
+fn acks_submitted_together_share_one_journal_sync() {
+    let mut h = ready("q", 50);
+    let leases = leased(h.call(receive("q", 50)));
+    assert_eq!(leases.len(), 50);
+    let syncs_before = journal_syncs(&h);
+    let requests: Vec<_> = leases
+        .iter()
+        .map(|l| {
+            let op = ClientOp::Settle {
+                topic: "q".into(),
+                handles: vec![l.receipt_handle.clone()],
+                action: SettleAction::Ack,
+                batch: false,
+            };
+            h.submit(op)
+        })
+        .collect();
+    h.run();
+    for request in requests {
+        assert_eq!(h.replies.remove(&request), Some(ClientReply::Settled(vec![Ok(())])));
+    }
+    let syncs = journal_syncs(&h) - syncs_before;
+    assert!(syncs <= 2, "50 acks took {syncs} journal syncs");
+    let mut h = h.restart();
+    h.run();
+    assert!(leased(h.call(receive("q", 100))).is_empty(), "every ack held");
+}
+
+/// Journal syncs so far, counted by the harness's disk.
+fn journal_syncs(h: &Harness) -> usize {
+    h.ops
+        .iter()
+        .filter(|op| matches!(op, DiskOp::Sync { file: FileId::ConsumerJournal { .. } }))
+        .count()
+}
+
+#[test]
+fn bad_handles_answer_each_in_its_slot() {
+    let mut h = ready("q", 1);
+    let leases = leased(h.call(receive("q", 1)));
+    let good = leases[0].receipt_handle.as_str();
+    let out = results(h.call(settle("q", &["nope", "7:0:1", good, "0:0:1"], SettleAction::Ack)));
+    assert!(matches!(out[0], Err(ClientError::BadRequest(_))), "{out:?}");
+    assert!(matches!(out[1], Err(ClientError::StaleHandle(_))), "no partition 7: {out:?}");
+    assert_eq!(out[2], Ok(()));
+    assert!(matches!(out[3], Err(ClientError::StaleHandle(_))), "a forged nonce: {out:?}");
+}
+
+#[test]
+fn receives_and_settles_through_another_node() {
+    let mut c = Cluster::new(3);
+    c.run_until(20_000, Cluster::all_ready);
+    let created = c.call(0, create("q", 3), 10_000).expect("answered");
+    assert!(matches!(created, ClientReply::TopicCreated(_)), "{created:?}");
+    for partition in 0..3 {
+        let message =
+            ProduceMessage { key: None, partition: Some(partition), payload: Bytes::from("x") };
+        let op = ClientOp::Produce { topic: "q".into(), messages: vec![message], batch: false };
+        assert!(matches!(c.call(0, op, 10_000), Some(ClientReply::Produced { .. })));
+    }
+    c.run_for(3_000);
+    let mut seen = Vec::new();
+    for _ in 0..3 {
+        let got = leased(c.call(1, receive("q", 1), 10_000).expect("answered"));
+        assert_eq!(got.len(), 1, "every partition has one message");
+        seen.push(got[0].record.partition);
+        let handle = got[0].receipt_handle.as_str();
+        let settled = c.call(2, settle("q", &[handle], SettleAction::Ack), 10_000);
+        assert_eq!(settled, Some(ClientReply::Settled(vec![Ok(())])));
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1, 2], "the receives went through every partition");
+    let none = leased(c.call(2, receive("q", 10), 10_000).expect("answered"));
+    assert!(none.is_empty(), "everything acked");
+}
