@@ -35,7 +35,7 @@ use crate::api::PartitionNumbers;
 use crate::codec::{FRAME_HEADER_BYTES, MAX_FRAME_BODY_BYTES, frame_at};
 use crate::ids::{NodeId, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
-use dedup::OriginIndex;
+use dedup::{OriginIndex, SegmentTail};
 pub use frame::{PartitionRecord, RecordView};
 pub use index::IndexEntry;
 use index::SparseIndex;
@@ -177,7 +177,7 @@ pub struct PartitionLog {
     outbox: VecDeque<(PartIo, DiskOp)>,
     origins: OriginIndex,
     /// The dedup entries of the active segment's records (what its seal file's tail records).
-    active_origins: OriginIndex,
+    active_origins: SegmentTail,
     /// The highest durable WAL checkpoint each origin reported in a commit part (it never
     /// re-sends below it): seal files record them so that a restart can prune the dedup index.
     checkpoints: BTreeMap<NodeId, u64>,
@@ -247,7 +247,7 @@ impl PartitionLog {
             state: LogState::Idle,
             outbox: VecDeque::new(),
             origins: OriginIndex::default(),
-            active_origins: OriginIndex::default(),
+            active_origins: SegmentTail::default(),
             checkpoints: BTreeMap::new(),
             seal_ios: BTreeMap::new(),
             active_seal: None,
@@ -485,7 +485,7 @@ impl PartitionLog {
         self.file_exists = false;
         self.active_since_ms = None;
         self.roll_due = false;
-        self.active_origins = OriginIndex::default();
+        self.active_origins = SegmentTail::default();
         self.active_seal = None;
     }
 
@@ -494,7 +494,6 @@ impl PartitionLog {
         let known = self.checkpoints.entry(origin).or_insert(checkpoint);
         *known = (*known).max(checkpoint);
         self.origins.prune_below(origin, checkpoint);
-        self.active_origins.prune_below(origin, checkpoint);
     }
 
     fn emit_write(&mut self, data: &Bytes) {
@@ -598,6 +597,7 @@ impl PartitionLog {
             outcomes.push(CommitOutcome { id: part.id, result: Ok(landed) });
             first_offset += landed_count;
         }
+        self.active_origins.maybe_prune(&self.checkpoints);
         outcomes
     }
 

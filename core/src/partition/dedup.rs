@@ -74,26 +74,90 @@ impl OriginIndex {
         }
     }
 
+    /// Entries held.
+    #[cfg(test)]
+    pub fn len(&self) -> usize {
+        self.by_origin.values().map(BTreeMap::len).sum()
+    }
+}
+
+/// The dedup entries of the active segment's records, what its seal file's tail records
+/// (`replayable`): a plain list, one push per committed record (no tree insertion on the commit
+/// path), pruned below the origins' checkpoints only once it has doubled since the last
+/// pruning, so it stays within about twice what an `OriginIndex` of the same records would keep.
+#[derive(Clone, Debug, Default)]
+pub struct SegmentTail {
+    entries: Vec<(NodeId, u64, u32)>,
+    /// Length after the last pruning.
+    kept: usize,
+    /// Insertions by recovery since it last pruned to the horizon.
+    recovered_since_prune: u64,
+}
+
+/// Entries a tail holds before it first prunes.
+const TAIL_PRUNE_FLOOR: usize = 1_024;
+
+impl SegmentTail {
+    /// Remembers a committed record; prunes below `checkpoints` once the list has doubled.
+    pub fn insert(&mut self, origin: NodeId, seq: u64, fingerprint: u32) {
+        self.entries.push((origin, seq, fingerprint));
+    }
+
+    /// Prunes below `checkpoints` if the list doubled since the last pruning.
+    pub fn maybe_prune(&mut self, checkpoints: &BTreeMap<NodeId, u64>) {
+        if self.entries.len() >= 2 * self.kept.max(TAIL_PRUNE_FLOOR) {
+            self.prune_below_all(checkpoints);
+        }
+    }
+
+    /// A record found by recovery (pruned to the horizon every `DEDUP_HORIZON` insertions).
+    pub fn insert_recovered(&mut self, origin: NodeId, seq: u64, fingerprint: u32) {
+        self.insert(origin, seq, fingerprint);
+        self.recovered_since_prune += 1;
+        if self.recovered_since_prune >= DEDUP_HORIZON {
+            self.prune_to_horizon();
+        }
+    }
+
+    /// Keeps only what a replay could still reach: the last `DEDUP_HORIZON` sequences of each
+    /// origin.
+    pub fn prune_to_horizon(&mut self) {
+        self.recovered_since_prune = 0;
+        let mut newest: BTreeMap<NodeId, u64> = BTreeMap::new();
+        for &(origin, seq, _) in &self.entries {
+            let known = newest.entry(origin).or_insert(seq);
+            *known = (*known).max(seq);
+        }
+        self.entries
+            .retain(|(origin, seq, _)| *seq >= newest[origin].saturating_sub(DEDUP_HORIZON));
+        self.kept = self.entries.len();
+    }
+
+    /// Forgets, for every origin in `checkpoints`, the sequences below its checkpoint.
+    pub fn prune_below_all(&mut self, checkpoints: &BTreeMap<NodeId, u64>) {
+        self.entries.retain(|(origin, seq, _)| checkpoints.get(origin).is_none_or(|c| seq >= c));
+        self.kept = self.entries.len();
+    }
+
     /// The entries an origin may still replay (at or above its checkpoint in `checkpoints`;
     /// every entry of an origin not listed): what a seal file records.
     pub fn replayable(
         &self,
         checkpoints: &BTreeMap<NodeId, u64>,
     ) -> BTreeMap<NodeId, BTreeMap<u64, u32>> {
-        self.by_origin
-            .iter()
-            .map(|(origin, seqs)| {
-                let from = checkpoints.get(origin).copied().unwrap_or(0);
-                (*origin, seqs.range(from..).map(|(&s, &f)| (s, f)).collect::<BTreeMap<_, _>>())
-            })
-            .filter(|(_, seqs)| !seqs.is_empty())
-            .collect()
+        let mut tail: BTreeMap<NodeId, BTreeMap<u64, u32>> = BTreeMap::new();
+        for &(origin, seq, fingerprint) in &self.entries {
+            if checkpoints.get(&origin).is_none_or(|&c| seq >= c) {
+                tail.entry(origin).or_default().insert(seq, fingerprint);
+            }
+        }
+        tail
     }
 
     /// Entries held.
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.by_origin.values().map(BTreeMap::len).sum()
+        self.entries.len()
     }
 }
 
@@ -138,5 +202,32 @@ mod tests {
         at_end.prune_to_horizon();
         assert_eq!(streamed.by_origin, at_end.by_origin);
         assert!(peak <= 3 * DEDUP_HORIZON as usize, "peak {peak}");
+    }
+
+    #[test]
+    fn a_segment_tail_keeps_what_an_origin_index_would() {
+        let (a, b) = (NodeId(1), NodeId(2));
+        let mut tail = SegmentTail::default();
+        let mut index = OriginIndex::default();
+        let mut checkpoints = BTreeMap::new();
+        for seq in 0..10_000u64 {
+            let origin = if seq % 3 == 0 { b } else { a };
+            tail.insert(origin, seq, seq as u32);
+            index.insert(origin, seq, seq as u32);
+            if seq % 100 == 99 {
+                checkpoints.insert(a, seq - 50);
+                checkpoints.insert(b, seq - 20);
+                index.prune_below_all(&checkpoints);
+            }
+            tail.maybe_prune(&checkpoints);
+            assert!(tail.len() <= 2 * index.len().max(TAIL_PRUNE_FLOOR), "bounded at {seq}");
+        }
+        let expected: BTreeMap<NodeId, BTreeMap<u64, u32>> = index
+            .by_origin
+            .iter()
+            .map(|(o, seqs)| (*o, seqs.clone()))
+            .filter(|(_, seqs)| !seqs.is_empty())
+            .collect();
+        assert_eq!(tail.replayable(&checkpoints), expected);
     }
 }
