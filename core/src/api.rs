@@ -166,6 +166,10 @@ pub struct PartitionNumbers {
     pub segments: u64,
     /// Bytes of every segment together.
     pub size_bytes: u64,
+    /// Queue consume: messages settled (acked, or below the ack frontier) from the log start,
+    /// and messages leased now. Available = high watermark - log start - settled - leased.
+    pub queue_settled: u64,
+    pub queue_leased: u64,
 }
 
 /// A cluster member as `GET /v1/cluster/members` shows it.

@@ -560,7 +560,7 @@ impl Node {
     /// The numbers of every partition log this node holds, whether or not its replica knows the
     /// topic yet (for checkers: where each log starts and ends after a restart).
     pub fn partition_numbers(&self) -> Vec<(PartitionKey, crate::api::PartitionNumbers)> {
-        self.partitions.iter().map(|(key, log)| (*key, log.numbers())).collect()
+        self.partitions.keys().map(|key| (*key, self.numbers_of(*key))).collect()
     }
 
     /// The node's clock as of its latest input.
@@ -576,10 +576,10 @@ impl Node {
         let (wal_segments, wal_bytes_on_disk) = self.wal.disk_usage();
         let partitions = self
             .partitions
-            .iter()
-            .filter_map(|(key, log)| {
+            .keys()
+            .filter_map(|key| {
                 let topic = self.meta.topic_by_id(key.topic)?;
-                Some((topic.name.clone(), key.partition, log.numbers()))
+                Some((topic.name.clone(), key.partition, self.numbers_of(*key)))
             })
             .collect();
         Stats {

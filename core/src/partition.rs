@@ -288,6 +288,7 @@ impl PartitionLog {
             high_watermark: self.high_watermark(),
             segments: self.sealed.len() as u64 + u64::from(self.file_exists),
             size_bytes: self.size_bytes(),
+            ..PartitionNumbers::default()
         }
     }
 

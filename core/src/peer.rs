@@ -18,7 +18,7 @@ mod queue_wire;
 pub use queue_wire::WireLeased;
 
 /// Version of the node protocol. Bump it when a message's layout changes.
-pub const PROTOCOL_VERSION: u8 = 1;
+pub const PROTOCOL_VERSION: u8 = 2;
 
 /// One record in a commit batch sent to a partition's owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -289,7 +289,9 @@ fn encode_topic_stats_reply(out: &mut Vec<u8>, id: u64, partitions: &[(u32, Part
     put_u64s(out, &[id, partitions.len() as u64]);
     for (partition, n) in partitions {
         out.extend_from_slice(&partition.to_le_bytes());
+        let queue = [n.queue_settled, n.queue_leased];
         put_u64s(out, &[n.log_start_offset, n.high_watermark, n.segments, n.size_bytes]);
+        put_u64s(out, &queue);
     }
 }
 
@@ -323,7 +325,7 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
         TAG_TOPIC_STATS => PeerMessage::TopicStats { id, topic: TopicId(reader.u64()?) },
         TAG_TOPIC_STATS_REPLY => {
             let count = reader.u64()?;
-            let mut partitions = Vec::with_capacity(capacity_for(count, reader, 36));
+            let mut partitions = Vec::with_capacity(capacity_for(count, reader, 52));
             for _ in 0..count {
                 let partition = reader.u32()?;
                 let numbers = PartitionNumbers {
@@ -331,6 +333,8 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
                     high_watermark: reader.u64()?,
                     segments: reader.u64()?,
                     size_bytes: reader.u64()?,
+                    queue_settled: reader.u64()?,
+                    queue_leased: reader.u64()?,
                 };
                 partitions.push((partition, numbers));
             }

@@ -82,10 +82,12 @@ fn model_produce(pairs: &[(Vec<u8>, Vec<u8>)]) -> Option<ProduceParams> {
 }
 
 fn model_consume(pairs: &[(Vec<u8>, Vec<u8>)]) -> Option<ConsumeParams> {
-    let partition = number(pairs, "partition").ok()??;
-    let offset = number(pairs, "offset").ok()?.unwrap_or(0);
+    let partition = number(pairs, "partition").ok()?;
+    let offset = number(pairs, "offset").ok()?;
     let max = number(pairs, "max").ok()?;
-    (max != Some(0)).then_some(ConsumeParams { partition, offset, max })
+    // A replay needs its partition; without an offset the consume is a queue receive.
+    let valid = max != Some(0) && (offset.is_none() || partition.is_some());
+    valid.then_some(ConsumeParams { partition, offset, max })
 }
 
 fn escape(bytes: &[u8]) -> String {
@@ -104,9 +106,15 @@ fn produce_query(params: &ProduceParams) -> String {
 }
 
 fn consume_query(params: &ConsumeParams) -> String {
-    let mut query = format!("offset={}&partition={}", params.offset, params.partition);
-    if let Some(max) = params.max {
-        query.push_str(&format!("&max={max}"));
+    let mut parts = vec!["other=1".to_string()];
+    if let Some(offset) = params.offset {
+        parts.push(format!("offset={offset}"));
     }
-    query
+    if let Some(partition) = params.partition {
+        parts.push(format!("partition={partition}"));
+    }
+    if let Some(max) = params.max {
+        parts.push(format!("max={max}"));
+    }
+    parts.join("&")
 }

@@ -7,10 +7,11 @@
 use arbitrary::{Arbitrary, Unstructured};
 use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
-use narad_core::api::{PartitionNumbers, TopicInfo};
+use narad_core::api::{PartitionNumbers, SettleAction, TopicInfo};
 use narad_core::peer::{
-    PeerMessage, WireAdminResult, WireCommitResult, WireConsumed, WireError, WireRecord,
+    PeerMessage, WireAdminResult, WireCommitResult, WireConsumed, WireError, WireLeased, WireRecord,
 };
+use narad_core::queue::ReceiptHandle;
 use narad_core::{PartitionKey, TopicId};
 use narad_fuzz::alloc::{Counting, measure};
 use narad_fuzz::values::{retention, retention_bytes};
@@ -45,7 +46,7 @@ fn decoded_bytes_are_canonical(data: &[u8]) {
 /// A message of any kind with fields from the input.
 fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage> {
     let id = u64::arbitrary(u)?;
-    Ok(match u.int_in_range(0..=10u8)? {
+    Ok(match u.int_in_range(0..=14u8)? {
         0 => PeerMessage::Raft(bytes(u)?),
         1 => PeerMessage::CommitBatch {
             id,
@@ -70,16 +71,32 @@ fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage>
         },
         8 => PeerMessage::ConsumeReply { id, result: consume_result(u)? },
         9 => PeerMessage::TopicStats { id, topic: TopicId(u.arbitrary()?) },
+        10 => PeerMessage::Receive { id, target: target(u)?, max: u.arbitrary()? },
+        11 => PeerMessage::ReceiveReply { id, result: receive_result(u)? },
+        12 => PeerMessage::Settle {
+            id,
+            topic: TopicId(u.arbitrary()?),
+            action: *u.choose(&[SettleAction::Ack, SettleAction::Extend, SettleAction::Nack])?,
+            handles: many(u, handle)?,
+        },
+        13 => PeerMessage::SettleReply { id, results: many(u, settle_result)? },
         _ => PeerMessage::TopicStatsReply { id, partitions: stats(u)? },
     })
 }
 
 fn stats(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<(u32, PartitionNumbers)>> {
-    let raw: Vec<(u32, [u64; 4])> = u.arbitrary()?;
-    let numbers =
-        |(partition, [log_start_offset, high_watermark, segments, size_bytes]): (u32, [u64; 4])| {
-            (partition, PartitionNumbers { log_start_offset, high_watermark, segments, size_bytes })
+    let raw: Vec<(u32, [u64; 6])> = u.arbitrary()?;
+    let numbers = |(partition, [a, b, c, d, e, f]): (u32, [u64; 6])| {
+        let numbers = PartitionNumbers {
+            log_start_offset: a,
+            high_watermark: b,
+            segments: c,
+            size_bytes: d,
+            queue_settled: e,
+            queue_leased: f,
         };
+        (partition, numbers)
+    };
     Ok(raw.into_iter().map(numbers).collect())
 }
 
@@ -119,6 +136,24 @@ fn consumed(u: &mut Unstructured<'_>) -> arbitrary::Result<WireConsumed> {
         key: optional_bytes(u)?,
         payload: bytes(u)?,
     })
+}
+
+fn leased(u: &mut Unstructured<'_>) -> arbitrary::Result<WireLeased> {
+    Ok(WireLeased { record: consumed(u)?, nonce: u.arbitrary()?, delivery_count: u.arbitrary()? })
+}
+
+fn receive_result(
+    u: &mut Unstructured<'_>,
+) -> arbitrary::Result<Result<Vec<WireLeased>, WireError>> {
+    Ok(if u.arbitrary()? { Ok(many(u, leased)?) } else { Err(wire_error(u)?) })
+}
+
+fn handle(u: &mut Unstructured<'_>) -> arbitrary::Result<ReceiptHandle> {
+    Ok(ReceiptHandle { partition: u.arbitrary()?, offset: u.arbitrary()?, nonce: u.arbitrary()? })
+}
+
+fn settle_result(u: &mut Unstructured<'_>) -> arbitrary::Result<Result<(), WireError>> {
+    Ok(if u.arbitrary()? { Ok(()) } else { Err(wire_error(u)?) })
 }
 
 fn commit_result(u: &mut Unstructured<'_>) -> arbitrary::Result<WireCommitResult> {

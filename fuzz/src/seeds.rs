@@ -133,6 +133,8 @@ fn peer_messages() -> Vec<Vec<u8>> {
                     high_watermark: 10,
                     segments: 2,
                     size_bytes: 300,
+                    queue_settled: 4,
+                    queue_leased: 1,
                 },
             )],
         },

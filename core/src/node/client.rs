@@ -11,7 +11,7 @@ use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::ids::{PartitionKey, RequestId};
 use crate::io::{DiskDone, DiskError, DiskOp};
 use crate::meta::{MetaCommand, validate_change, validate_requested};
-use crate::partition::{PartitionLog, ReadDamage, ReadPlan, ReadRefusal};
+use crate::partition::{ReadDamage, ReadPlan, ReadRefusal};
 use crate::peer::{PeerMessage, WireConsumed, WireError};
 
 impl Node {
@@ -97,8 +97,7 @@ impl Node {
                 let key = PartitionKey { topic: topic.id, partition: index };
                 let owner = self.meta.owner(key).map_or(0, |n| n.0);
                 let local = owner == self.config.node_id.0;
-                let log = self.partitions.get(&key);
-                let numbers = local.then(|| log.map(PartitionLog::numbers).unwrap_or_default());
+                let numbers = local.then(|| self.numbers_of(key));
                 PartitionStats { index, owner_node: owner, numbers }
             })
             .collect();

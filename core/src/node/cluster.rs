@@ -450,8 +450,11 @@ impl Node {
     fn local_partition_stats(&self, topic: TopicId) -> Vec<(u32, PartitionNumbers)> {
         let range =
             PartitionKey { topic, partition: 0 }..=PartitionKey { topic, partition: u32::MAX };
-        let mut numbers: BTreeMap<u32, PartitionNumbers> =
-            self.partitions.range(range).map(|(key, log)| (key.partition, log.numbers())).collect();
+        let mut numbers: BTreeMap<u32, PartitionNumbers> = self
+            .partitions
+            .range(range)
+            .map(|(key, _)| (key.partition, self.numbers_of(*key)))
+            .collect();
         let partitions = self.meta.topic_by_id(topic).map_or(0, |t| t.partitions);
         for partition in 0..partitions {
             let key = PartitionKey { topic, partition };

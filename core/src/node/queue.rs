@@ -712,6 +712,20 @@ impl Node {
             .collect()
     }
 
+    /// What a partition we hold reports: its log's numbers and its queue's (zeros for a
+    /// partition without either).
+    pub(super) fn numbers_of(&self, key: PartitionKey) -> crate::api::PartitionNumbers {
+        let mut numbers = self.partitions.get(&key).map(|log| log.numbers()).unwrap_or_default();
+        if let Some(queue) = self.consumers.queues.get(&key) {
+            let start = numbers.log_start_offset;
+            let below = queue.frontier().max(start) - start;
+            let ahead = queue.acked_offsets().filter(|&o| o >= start).count() as u64;
+            numbers.queue_settled = (below + ahead).min(numbers.high_watermark - start);
+            numbers.queue_leased = queue.leased(self.now) as u64;
+        }
+        numbers
+    }
+
     /// The lease a receive of `topic` gives. Every topic has the default for now: a per-topic
     /// `visibility_timeout_ms` needs a metastore field, not there yet.
     fn visibility_ms(&self, _topic: TopicId) -> u64 {

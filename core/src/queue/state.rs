@@ -91,6 +91,11 @@ impl PartitionQueue {
             .count()
     }
 
+    /// Settled offsets at or above the frontier, ascending.
+    pub fn acked_offsets(&self) -> impl Iterator<Item = u64> + '_ {
+        self.durable.acked.iter().copied()
+    }
+
     /// Settled offsets at or above the frontier.
     pub fn acked_ahead(&self) -> usize {
         self.durable.acked.len()

@@ -269,7 +269,7 @@ const SCALARS: [Scalar; 33] = [
 
 fn render_partitions(out: &mut String, stats: &Stats) {
     type Value = fn(&PartitionNumbers) -> u64;
-    let families: [(&str, &str, Value); 4] = [
+    let families: [(&str, &str, Value); 7] = [
         (
             "narad_partition_high_watermark",
             "Records visible on the partition (next offset).",
@@ -283,6 +283,18 @@ fn render_partitions(out: &mut String, stats: &Stats) {
         ("narad_partition_segments", "Segment files of the partition log.", |n| n.segments),
         ("narad_partition_size_bytes", "Bytes of the partition log, every segment.", |n| {
             n.size_bytes
+        }),
+        (
+            "narad_queue_available",
+            "Messages a queue receive may lease now (not settled, not leased).",
+            |n| {
+                (n.high_watermark - n.log_start_offset)
+                    .saturating_sub(n.queue_settled + n.queue_leased)
+            },
+        ),
+        ("narad_queue_leased", "Messages leased to queue consumers now.", |n| n.queue_leased),
+        ("narad_queue_acked", "Messages settled by queue consumers, from the log start.", |n| {
+            n.queue_settled
         }),
     ];
     for (name, help, value) in families {
@@ -339,6 +351,8 @@ mod tests {
                     high_watermark: 42,
                     segments: 3,
                     size_bytes: 4096,
+                    queue_settled: 30,
+                    queue_leased: 2,
                 },
             )],
             retention_segments_deleted: 5,
@@ -362,6 +376,8 @@ mod tests {
             text.contains("narad_partition_log_start_offset{topic=\"orders\",partition=\"1\"} 7\n")
         );
         assert!(text.contains("narad_partition_segments{topic=\"orders\",partition=\"1\"} 3\n"));
+        assert!(text.contains("narad_queue_available{topic=\"orders\",partition=\"1\"} 3\n"));
+        assert!(text.contains("narad_queue_leased{topic=\"orders\",partition=\"1\"} 2\n"));
         assert!(text.contains("\nnarad_retention_segments_deleted_total 5\n"), "{text}");
         assert_eq!(escape_label("a\"b"), "a\\\"b");
     }

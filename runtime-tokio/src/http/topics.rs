@@ -65,6 +65,11 @@ struct PartitionJson {
     high_watermark: Option<u64>,
     segments: Option<u64>,
     size_bytes: Option<u64>,
+    /// Queue consume (lag): messages available to a receive now, leased, and settled (acked)
+    /// from the log start; `null` like the others while the owner is down.
+    available: Option<u64>,
+    leased: Option<u64>,
+    acked: Option<u64>,
 }
 
 impl<'a> TopicJson<'a> {
@@ -77,6 +82,12 @@ impl<'a> TopicJson<'a> {
                 high_watermark: p.numbers.map(|n| n.high_watermark),
                 segments: p.numbers.map(|n| n.segments),
                 size_bytes: p.numbers.map(|n| n.size_bytes),
+                available: p.numbers.map(|n| {
+                    let held = n.high_watermark - n.log_start_offset;
+                    held.saturating_sub(n.queue_settled + n.queue_leased)
+                }),
+                leased: p.numbers.map(|n| n.queue_leased),
+                acked: p.numbers.map(|n| n.queue_settled),
             };
             stats.iter().map(json).collect()
         });

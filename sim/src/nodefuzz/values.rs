@@ -220,8 +220,13 @@ impl Values {
                     partition,
                     [log_start_offset, high_watermark, segments, size_bytes],
                 ): &(u32, [u64; 4])| {
-                    let numbers =
-                        PartitionNumbers { log_start_offset, high_watermark, segments, size_bytes };
+                    let numbers = PartitionNumbers {
+                        log_start_offset,
+                        high_watermark,
+                        segments,
+                        size_bytes,
+                        ..PartitionNumbers::default()
+                    };
                     (partition, numbers)
                 };
                 let partitions = partitions.iter().take(MAX_MESSAGES).map(numbers).collect();
