@@ -732,10 +732,10 @@ mod tests {
     #[test]
     fn unknown_versions_and_types_are_refused_cleanly() {
         assert_eq!(PeerMessage::decode(&Bytes::from_static(&[9, 1])), Err(DecodeError::Version(9)));
-        assert_eq!(
-            PeerMessage::decode(&Bytes::from_static(&[1, 77])),
-            Err(DecodeError::UnknownType(77))
-        );
+        let unknown = Bytes::from(vec![PROTOCOL_VERSION, 77]);
+        assert_eq!(PeerMessage::decode(&unknown), Err(DecodeError::UnknownType(77)));
+        let older = Bytes::from(vec![PROTOCOL_VERSION - 1, TAG_TOPIC_STATS]);
+        assert_eq!(PeerMessage::decode(&older), Err(DecodeError::Version(PROTOCOL_VERSION - 1)));
         assert_eq!(PeerMessage::decode(&Bytes::new()), Err(DecodeError::Malformed));
     }
 }
