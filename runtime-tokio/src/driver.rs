@@ -90,6 +90,21 @@ impl NodeHandle {
     }
 }
 
+#[cfg(test)]
+impl NodeHandle {
+    /// A handle with no node behind it (every request answers `NodeGone`), ready or not: for
+    /// tests of what the HTTP layer answers on its own.
+    pub fn detached(ready: bool) -> NodeHandle {
+        let (commands, _) = mpsc::channel(1);
+        NodeHandle {
+            commands,
+            ready: Arc::new(AtomicBool::new(ready)),
+            peers: Arc::new(OnceLock::new()),
+            data_dir: None,
+        }
+    }
+}
+
 /// Owns the node and everything needed to drive it.
 pub struct Driver {
     node: Node,

@@ -1,13 +1,19 @@
 //! How message bytes travel inside JSON (docs/design.md §2).
 //!
-//! Out (consume): a payload that is a JSON object, array, number, `true`, `false` or `null`, in
-//! valid UTF-8 with no whitespace around it, is embedded as that JSON text; other valid UTF-8
-//! (a JSON string included) becomes a JSON string; anything else is base64 with
-//! `"payload_encoding": "base64"`. So a reader gets the bytes back exactly: base64-decode, or take
-//! a string's contents, or take any other value's text as it stands. Keys are strings,
-//! or base64 with `"key_encoding": "base64"`. In (batch produce): a JSON string is its UTF-8 bytes
-//! (or base64-decoded bytes with `"payload_encoding": "base64"`); any other JSON value is its
-//! compact serialisation, taken from the request text itself so numbers keep their spelling.
+//! In (batch produce): a payload without `payload_encoding` is stored as the JSON text of its
+//! value exactly as the request wrote it: a string keeps its quotes and escapes, an object its
+//! inner whitespace and number spellings. With `"payload_encoding": "base64"` it is a JSON string
+//! whose base64 decoding is stored. Keys are strings (their UTF-8 bytes), or base64 with
+//! `"key_encoding": "base64"`.
+//!
+//! Out (consume): a payload that is exactly one JSON value, in valid UTF-8 with no whitespace
+//! around it, is embedded as that JSON text, so what a batch sent comes back byte for byte; a
+//! JSON string so embedded carries `"payload_encoding": "json"`, because without it a reader
+//! could not tell it from text. Other valid UTF-8 becomes a JSON string; anything else is base64
+//! with `"payload_encoding": "base64"`. A reader gets the bytes back exactly: base64-decode; take
+//! the value's text as it stands for `"json"` or for any value that is not a string; take a
+//! string's contents otherwise. The message carries `timestamp` in Unix seconds (the v1 shape)
+//! and `timestamp_ms` beside it.
 
 use std::io::Write;
 
@@ -42,14 +48,20 @@ pub fn write_record(out: &mut Vec<u8>, record: &ConsumedRecord) {
     }
     out.extend_from_slice(b",\"payload\":");
     write_payload(out, &record.payload);
-    write!(out, ",\"timestamp\":{}}}", record.timestamp_ms)
+    let ms = record.timestamp_ms;
+    write!(out, ",\"timestamp\":{},\"timestamp_ms\":{ms}}}", ms / 1000)
         .expect("invariant: writing to a Vec cannot fail");
 }
 
-/// Appends the payload as JSON, then (for binary) the `payload_encoding` member.
+/// Appends the payload as JSON, then (for a JSON string or binary) the `payload_encoding` member.
 fn write_payload(out: &mut Vec<u8>, payload: &[u8]) {
     match std::str::from_utf8(payload) {
-        Ok(text) if embeds_as_json(text) => out.extend_from_slice(payload),
+        Ok(text) if embeds_as_json(text) => {
+            out.extend_from_slice(payload);
+            if text.starts_with('"') {
+                out.extend_from_slice(b",\"payload_encoding\":\"json\"");
+            }
+        }
         Ok(text) => write_str(out, text),
         Err(_) => {
             write_base64(out, payload);
@@ -59,12 +71,19 @@ fn write_payload(out: &mut Vec<u8>, payload: &[u8]) {
 }
 
 /// True if `text` can be embedded as it stands and read back byte for byte: exactly one JSON
-/// value, not a string (a reader would take the text inside its quotes), with no whitespace
-/// around it (a reader's parser would drop it). The caller has checked UTF-8: serde_json's byte
-/// parser skips string contents without checking them, so `"\x90"` passed as bytes.
+/// value with no whitespace around it (a reader's parser would drop it). The caller has checked
+/// UTF-8: serde_json's byte parser skips string contents without checking them, so `"\x90"`
+/// passed as bytes. A string must also parse as one (a lone surrogate escape does not), so that
+/// every strict parser reads the message.
 fn embeds_as_json(text: &str) -> bool {
     let padded = text.starts_with(JSON_WHITESPACE) || text.ends_with(JSON_WHITESPACE);
-    !padded && !text.starts_with('"') && serde_json::from_str::<IgnoredAny>(text).is_ok()
+    if padded {
+        return false;
+    }
+    if text.starts_with('"') {
+        return serde_json::from_str::<String>(text).is_ok();
+    }
+    serde_json::from_str::<IgnoredAny>(text).is_ok()
 }
 
 const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\n', '\r'];
@@ -84,13 +103,13 @@ fn write_base64(out: &mut Vec<u8>, bytes: &[u8]) {
     out.push(b'"');
 }
 
-/// Decodes a payload from a batch produce message.
+/// Decodes a payload from a batch produce message: the value's JSON text as written, or with
+/// `"base64"` the decoding of a string.
 pub fn payload_from_json(raw: &RawValue, encoding: Option<&str>) -> Result<Bytes, String> {
     let text = raw.get();
     let is_string = text.starts_with('"');
     match encoding {
-        None if is_string => Ok(Bytes::from(json_string(raw)?.into_bytes())),
-        None => Ok(Bytes::from(minify(text))),
+        None => Ok(Bytes::copy_from_slice(text.as_bytes())),
         Some("base64") if is_string => decode_base64(&json_string(raw)?, "payload"),
         Some("base64") => Err("payload_encoding \"base64\" needs a string payload".to_string()),
         Some(other) => Err(format!("unknown payload_encoding {other:?} (only \"base64\")")),
@@ -118,27 +137,6 @@ fn decode_base64(text: &str, what: &str) -> Result<Bytes, String> {
         .map_err(|e| format!("{what} is not valid base64: {e}"))
 }
 
-/// Removes insignificant whitespace from valid JSON text (the input is already validated).
-fn minify(text: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len());
-    let (mut in_string, mut escaped) = (false, false);
-    for &b in text.as_bytes() {
-        if in_string {
-            out.push(b);
-            match (escaped, b) {
-                (true, _) => escaped = false,
-                (false, b'\\') => escaped = true,
-                (false, b'"') => in_string = false,
-                _ => {}
-            }
-        } else if !matches!(b, b' ' | b'\t' | b'\n' | b'\r') {
-            in_string = b == b'"';
-            out.push(b);
-        }
-    }
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -157,12 +155,14 @@ mod tests {
         String::from_utf8(out).expect("JSON output is UTF-8")
     }
 
+    /// Issue 12: `timestamp` is Unix seconds, as the original v1 API sends it, with the
+    /// milliseconds beside it.
     #[test]
     fn json_text_and_binary_payloads() {
         let json = record(Some(b"k"), br#"{"a": [1, 2.50]}"#);
         assert_eq!(
             json,
-            r#"{"topic":"t\"1","partition":2,"offset":7,"key":"k","payload":{"a": [1, 2.50]},"timestamp":1700000000123}"#
+            r#"{"topic":"t\"1","partition":2,"offset":7,"key":"k","payload":{"a": [1, 2.50]},"timestamp":1700000000,"timestamp_ms":1700000000123}"#
         );
         let text = record(None, b"hello \"world\"");
         assert!(text.contains(r#""payload":"hello \"world\"","timestamp""#), "{text}");
@@ -174,23 +174,42 @@ mod tests {
         }
     }
 
+    /// Issue 12: a payload that is a JSON string (what a batch's `"payload":"123"` stores) is
+    /// embedded as that string, marked, not turned into the number `123` or quoted again.
+    #[test]
+    fn a_json_string_payload_is_embedded_and_marked() {
+        let out = record(None, br#""123""#);
+        assert!(out.contains(r#""payload":"123","payload_encoding":"json","timestamp""#), "{out}");
+        let out = record(None, br#""h\u00e9 \"x\"""#);
+        assert!(out.contains(r#""payload":"h\u00e9 \"x\"","payload_encoding":"json""#), "{out}");
+        // A lone surrogate escape is JSON's grammar but no strict parser's string: text.
+        let out = record(None, br#""\ud800""#);
+        assert!(out.contains(r#""payload":"\"\\ud800\"","timestamp""#), "{out}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("valid JSON");
+    }
+
     fn raw(text: &str) -> Box<RawValue> {
         RawValue::from_string(text.to_string()).expect("valid JSON")
     }
 
+    /// Issue 12: a batch payload is stored as its JSON text exactly as sent, quotes and
+    /// whitespace included.
     #[test]
     fn batch_payloads_decode() {
         let p = |text: &str, enc: Option<&str>| payload_from_json(&raw(text), enc);
-        assert_eq!(p(r#""h\u00e9""#, None), Ok(Bytes::from("hé")));
+        assert_eq!(p(r#""h\u00e9""#, None), Ok(Bytes::from(r#""h\u00e9""#)));
+        assert_eq!(p(r#""123""#, None), Ok(Bytes::from(r#""123""#)));
         assert_eq!(
             p(r#"{ "a" : [1, 1e3, "x y"] }"#, None),
-            Ok(Bytes::from(r#"{"a":[1,1e3,"x y"]}"#))
+            Ok(Bytes::from(r#"{ "a" : [1, 1e3, "x y"] }"#))
         );
         assert_eq!(p("12.50", None), Ok(Bytes::from("12.50")));
+        assert_eq!(p("null", None), Ok(Bytes::from("null")));
         assert_eq!(p(r#""AJ+Slg""#, Some("base64")), Ok(Bytes::from(vec![0, 159, 146, 150])));
         assert!(p(r#""not base64!""#, Some("base64")).is_err());
         assert!(p("1", Some("base64")).is_err());
         assert!(p(r#""x""#, Some("hex")).is_err());
+        assert!(p(r#""x""#, Some("json")).is_err(), "only base64 is an input encoding");
         assert_eq!(key_from_json("", None), Ok(None));
         assert_eq!(key_from_json("//4=", Some("base64")), Ok(Some(Bytes::from(vec![255, 254]))));
     }
@@ -204,7 +223,8 @@ mod tests {
         serde_json::from_str::<serde_json::Value>(&out).expect("valid JSON");
     }
 
-    /// What a reader does: base64, a string's contents, or any other value's text as it stands.
+    /// What a reader does: base64; the value's text as it stands for `json` or a non-string;
+    /// a string's contents otherwise.
     fn read_back(out: &str) -> Vec<u8> {
         #[derive(serde::Deserialize)]
         struct Message<'a> {
@@ -218,16 +238,17 @@ mod tests {
             (Some("base64"), _) => {
                 LENIENT_BASE64.decode(json_string(message.payload).unwrap()).unwrap()
             }
+            (Some("json"), _) | (None, false) => raw.as_bytes().to_vec(),
             (None, true) => json_string(message.payload).unwrap().into_bytes(),
-            (None, false) => raw.as_bytes().to_vec(),
             (Some(other), _) => panic!("unknown encoding {other}"),
         }
     }
 
     #[test]
     fn every_payload_reads_back_byte_for_byte() {
-        let payloads: [&[u8]; 10] = [
+        let payloads: [&[u8]; 12] = [
             b"\"quoted\"",
+            b"\"123\"",
             b" {\"a\": 1}",
             b"[1, 2]\n",
             b"{ \"a\" : [1, 2.50] }",
@@ -237,14 +258,24 @@ mod tests {
             b"\"\x90\"",
             &[0, 159, 146, 150],
             b"\"unterminated",
+            b"\"\\ud800\"",
         ];
         for payload in payloads {
             assert_eq!(read_back(&record(None, payload)), payload, "{payload:?}");
         }
     }
 
+    /// What a batch sends comes back as the same JSON text: produce, then consume.
     #[test]
-    fn minify_keeps_strings_intact() {
-        assert_eq!(minify("[ \"a \\\" b\" ,\n\t{} ]"), b"[\"a \\\" b\",{}]");
+    fn batch_values_come_back_as_sent() {
+        for sent in [r#""123""#, r#"{"id": "o2",  "amount": 7}"#, "[1,  2]", "1e3", r#""a\nb""#] {
+            let stored = payload_from_json(&raw(sent), None).expect("valid payload");
+            let out = record(None, &stored);
+            let message: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(&out).expect("valid JSON");
+            let start = out.find(r#""payload":"#).expect("payload member") + 10;
+            assert!(out[start..].starts_with(sent), "{sent} came back in {out}");
+            assert!(message.contains_key("payload"));
+        }
     }
 }

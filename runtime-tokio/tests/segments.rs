@@ -74,7 +74,8 @@ fn assert_reads_back(client: &common::Client, count: usize) {
     let messages = client.read_partition(TOPIC, 0);
     assert_eq!(messages.len(), count);
     for (i, message) in messages.iter().enumerate() {
-        let expected = format!("record {i:05} {}", "x".repeat(60));
+        // Produced in batches as JSON strings: stored with their quotes.
+        let expected = format!("\"record {i:05} {}\"", "x".repeat(60));
         assert_eq!(payload_bytes(message), expected.as_bytes(), "offset {i}");
     }
 }

@@ -7,6 +7,7 @@ pub(crate) mod body;
 mod cluster;
 mod consume;
 mod error;
+mod json;
 mod metrics;
 pub(crate) mod produce;
 pub(crate) mod query;
@@ -50,16 +51,17 @@ async fn call(node: &NodeHandle, op: ClientOp) -> Result<ClientReply, ApiError> 
     }
 }
 
-/// Liveness: the process is up and serving HTTP.
-async fn healthz() -> &'static str {
-    "ok\n"
+/// Liveness: the process is up and serving HTTP. `{"status": "ok"}`, the v1 shape.
+async fn healthz() -> Response {
+    json_response(StatusCode::OK, br#"{"status":"ok"}"#.to_vec())
 }
 
 /// Readiness: recovery is finished, the metastore knows a leader and this node's replica has
-/// caught up, and the cluster lists this node as a live member.
+/// caught up, and the cluster lists this node as a live member. 200 `{"status": "ready"}`, else
+/// 503 with the reason in `error` (the v1 shapes).
 async fn readyz(State(node): State<NodeHandle>) -> Response {
     if node.is_ready() {
-        (StatusCode::OK, "ready\n").into_response()
+        json_response(StatusCode::OK, br#"{"status":"ready"}"#.to_vec())
     } else {
         ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -81,4 +83,65 @@ async fn method_not_allowed() -> ApiError {
 fn json_response(status: StatusCode, body: Vec<u8>) -> Response {
     let content_type = HeaderValue::from_static("application/json");
     (status, [(header::CONTENT_TYPE, content_type)], body).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use axum::body::Body;
+    use axum::extract::Path;
+    use axum::http::{HeaderMap, Uri};
+
+    async fn body_of(response: Response) -> (StatusCode, Option<String>, serde_json::Value) {
+        let status = response.status();
+        let content_type = response
+            .headers()
+            .get(header::CONTENT_TYPE)
+            .map(|v| v.to_str().expect("ASCII content type").to_string());
+        let bytes = axum::body::to_bytes(response.into_body(), 1 << 20).await.expect("body");
+        (status, content_type, serde_json::from_slice(&bytes).expect("a JSON body"))
+    }
+
+    /// Issue 12: the probes answer JSON, `{"status": ...}` or the error, as the v1 API does.
+    #[tokio::test]
+    async fn probes_answer_json() {
+        let json = Some("application/json".to_string());
+        let (status, content_type, body) = body_of(healthz().await).await;
+        assert_eq!((status, &content_type), (StatusCode::OK, &json));
+        assert_eq!(body, serde_json::json!({ "status": "ok" }));
+        let ready = readyz(State(NodeHandle::detached(true))).await;
+        let (status, content_type, body) = body_of(ready).await;
+        assert_eq!((status, &content_type), (StatusCode::OK, &json));
+        assert_eq!(body, serde_json::json!({ "status": "ready" }));
+        let unready = readyz(State(NodeHandle::detached(false))).await;
+        let (status, content_type, body) = body_of(unready).await;
+        assert_eq!((status, &content_type), (StatusCode::SERVICE_UNAVAILABLE, &json));
+        assert!(body["error"].as_str().is_some_and(|e| e.starts_with("not ready")), "{body}");
+    }
+
+    /// Issue 12: a JSON array is not a body, and a batch takes no `key` or `partition` in its
+    /// query. Both are refused before the node is asked (a detached node would answer 503).
+    #[tokio::test]
+    async fn refused_before_the_node_is_asked() {
+        let node = || State(NodeHandle::detached(true));
+        let headers = HeaderMap::new;
+        let create = topics::create(node(), headers(), Body::from(r#"["t",3,null]"#)).await;
+        assert_eq!(create.expect_err("array body").status(), StatusCode::BAD_REQUEST);
+        let path = || Path("t".to_string());
+        let update = topics::update(node(), path(), headers(), Body::from("[1000]")).await;
+        assert_eq!(update.expect_err("array body").status(), StatusCode::BAD_REQUEST);
+        let batch = r#"{"messages":[{"payload":"a"}]}"#;
+        for query in ["key=k", "partition=0"] {
+            let uri: Uri = format!("/v1/topics/t/produce/batch?{query}").parse().expect("uri");
+            let answer = produce::batch(node(), path(), uri, headers(), Body::from(batch)).await;
+            let error = answer.expect_err("query key or partition");
+            assert_eq!(error.status(), StatusCode::BAD_REQUEST);
+            let name = query.split('=').next().expect("name");
+            assert!(format!("{error:?}").contains(&format!("`{name}`")), "{error:?}");
+        }
+        let uri: Uri = "/v1/topics/t/produce/batch?wait=1".parse().expect("uri");
+        let answer = produce::batch(node(), path(), uri, headers(), Body::from(batch)).await;
+        let error = answer.expect_err("no node behind the handle");
+        assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE, "{error:?}");
+    }
 }

@@ -1,6 +1,8 @@
 //! `POST /v1/topics/{t}/produce` (raw body, one message) and `.../produce/batch` (JSON, up to
 //! 1,000 messages). Both become one `ClientOp::Produce`; the core stages the records in the
-//! ingress WAL and answers only after the group commit that holds them is durable (202).
+//! ingress WAL and answers only after the group commit that holds them is durable (202). A batch
+//! takes its keys and partitions per message: `?key=` or `?partition=` on it is a 400, not
+//! silently ignored.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -12,7 +14,8 @@ use serde::Deserialize;
 use serde_json::value::RawValue;
 
 use super::body::read_limited;
-use super::query::produce_params;
+use super::json::{Object, object};
+use super::query::{batch_params, produce_params};
 use super::{ApiError, call, json_response};
 use crate::driver::NodeHandle;
 use crate::payload_json::{key_from_json, payload_from_json};
@@ -43,10 +46,10 @@ pub async fn single(
 #[serde(deny_unknown_fields)]
 struct BatchRequest<'a> {
     #[serde(borrow)]
-    messages: Vec<BatchMessage<'a>>,
+    messages: Vec<Object<BatchMessage<'a>>>,
 }
 
-/// One message of a batch: `payload` may be any JSON value.
+/// One message of a batch: `payload` may be any JSON value (stored as its text, as written).
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct BatchMessage<'a> {
@@ -62,9 +65,11 @@ struct BatchMessage<'a> {
 pub async fn batch(
     State(node): State<NodeHandle>,
     Path(topic): Path<String>,
+    uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Result<Response, ApiError> {
+    batch_params(uri.query())?;
     let body = read_limited(&headers, body, MAX_BATCH_BYTES).await?;
     let messages = decode_batch(&body)?;
     let op = ClientOp::Produce { topic, messages, batch: true };
@@ -79,8 +84,7 @@ pub async fn batch(
 
 /// Parses and decodes every message; the first bad one fails the whole batch.
 pub fn decode_batch(body: &[u8]) -> Result<Vec<ProduceMessage>, ApiError> {
-    let request: BatchRequest<'_> = serde_json::from_slice(body)
-        .map_err(|e| ApiError::bad_request(format!("invalid batch body: {e}")))?;
+    let request: BatchRequest<'_> = object(body, "batch body")?;
     let count = request.messages.len();
     if !(1..=MAX_BATCH_MESSAGES).contains(&count) {
         return Err(ApiError::bad_request(format!(
@@ -91,7 +95,7 @@ pub fn decode_batch(body: &[u8]) -> Result<Vec<ProduceMessage>, ApiError> {
         .messages
         .into_iter()
         .enumerate()
-        .map(|(i, m)| {
+        .map(|(i, Object(m))| {
             decode_message(m).map_err(|e| ApiError::bad_request(format!("message {i}: {e}")))
         })
         .collect()
@@ -117,6 +121,7 @@ mod tests {
             {"payload":"AAE=","payload_encoding":"base64"}]}"#;
         let messages = decode_batch(body).expect("valid batch");
         assert_eq!(messages.len(), 3);
+        assert_eq!(&messages[0].payload[..], br#""a""#, "a string payload keeps its quotes");
         assert_eq!(&messages[1].payload[..], br#"{"x":1}"#);
         assert_eq!(messages[1].key.as_deref(), Some(&b"k"[..]));
         assert_eq!(messages[1].partition, Some(2));
@@ -125,13 +130,16 @@ mod tests {
 
     #[test]
     fn bad_batches_are_400() {
-        let cases: [&[u8]; 6] = [
+        let cases: [&[u8]; 8] = [
             br#"{"messages":[]}"#,
             br#"{"messages":[{"payload":"a","extra":1}]}"#,
             br#"{"messages":[{"payload":"a"}],"extra":1}"#,
             br#"{"messages":[{"payload":"a"},{"payload":"%%","payload_encoding":"base64"}]}"#,
             br#"{"messages":[{"payload":"a"}"#,
             br#"{"messages":[{"key":"a"}]}"#,
+            // Issue 12: a struct written as an array was taken field by field.
+            br#"[[{"payload":"a"}]]"#,
+            br#"{"messages":[["a"]]}"#,
         ];
         for body in cases {
             let err = decode_batch(body).expect_err("must be rejected");
@@ -139,5 +147,16 @@ mod tests {
         }
         let err = format!("{:?}", decode_batch(cases[3]).expect_err("bad base64"));
         assert!(err.contains("message 1: payload is not valid base64"), "{err}");
+        let err = format!("{:?}", decode_batch(cases[7]).expect_err("array message"));
+        assert!(err.contains("a JSON object"), "{err}");
+    }
+
+    /// Issue 12: the JSON text of a payload is stored as sent, whitespace inside included.
+    #[test]
+    fn batch_payloads_keep_their_text() {
+        let body = br#"{"messages":[{"payload": {"id": "o2",  "amount": 7} },{"payload":"123"}]}"#;
+        let messages = decode_batch(body).expect("valid batch");
+        assert_eq!(&messages[0].payload[..], br#"{"id": "o2",  "amount": 7}"#);
+        assert_eq!(&messages[1].payload[..], br#""123""#);
     }
 }

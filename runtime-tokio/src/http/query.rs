@@ -58,6 +58,21 @@ pub fn produce_params(query: Option<&str>) -> Result<ProduceParams, ApiError> {
     Ok(params)
 }
 
+/// Checks the batch produce query string: a batch takes `key` and `partition` per message in its
+/// body, so either one in the query is a 400 that names it (other parameters are ignored).
+pub fn batch_params(query: Option<&str>) -> Result<(), ApiError> {
+    for (name, _) in pairs(query) {
+        if let Some(param) = [&b"key"[..], b"partition"].into_iter().find(|p| *p == &*name) {
+            let param = String::from_utf8_lossy(param);
+            return Err(ApiError::bad_request(format!(
+                "query parameter `{param}` is not taken by a batch produce: give each message \
+                 its own \"{param}\" in the body"
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Parses the ack query string.
 pub fn settle_params(query: Option<&str>) -> Result<SettleParams, ApiError> {
     let (mut handle, mut extend) = (None, None);
@@ -165,6 +180,18 @@ mod tests {
         }
         assert!(produce_params(Some("partition=99999999999")).is_err());
         assert!(produce_params(Some("key=a&key=b")).is_err());
+    }
+
+    /// Issue 12: `?key=` or `?partition=` on a batch was accepted and ignored.
+    #[test]
+    fn batch_refuses_key_and_partition_in_the_query() {
+        assert!(batch_params(None).is_ok());
+        assert!(batch_params(Some("other=1&wait=2")).is_ok());
+        for (query, name) in [("key=k", "key"), ("a=1&partition=0", "partition"), ("key", "key")] {
+            let err = batch_params(Some(query)).expect_err("must be refused");
+            assert_eq!(err.status(), axum::http::StatusCode::BAD_REQUEST);
+            assert!(format!("{err:?}").contains(&format!("`{name}`")), "{query}: {err:?}");
+        }
     }
 
     #[test]

@@ -1,5 +1,7 @@
 //! Topic routes: create, list, get (with partition statistics), update (retention), delete. Not
-//! on the hot path, so plain serde structs do the JSON.
+//! on the hot path, so plain serde structs do the JSON. The shapes follow the original v1 API
+//! where it defines a field: `created_at` in Unix seconds (`created_at_ms` beside it) and
+//! `owner_node` as a string.
 
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -10,6 +12,7 @@ use narad_core::{ClientOp, ClientReply, TopicChange};
 use serde::{Deserialize, Deserializer, Serialize};
 
 use super::body::read_limited;
+use super::json::object;
 use super::{ApiError, call, json_response};
 use crate::driver::NodeHandle;
 
@@ -50,7 +53,9 @@ struct TopicJson<'a> {
     partitions: u32,
     retention_ms: u64,
     retention_bytes: Option<u64>,
+    /// Unix seconds.
     created_at: u64,
+    created_at_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     partition_stats: Option<Vec<PartitionJson>>,
 }
@@ -58,7 +63,8 @@ struct TopicJson<'a> {
 #[derive(Serialize)]
 struct PartitionJson {
     index: u32,
-    owner_node: u32,
+    /// The owner's node id, as a string (the v1 shape: ids are names there).
+    owner_node: String,
     /// `null` while the owner is down or did not answer in time (zeros for a partition that
     /// never received a record).
     log_start_offset: Option<u64>,
@@ -77,7 +83,7 @@ impl<'a> TopicJson<'a> {
         let partition_stats = stats.map(|stats| {
             let json = |p: &PartitionStats| PartitionJson {
                 index: p.index,
-                owner_node: p.owner_node,
+                owner_node: p.owner_node.to_string(),
                 log_start_offset: p.numbers.map(|n| n.log_start_offset),
                 high_watermark: p.numbers.map(|n| n.high_watermark),
                 segments: p.numbers.map(|n| n.segments),
@@ -96,7 +102,8 @@ impl<'a> TopicJson<'a> {
             partitions: info.partitions,
             retention_ms: info.retention_ms_in_force(),
             retention_bytes: info.retention_bytes,
-            created_at: info.created_ms,
+            created_at: info.created_ms / 1000,
+            created_at_ms: info.created_ms,
             partition_stats,
         }
     }
@@ -109,8 +116,7 @@ pub async fn create(
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = read_limited(&headers, body, CREATE_BODY_BYTES).await?;
-    let request: CreateTopic = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("invalid topic body: {e}")))?;
+    let request: CreateTopic = object(&body, "topic body")?;
     let op = ClientOp::CreateTopic {
         name: request.name,
         partitions: request.partitions,
@@ -158,8 +164,7 @@ pub async fn update(
     body: Body,
 ) -> Result<Response, ApiError> {
     let body = read_limited(&headers, body, CREATE_BODY_BYTES).await?;
-    let request: UpdateTopic = serde_json::from_slice(&body)
-        .map_err(|e| ApiError::bad_request(format!("invalid topic update body: {e}")))?;
+    let request: UpdateTopic = object(&body, "topic update body")?;
     let retention_ms = match request.retention_ms {
         Some(None) => {
             let message =
@@ -191,4 +196,41 @@ pub async fn delete(
 fn to_json(status: StatusCode, value: &impl Serialize) -> Response {
     let body = serde_json::to_vec(value).expect("invariant: API types serialise to JSON");
     json_response(status, body)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use narad_core::api::PartitionNumbers;
+    use narad_core::ids::TopicId;
+
+    /// Issue 12: the shape the original v1 clients decode: `owner_node` a string, `created_at`
+    /// Unix seconds (with `created_at_ms` beside it), `retention_ms` the integer in force.
+    #[test]
+    fn a_topic_in_the_v1_shape() {
+        let info = TopicInfo {
+            name: "orders".into(),
+            id: TopicId(7),
+            partitions: 2,
+            retention_ms: None,
+            retention_bytes: None,
+            created_ms: 1_700_000_000_999,
+        };
+        let numbers =
+            PartitionNumbers { log_start_offset: 1, high_watermark: 5, segments: 1, size_bytes: 9 };
+        let stats = [
+            PartitionStats { index: 0, owner_node: 3, numbers: Some(numbers) },
+            PartitionStats { index: 1, owner_node: 12, numbers: None },
+        ];
+        let json = serde_json::to_value(TopicJson::new(&info, Some(&stats))).expect("JSON");
+        assert_eq!(json["created_at"], 1_700_000_000);
+        assert_eq!(json["created_at_ms"], 1_700_000_000_999_u64);
+        assert_eq!(json["retention_ms"], narad_core::constants::DEFAULT_RETENTION_MS);
+        assert_eq!(json["partition_stats"][0]["owner_node"], "3");
+        assert_eq!(json["partition_stats"][1]["owner_node"], "12");
+        assert_eq!(json["partition_stats"][0]["high_watermark"], 5);
+        let listed = serde_json::to_value(TopicJson::new(&info, None)).expect("JSON");
+        assert!(listed.get("partition_stats").is_none());
+        assert_eq!(listed["retention_ms"], narad_core::constants::DEFAULT_RETENTION_MS);
+    }
 }

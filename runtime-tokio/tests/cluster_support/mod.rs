@@ -168,7 +168,10 @@ pub fn owners(client: &Client, topic: &str) -> Vec<u32> {
         .as_array()
         .expect("partition_stats")
         .iter()
-        .map(|p| p["owner_node"].as_u64().expect("owner_node") as u32)
+        .map(|p| {
+            let owner = p["owner_node"].as_str().expect("owner_node is a string");
+            owner.parse().expect("owner_node names a node id")
+        })
         .collect()
 }
 

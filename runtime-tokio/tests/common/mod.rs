@@ -270,13 +270,15 @@ fn answer(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16
 pub fn payload_bytes(message: &Value) -> Vec<u8> {
     let payload = &message["payload"];
     match (message.get("payload_encoding"), payload) {
-        (Some(encoding), Value::String(text)) => {
-            assert_eq!(encoding, "base64");
+        (Some(encoding), Value::String(text)) if encoding == "base64" => {
             STANDARD.decode(text).expect("base64 payload")
+        }
+        (Some(encoding), json) => {
+            assert_eq!(encoding, "json", "payload_encoding is base64 or json");
+            serde_json::to_vec(json).expect("JSON payload")
         }
         (None, Value::String(text)) => text.clone().into_bytes(),
         (None, json) => serde_json::to_vec(json).expect("JSON payload"),
-        (Some(_), other) => panic!("encoded payload must be a string, got {other}"),
     }
 }
 
