@@ -48,6 +48,8 @@ pub struct NodeGone;
 pub struct NodeHandle {
     commands: mpsc::Sender<Command>,
     ready: Arc<AtomicBool>,
+    /// Set once the node began shutting down (`/healthz` answers 503 from then on).
+    stopping: Arc<AtomicBool>,
     peers: Arc<OnceLock<Outbox>>,
     /// The data directory, for the free-space gauge.
     data_dir: Option<Arc<std::path::Path>>,
@@ -88,17 +90,23 @@ impl NodeHandle {
     pub fn is_ready(&self) -> bool {
         self.ready.load(Ordering::Relaxed)
     }
+
+    /// True once the node began its graceful shutdown (`/healthz`).
+    pub fn is_stopping(&self) -> bool {
+        self.stopping.load(Ordering::Relaxed)
+    }
 }
 
 #[cfg(test)]
 impl NodeHandle {
-    /// A handle with no node behind it (every request answers `NodeGone`), ready or not: for
-    /// tests of what the HTTP layer answers on its own.
-    pub fn detached(ready: bool) -> NodeHandle {
+    /// A handle with no node behind it (every request answers `NodeGone`), ready or not,
+    /// stopping or not: for tests of what the HTTP layer answers on its own.
+    pub fn detached(ready: bool, stopping: bool) -> NodeHandle {
         let (commands, _) = mpsc::channel(1);
         NodeHandle {
             commands,
             ready: Arc::new(AtomicBool::new(ready)),
+            stopping: Arc::new(AtomicBool::new(stopping)),
             peers: Arc::new(OnceLock::new()),
             data_dir: None,
         }
@@ -129,6 +137,7 @@ pub struct Driver {
     next_request: u64,
     deadline: Option<Instant>,
     ready: Arc<AtomicBool>,
+    stopping: Arc<AtomicBool>,
     /// Node RPC (a cluster of one has none): messages out, and messages in from peers.
     peers_out: Option<Outbox>,
     peers_in: mpsc::Receiver<Input>,
@@ -146,11 +155,13 @@ impl Driver {
     ) -> (Driver, NodeHandle) {
         let (tx, commands) = mpsc::channel(COMMAND_QUEUE);
         let ready = Arc::new(AtomicBool::new(false));
+        let stopping = Arc::new(AtomicBool::new(false));
         let (_, peers_in) = mpsc::channel(1); // closed until `with_peers`
         let peers = Arc::new(OnceLock::new());
         let handle = NodeHandle {
             commands: tx,
             ready: Arc::clone(&ready),
+            stopping: Arc::clone(&stopping),
             peers: Arc::clone(&peers),
             data_dir: None,
         };
@@ -170,6 +181,7 @@ impl Driver {
             next_request: 0,
             deadline: None,
             ready,
+            stopping,
             peers_out: None,
             peers_in,
             peers,
@@ -239,6 +251,7 @@ impl Driver {
                 }
                 _ = shutdown.changed(), if !shutting_down => {
                     shutting_down = true;
+                    self.stopping.store(true, Ordering::Relaxed);
                     tracing::info!(in_flight = self.waiters.len(), "node shutting down");
                     let now = self.clock.now();
                     self.node.handle_input(now, Input::BeginShutdown);

@@ -68,7 +68,14 @@ fn check_topic_shapes(client: &Client) {
         // The Go client's `Owner string` fails to decode a number, and with it the topic.
         let owner = p["owner_node"].as_str().unwrap_or_else(|| panic!("a string: {p}"));
         assert_eq!(owner, "1", "a lone node is node 1: {p}");
+        // What the Go client's PartitionStats reads besides: its status and the v1 names.
+        assert_eq!(p["status"], json!("ok"), "{p}");
+        assert_eq!(p["oldest_offset"], p["log_start_offset"], "{p}");
+        assert_eq!(p["next_offset"], p["high_watermark"], "{p}");
     }
+    assert!(topic.get("partial").is_none(), "every partition reported: {topic}");
+    let id = topic["id"].as_str().expect("id");
+    assert!(id.len() == 16 && id.bytes().all(|b| b.is_ascii_hexdigit()), "{topic}");
 
     let listed = client.get("/v1/topics");
     assert_eq!(listed.0, 200);

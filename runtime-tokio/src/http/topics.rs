@@ -50,6 +50,8 @@ fn present<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Option<Option<u
 #[derive(Serialize)]
 struct TopicJson<'a> {
     name: &'a str,
+    /// The incarnation, 16 hex digits: a topic deleted and created again gets a new one.
+    id: String,
     partitions: u32,
     retention_ms: u64,
     retention_bytes: Option<u64>,
@@ -58,6 +60,10 @@ struct TopicJson<'a> {
     created_at_ms: u64,
     #[serde(skip_serializing_if = "Option::is_none")]
     partition_stats: Option<Vec<PartitionJson>>,
+    /// `true` when some partition's owner did not report (its numbers are `null`); absent
+    /// otherwise.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    partial: bool,
 }
 
 #[derive(Serialize)]
@@ -65,6 +71,8 @@ struct PartitionJson {
     index: u32,
     /// The owner's node id, as a string (the v1 shape: ids are names there).
     owner_node: String,
+    /// `ok` when the numbers are the owner's, `owner_unavailable` when they are `null`.
+    status: &'static str,
     /// `null` while the owner is down or did not answer in time (zeros for a partition that
     /// never received a record).
     log_start_offset: Option<u64>,
@@ -76,6 +84,10 @@ struct PartitionJson {
     available: Option<u64>,
     leased: Option<u64>,
     acked: Option<u64>,
+    /// The v1 names: `oldest_offset` is `log_start_offset`; `next_offset`, the offset the next
+    /// commit starts at, is the high watermark (a commit in flight is not visible yet).
+    oldest_offset: Option<u64>,
+    next_offset: Option<u64>,
 }
 
 impl<'a> TopicJson<'a> {
@@ -84,6 +96,7 @@ impl<'a> TopicJson<'a> {
             let json = |p: &PartitionStats| PartitionJson {
                 index: p.index,
                 owner_node: p.owner_node.to_string(),
+                status: if p.numbers.is_some() { "ok" } else { "owner_unavailable" },
                 log_start_offset: p.numbers.map(|n| n.log_start_offset),
                 high_watermark: p.numbers.map(|n| n.high_watermark),
                 segments: p.numbers.map(|n| n.segments),
@@ -94,17 +107,22 @@ impl<'a> TopicJson<'a> {
                 }),
                 leased: p.numbers.map(|n| n.queue_leased),
                 acked: p.numbers.map(|n| n.queue_settled),
+                oldest_offset: p.numbers.map(|n| n.log_start_offset),
+                next_offset: p.numbers.map(|n| n.high_watermark),
             };
             stats.iter().map(json).collect()
         });
+        let partial = stats.is_some_and(|stats| stats.iter().any(|p| p.numbers.is_none()));
         TopicJson {
             name: &info.name,
+            id: format!("{:016x}", info.id.0),
             partitions: info.partitions,
             retention_ms: info.retention_ms_in_force(),
             retention_bytes: info.retention_bytes,
             created_at: info.created_ms / 1000,
             created_at_ms: info.created_ms,
             partition_stats,
+            partial,
         }
     }
 }
@@ -229,8 +247,17 @@ mod tests {
         assert_eq!(json["partition_stats"][0]["owner_node"], "3");
         assert_eq!(json["partition_stats"][1]["owner_node"], "12");
         assert_eq!(json["partition_stats"][0]["high_watermark"], 5);
+        assert_eq!(json["id"], "0000000000000007");
+        // The v1 names of the numbers, and which partitions reported them.
+        assert_eq!(json["partition_stats"][0]["oldest_offset"], 1);
+        assert_eq!(json["partition_stats"][0]["next_offset"], 5);
+        assert_eq!(json["partition_stats"][0]["status"], "ok");
+        assert_eq!(json["partition_stats"][1]["status"], "owner_unavailable");
+        assert!(json["partition_stats"][1]["oldest_offset"].is_null());
+        assert_eq!(json["partial"], true);
         let listed = serde_json::to_value(TopicJson::new(&info, None)).expect("JSON");
         assert!(listed.get("partition_stats").is_none());
+        assert!(listed.get("partial").is_none(), "absent unless a partition did not report");
         assert_eq!(listed["retention_ms"], narad_core::constants::DEFAULT_RETENTION_MS);
     }
 }
