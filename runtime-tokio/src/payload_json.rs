@@ -73,17 +73,29 @@ fn write_payload(out: &mut Vec<u8>, payload: &[u8]) {
 /// True if `text` can be embedded as it stands and read back byte for byte: exactly one JSON
 /// value with no whitespace around it (a reader's parser would drop it). The caller has checked
 /// UTF-8: serde_json's byte parser skips string contents without checking them, so `"\x90"`
-/// passed as bytes. A string must also parse as one (a lone surrogate escape does not), so that
-/// every strict parser reads the message.
+/// passed as bytes. A lone surrogate escape (`"\ud800"`) is JSON's grammar but no strict
+/// parser's string (serde_json refuses the whole message), so text holding a surrogate escape
+/// must parse strictly; the cheap check covers everything else.
 fn embeds_as_json(text: &str) -> bool {
     let padded = text.starts_with(JSON_WHITESPACE) || text.ends_with(JSON_WHITESPACE);
     if padded {
         return false;
     }
-    if text.starts_with('"') {
-        return serde_json::from_str::<String>(text).is_ok();
+    if has_surrogate_escape(text) {
+        return serde_json::from_str::<serde_json::Value>(text).is_ok();
     }
     serde_json::from_str::<IgnoredAny>(text).is_ok()
+}
+
+/// True if `text` holds `\uD800` to `\uDFFF` (either case): a surrogate escape, paired or not.
+/// A false positive (an escaped backslash before `ud8..`) only costs the strict parse.
+fn has_surrogate_escape(text: &str) -> bool {
+    text.as_bytes().windows(4).any(|w| {
+        w[0] == b'\\'
+            && w[1] == b'u'
+            && matches!(w[2], b'd' | b'D')
+            && matches!(w[3], b'8' | b'9' | b'a'..=b'f' | b'A'..=b'F')
+    })
 }
 
 const JSON_WHITESPACE: [char; 4] = [' ', '\t', '\n', '\r'];
@@ -188,6 +200,18 @@ mod tests {
         serde_json::from_str::<serde_json::Value>(&out).expect("valid JSON");
     }
 
+    /// Inside an object too: serde_json's lenient check passed `{"a":"\ud800"}`, and the whole
+    /// consume answer then failed every strict parser. A pair is a character and stays JSON.
+    #[test]
+    fn a_lone_surrogate_escape_is_never_embedded() {
+        let out = record(None, br#"{"a":"\uDBFF"}"#);
+        assert!(out.contains(r#""payload":"{\"a\":\"\\uDBFF\"}","timestamp""#), "{out}");
+        serde_json::from_str::<serde_json::Value>(&out).expect("valid JSON");
+        let out = record(None, br#"["\ud83d\ude00"]"#);
+        assert!(out.contains(r#""payload":["\ud83d\ude00"],"timestamp""#), "{out}");
+        assert!(has_surrogate_escape(r"x\uDc00") && !has_surrogate_escape(r"\u00e9 \ud7ff"));
+    }
+
     fn raw(text: &str) -> Box<RawValue> {
         RawValue::from_string(text.to_string()).expect("valid JSON")
     }
@@ -246,7 +270,7 @@ mod tests {
 
     #[test]
     fn every_payload_reads_back_byte_for_byte() {
-        let payloads: [&[u8]; 12] = [
+        let payloads: [&[u8]; 13] = [
             b"\"quoted\"",
             b"\"123\"",
             b" {\"a\": 1}",
@@ -259,6 +283,7 @@ mod tests {
             &[0, 159, 146, 150],
             b"\"unterminated",
             b"\"\\ud800\"",
+            b"{\"a\":\"\\ud800\"}",
         ];
         for payload in payloads {
             assert_eq!(read_back(&record(None, payload)), payload, "{payload:?}");
