@@ -32,6 +32,7 @@ fn assert_topic_shape(topic: &Value) {
     let ms = topic["created_at_ms"].as_u64().unwrap_or_else(|| panic!("created_at_ms: {topic}"));
     assert_eq!(ms / 1000, secs, "{topic}");
     assert_eq!(topic["retention_ms"], json!(WEEK_MS), "retention in force, never null: {topic}");
+    assert_eq!(topic["visibility_timeout_ms"], json!(30_000), "the lease in force: {topic}");
 }
 
 #[test]

@@ -55,6 +55,9 @@ struct TopicJson<'a> {
     partitions: u32,
     retention_ms: u64,
     retention_bytes: Option<u64>,
+    /// The lease a queue receive gives. Every topic has the default until the metastore holds
+    /// a per-topic one; the Go client times its lease renewals by it.
+    visibility_timeout_ms: u64,
     /// Unix seconds.
     created_at: u64,
     created_at_ms: u64,
@@ -119,6 +122,7 @@ impl<'a> TopicJson<'a> {
             partitions: info.partitions,
             retention_ms: info.retention_ms_in_force(),
             retention_bytes: info.retention_bytes,
+            visibility_timeout_ms: narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
             created_at: info.created_ms / 1000,
             created_at_ms: info.created_ms,
             partition_stats,
@@ -248,6 +252,7 @@ mod tests {
         assert_eq!(json["partition_stats"][1]["owner_node"], "12");
         assert_eq!(json["partition_stats"][0]["high_watermark"], 5);
         assert_eq!(json["id"], "0000000000000007");
+        assert_eq!(json["visibility_timeout_ms"], 30_000);
         // The v1 names of the numbers, and which partitions reported them.
         assert_eq!(json["partition_stats"][0]["oldest_offset"], 1);
         assert_eq!(json["partition_stats"][0]["next_offset"], 5);
