@@ -112,8 +112,12 @@ struct Seen {
     /// Payload → when its ack got 204.
     acked: BTreeMap<String, Instant>,
     deliveries: u64,
-    /// Deliveries requested after the message's ack had been answered 204.
-    after_ack: Vec<String>,
+    /// (partition, offset) → when its ack got 204. A payload may sit at two offsets (the
+    /// produce path may commit a record twice across a reroute, docs/design.md §4.6): each is
+    /// its own queue message.
+    acked_at: BTreeMap<(u64, u64), Instant>,
+    /// Deliveries of a (partition, offset) requested after its ack had been answered 204.
+    after_ack: Vec<(String, u64, u64)>,
     /// Payload → the statuses of every ack attempt that did not get 204.
     failed_acks: BTreeMap<String, Vec<u16>>,
     /// Payload → (partition, offset, delivery count) of every delivery.
@@ -237,14 +241,16 @@ fn work(w: usize, clients: &[Client], seen: &Mutex<Seen>, stop: &AtomicBool) {
             let payload = common::payload_bytes(&message);
             let payload = String::from_utf8(payload).expect("our payloads are text");
             let handle = message["receipt_handle"].as_str().expect("a handle").to_string();
+            let position =
+                (message["partition"].as_u64().unwrap(), message["offset"].as_u64().unwrap());
             {
                 let mut seen = seen.lock().unwrap();
                 seen.deliveries += 1;
                 let at = (&message["partition"], &message["offset"], &message["delivery_count"]);
                 let at = (at.0.as_u64().unwrap(), at.1.as_u64().unwrap(), at.2.as_u64().unwrap());
                 seen.delivered.entry(payload.clone()).or_default().push(at);
-                if seen.acked.get(&payload).is_some_and(|at| *at < asked) {
-                    seen.after_ack.push(payload.clone());
+                if seen.acked_at.get(&(at.0, at.1)).is_some_and(|acked| *acked < asked) {
+                    seen.after_ack.push((payload.clone(), at.0, at.1));
                 }
             }
             // Settle through another node than the one that leased.
@@ -253,6 +259,7 @@ fn work(w: usize, clients: &[Client], seen: &Mutex<Seen>, stop: &AtomicBool) {
             let mut seen = seen.lock().unwrap();
             if status == 204 {
                 seen.acked.entry(payload).or_insert_with(Instant::now);
+                seen.acked_at.entry(position).or_insert_with(Instant::now);
             } else {
                 seen.failed_acks.entry(payload).or_default().push(status);
             }

@@ -238,8 +238,13 @@ mod tests {
             retention_bytes: None,
             created_ms: 1_700_000_000_999,
         };
-        let numbers =
-            PartitionNumbers { log_start_offset: 1, high_watermark: 5, segments: 1, size_bytes: 9 };
+        let numbers = PartitionNumbers {
+            log_start_offset: 1,
+            high_watermark: 5,
+            segments: 1,
+            size_bytes: 9,
+            ..PartitionNumbers::default()
+        };
         let stats = [
             PartitionStats { index: 0, owner_node: 3, numbers: Some(numbers) },
             PartitionStats { index: 1, owner_node: 12, numbers: None },
