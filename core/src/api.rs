@@ -315,4 +315,9 @@ pub struct Stats {
     /// not hold): answered 500, nothing from it served. Anything above zero means the disk
     /// corrupted data; the error log names the file and byte.
     pub partition_read_damaged: u64,
+    /// Queue consume: deliveries made (a redelivery counts again), acks made durable, and
+    /// syncs of the consumer journal (group commits and images).
+    pub queue_deliveries: u64,
+    pub queue_acks: u64,
+    pub consumer_journal_syncs: u64,
 }

@@ -617,6 +617,9 @@ impl Node {
             meta_snapshots_taken: meta.snapshots_taken,
             meta_snapshots_installed: meta.snapshots_installed,
             partition_read_damaged: self.counters.partition_read_damaged,
+            queue_deliveries: self.consumers.counters.deliveries,
+            queue_acks: self.consumers.counters.acks,
+            consumer_journal_syncs: self.consumers.counters.journal_syncs,
         }
     }
 

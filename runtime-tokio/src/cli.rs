@@ -220,6 +220,10 @@ pub struct BenchArgs {
     /// Load `GET /healthz` instead of produce: the HTTP ceiling of the same server.
     #[arg(long)]
     pub healthz: bool,
+    /// Consume instead of produce: each client leases one message and acks it (fill the topic
+    /// with a produce run first). Reports acks per second and consumer-journal syncs per ack.
+    #[arg(long)]
+    pub queue: bool,
     /// Print one JSON object instead of a summary.
     #[arg(long)]
     pub json: bool,

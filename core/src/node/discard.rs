@@ -114,6 +114,7 @@ impl Node {
 
     /// Forgets the log of `key`, if this node holds one, and deletes its segment files.
     fn delete_log_files(&mut self, key: PartitionKey) {
+        self.consumers.forget(key);
         let Some(log) = self.partitions.remove(&key) else { return };
         for file in log.files() {
             self.emit(IoPurpose::FileDelete, DiskOp::Delete { file });

@@ -93,6 +93,17 @@ pub(super) struct Consumers {
     cursors: BTreeMap<TopicId, u32>,
     /// What this owner's nonces are derived from (drawn from the seed).
     secret: u64,
+    /// Records read ahead of the receives, per partition (`ReadAhead`).
+    read_ahead: BTreeMap<PartitionKey, ReadAhead>,
+    pub(super) counters: QueueCounters,
+}
+
+/// What `Stats` reports of queue consumers.
+#[derive(Clone, Copy, Debug, Default)]
+pub(super) struct QueueCounters {
+    pub deliveries: u64,
+    pub acks: u64,
+    pub journal_syncs: u64,
 }
 
 impl Consumers {
@@ -133,12 +144,20 @@ impl Consumers {
             next_id: 0,
             cursors: BTreeMap::new(),
             secret,
+            read_ahead: BTreeMap::new(),
+            counters: QueueCounters::default(),
         }
     }
 
     fn next_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
+    }
+
+    /// A partition's topic is gone: its queue and read-ahead go too.
+    pub(super) fn forget(&mut self, key: PartitionKey) {
+        self.queues.remove(&key);
+        self.read_ahead.remove(&key);
     }
 
     /// Every partition queue's own consistency, and the journal's operations in flight
@@ -156,6 +175,49 @@ impl Consumers {
             }
         }
         Ok(())
+    }
+}
+
+/// Records a receive's read brought beyond what it reserved, kept for the next receives of the
+/// partition so that most of them need no read: committed records never change, so a copy is
+/// as good as the file. Bounded in bytes; an entry goes once its offset is settled.
+#[derive(Default)]
+struct ReadAhead {
+    records: BTreeMap<u64, WireConsumed>,
+    bytes: usize,
+}
+
+/// Records a receive's read asks for at least (its own, then read-ahead).
+const READ_AHEAD_RECORDS: u64 = 256;
+/// Payload bytes kept read ahead per partition.
+const READ_AHEAD_BYTES: usize = 1 << 20;
+
+impl ReadAhead {
+    fn keep(&mut self, record: WireConsumed) {
+        let size = record.payload.len() + record.key.as_ref().map_or(0, |k| k.len());
+        if self.bytes + size <= READ_AHEAD_BYTES && !self.records.contains_key(&record.offset) {
+            self.bytes += size;
+            self.records.insert(record.offset, record);
+        }
+    }
+
+    fn drop_offset(&mut self, offset: u64) {
+        if let Some(record) = self.records.remove(&offset) {
+            self.bytes -= record.payload.len() + record.key.as_ref().map_or(0, |k| k.len());
+        }
+    }
+
+    fn drop_below(&mut self, start: u64) {
+        while let Some((&offset, _)) = self.records.first_key_value() {
+            if offset >= start {
+                break;
+            }
+            self.drop_offset(offset);
+        }
+    }
+
+    fn has_all(&self, offsets: &[u64]) -> bool {
+        offsets.iter().all(|o| self.records.contains_key(o))
     }
 }
 
@@ -279,9 +341,19 @@ impl Node {
         let queue = self.consumers.queues.entry(key).or_default();
         queue.clamp_to_start(start);
         let reserved = queue.reserve(self.now, start, end, max as usize);
+        let ahead = self.consumers.read_ahead.entry(key).or_default();
+        ahead.drop_below(queue.frontier());
+        if !reserved.is_empty() && ahead.has_all(&reserved) {
+            let records: Vec<WireConsumed> =
+                reserved.iter().map(|o| ahead.records[o].clone()).collect();
+            let id = self.consumers.next_id();
+            let receive = OwnerReceive { asker, key, reserved, granted: Vec::new() };
+            return self.grant(id, receive, records);
+        }
         let plan = match (reserved.first(), reserved.last()) {
             (Some(&first), Some(&last)) if log.refuse_read(first).is_none() => {
-                log.read_plan(first, last - first + 1, MAX_CONSUME_BYTES)
+                let span = (last - first + 1).max(READ_AHEAD_RECORDS);
+                log.read_plan(first, span, MAX_CONSUME_BYTES)
             }
             _ => None,
         };
@@ -298,16 +370,53 @@ impl Node {
         self.emit(IoPurpose::QueueRead { id, plan }, op);
     }
 
-    /// The read of an owner receive completed: grant what it returned, journal the counts.
+    /// The read of an owner receive completed: keep what it brought beyond the reserved
+    /// offsets for the next receives, then grant the reserved ones.
     pub(super) fn on_queue_read(
         &mut self,
         id: u64,
         plan: ReadPlan,
         result: Result<DiskDone, DiskError>,
     ) {
-        let Some(mut receive) = self.consumers.owner_receives.remove(&id) else { return };
+        let Some(receive) = self.consumers.owner_receives.remove(&id) else { return };
         let key = receive.key;
-        let decoded = self.decode_consume(key, plan, result);
+        let decoded = match self.decode_consume(key, plan, result) {
+            Ok(decoded) => decoded,
+            Err(error) => {
+                if let Some(queue) = self.consumers.queues.get_mut(&key) {
+                    for &offset in &receive.reserved {
+                        queue.release(offset);
+                    }
+                }
+                return self.finish_owner_receive(receive.asker, key, Err(error));
+            }
+        };
+        let records: Vec<WireConsumed> = decoded
+            .into_iter()
+            .map(|r| WireConsumed {
+                offset: r.offset,
+                timestamp_ms: r.timestamp_ms,
+                key: r.key,
+                payload: r.payload,
+            })
+            .collect();
+        if let (Some(queue), Some(ahead)) =
+            (self.consumers.queues.get(&key), self.consumers.read_ahead.get_mut(&key))
+        {
+            for record in &records {
+                let settled = record.offset < queue.frontier() || queue.is_acked(record.offset);
+                if !settled && receive.reserved.binary_search(&record.offset).is_err() {
+                    ahead.keep(record.clone());
+                }
+            }
+        }
+        self.grant(id, receive, records);
+    }
+
+    /// Grants the reserved offsets of `receive` found among `records` (the rest are released)
+    /// and journals their delivery counts; the answer goes once they are durable.
+    fn grant(&mut self, id: u64, mut receive: OwnerReceive, records: Vec<WireConsumed>) {
+        let key = receive.key;
         let expires = self.now.plus_millis(self.visibility_ms(key.topic));
         let secret = self.consumers.secret;
         let Some(queue) = self.consumers.queues.get_mut(&key) else {
@@ -316,27 +425,18 @@ impl Node {
         };
         let mut reserved: BTreeSet<u64> = receive.reserved.iter().copied().collect();
         let mut entries = Vec::new();
-        for record in decoded.as_ref().map(Vec::as_slice).unwrap_or_default() {
+        for record in records {
             let offset = record.offset;
             if reserved.remove(&offset) {
                 let count = queue.next_count(offset);
                 let nonce = nonce(secret, key, offset, count);
                 queue.grant(offset, nonce, count, expires);
                 entries.push(JournalEntry::Delivered { key, offset, count });
-                let record = WireConsumed {
-                    offset,
-                    timestamp_ms: record.timestamp_ms,
-                    key: record.key.clone(),
-                    payload: record.payload.clone(),
-                };
                 receive.granted.push(Granted { record, nonce, count });
             }
         }
         for offset in reserved {
             queue.release(offset);
-        }
-        if let Err(error) = decoded {
-            return self.finish_owner_receive(receive.asker, key, Err(error));
         }
         if receive.granted.is_empty() {
             return self.finish_owner_receive(receive.asker, key, Ok(Vec::new()));
@@ -356,6 +456,10 @@ impl Node {
                 if let Some(queue) = self.consumers.queues.get_mut(&key) {
                     if ok { queue.on_acked(offset) } else { queue.on_ack_failed(offset) }
                 }
+                if let Some(ahead) = self.consumers.read_ahead.get_mut(&key).filter(|_| ok) {
+                    ahead.drop_offset(offset);
+                }
+                self.consumers.counters.acks += u64::from(ok);
                 let result = if ok {
                     Ok(())
                 } else {
@@ -381,6 +485,7 @@ impl Node {
                 let offset = granted.record.offset;
                 if ok {
                     queue.on_delivered(offset, granted.count, expires);
+                    self.consumers.counters.deliveries += 1;
                     leased.push(granted);
                 } else {
                     queue.on_delivery_failed(offset, granted.count);
@@ -673,6 +778,7 @@ impl Node {
     /// A consumer-journal operation completed.
     pub(super) fn on_journal_io(&mut self, io: JournalIo, result: Result<DiskDone, DiskError>) {
         let settled = self.consumers.journal.on_io(io, result);
+        self.consumers.counters.journal_syncs += settled.synced;
         for waiter in settled.durable {
             self.on_journal_waiter(waiter, true);
         }

@@ -45,11 +45,13 @@ pub struct Settled<W> {
     pub durable: Vec<W>,
     /// Waiters whose entries never will be (the journal latched).
     pub failed: Vec<W>,
+    /// Syncs of the journal this completion ended (0 or 1), for the counters.
+    pub synced: u64,
 }
 
 impl<W> Default for Settled<W> {
     fn default() -> Self {
-        Settled { durable: Vec::new(), failed: Vec::new() }
+        Settled { durable: Vec::new(), failed: Vec::new(), synced: 0 }
     }
 }
 
@@ -292,11 +294,11 @@ impl<W> ConsumerJournal<W> {
         }
         let flight = self.flight.take().expect("checked above");
         match flight.error {
-            None => Settled { durable: flight.waiters, failed: Vec::new() },
+            None => Settled { durable: flight.waiters, failed: Vec::new(), synced: 1 },
             Some(error) => {
                 let mut failed = flight.waiters;
                 failed.append(&mut self.latch(&error));
-                Settled { durable: Vec::new(), failed }
+                Settled { durable: Vec::new(), failed, synced: 1 }
             }
         }
     }
@@ -314,13 +316,13 @@ impl<W> ConsumerJournal<W> {
         if let Some(error) = image.error {
             // A half-written image might look complete at the next start-up and hide what we
             // would append to the old file: stop writing instead.
-            return Settled { durable: Vec::new(), failed: self.latch(&error) };
+            return Settled { durable: Vec::new(), failed: self.latch(&error), synced: 1 };
         }
         if let Some(old) = self.file.replace(image.file) {
             self.tidy(DiskOp::Delete { file: FileId::ConsumerJournal { number: old } });
         }
         self.size = image.size;
-        Settled::default()
+        Settled { synced: 1, ..Settled::default() }
     }
 
     /// Stops writing for good; gives back every staged waiter.

@@ -91,6 +91,11 @@ impl PartitionQueue {
             .count()
     }
 
+    /// True if `offset` (at or above the frontier) is settled.
+    pub fn is_acked(&self, offset: u64) -> bool {
+        self.durable.acked.contains(&offset)
+    }
+
     /// Settled offsets at or above the frontier, ascending.
     pub fn acked_offsets(&self) -> impl Iterator<Item = u64> + '_ {
         self.durable.acked.iter().copied()

@@ -28,6 +28,8 @@ pub enum Kind {
     Batch(usize),
     /// `GET /healthz`: the HTTP ceiling of the same server.
     Healthz,
+    /// A queue receive then its ack, per message (`queue.rs`).
+    Queue,
 }
 
 /// The shape of every request of a run.
@@ -45,7 +47,7 @@ impl Shape {
     /// Messages one successful request acknowledges.
     pub fn messages_per_request(&self) -> u64 {
         match self.kind {
-            Kind::Produce | Kind::Healthz => 1,
+            Kind::Produce | Kind::Healthz | Kind::Queue => 1,
             Kind::Batch(n) => n as u64,
         }
     }
@@ -53,6 +55,7 @@ impl Shape {
     fn ok_status(&self) -> u16 {
         match self.kind {
             Kind::Healthz => 200,
+            Kind::Queue => 204,
             Kind::Produce | Kind::Batch(_) => 202,
         }
     }
@@ -63,7 +66,7 @@ impl Shape {
         let host = &self.endpoint.host;
         let topic = &self.topic_segment;
         match self.kind {
-            Kind::Healthz => {
+            Kind::Healthz | Kind::Queue => {
                 let _ = write!(out, "GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n");
             }
             Kind::Produce => {
@@ -130,6 +133,8 @@ pub struct Tally {
     pub errors: u64,
     pub errors_total: u64,
     pub first_error: Option<String>,
+    /// Queue receives that found nothing, inside the window.
+    pub empty: u64,
 }
 
 /// State shared by every task of the run (one thread, so `Cell`/`RefCell`).
@@ -145,7 +150,14 @@ pub struct Run {
 }
 
 impl Run {
-    fn finished(&self) -> bool {
+    pub(super) fn on_empty(&self) {
+        let now = Instant::now();
+        if self.in_window(now) {
+            self.tally.borrow_mut().empty += 1;
+        }
+    }
+
+    pub(super) fn finished(&self) -> bool {
         self.stop.get() || self.issued.get() >= self.max_requests
     }
 
@@ -153,7 +165,7 @@ impl Run {
         at >= self.measure_from && at <= self.measure_until
     }
 
-    fn on_ok(&self, sent: Instant, done: Instant) {
+    pub(super) fn on_ok(&self, sent: Instant, done: Instant) {
         let mut tally = self.tally.borrow_mut();
         tally.requests_total += 1;
         if self.in_window(done) {
@@ -162,7 +174,7 @@ impl Run {
         }
     }
 
-    fn on_error(&self, at: Instant, what: impl FnOnce() -> String) {
+    pub(super) fn on_error(&self, at: Instant, what: impl FnOnce() -> String) {
         let mut tally = self.tally.borrow_mut();
         tally.errors_total += 1;
         if self.in_window(at) {

@@ -10,6 +10,7 @@ mod conn;
 mod histogram;
 mod load;
 mod probe;
+mod queue;
 mod report;
 mod server;
 mod visible;
@@ -55,6 +56,10 @@ pub fn run(args: BenchArgs) -> anyhow::Result<()> {
 
 fn shape(args: &BenchArgs) -> anyhow::Result<Shape> {
     let kind = match (args.healthz, args.batch) {
+        _ if args.queue && (args.healthz || args.batch.is_some() || args.visible) => {
+            bail!("--queue consumes: it excludes --healthz, --batch and --visible")
+        }
+        _ if args.queue => Kind::Queue,
         (true, Some(_)) => bail!("--healthz and --batch exclude each other"),
         (true, None) => Kind::Healthz,
         (false, Some(n)) if (1..=1_000).contains(&n) => Kind::Batch(n),
@@ -107,7 +112,10 @@ async fn measure(args: &BenchArgs, shape: Shape) -> anyhow::Result<Report> {
         _ => Vec::new(),
     };
     let producers: Vec<_> = (0..args.concurrency as u64)
-        .map(|worker| tokio::task::spawn_local(load::producer(Rc::clone(&run), worker)))
+        .map(|worker| match run.shape.kind {
+            Kind::Queue => tokio::task::spawn_local(queue::worker(Rc::clone(&run))),
+            _ => tokio::task::spawn_local(load::producer(Rc::clone(&run), worker)),
+        })
         .collect();
     let samples = Rc::new(std::cell::RefCell::new(Samples::default()));
     let monitor = tokio::task::spawn_local(monitor(

@@ -68,6 +68,15 @@ impl Report {
         });
         let fields = value.as_object_mut().expect("invariant: built as an object");
         server_fields(fields, &window, acked as f64);
+        if run.shape.kind == Kind::Queue {
+            let d = |name| delta(&window.before, &window.after, name);
+            let acks = d("narad_queue_acks_total");
+            let per_ack =
+                (acks > 0.0).then(|| round(d("narad_consumer_journal_syncs_total") / acks, 4));
+            fields.insert("journal_syncs_per_ack".into(), json!(per_ack));
+            fields.insert("server_acks".into(), json!(acks));
+            fields.insert("empty_receives".into(), json!(tally.empty));
+        }
         sample_fields(fields, &samples);
         if let Some(v) = &run.visible {
             let result = v.measure(run.measure_from, run.measure_until);
@@ -202,6 +211,7 @@ fn kind_name(kind: Kind) -> &'static str {
         Kind::Produce => "produce",
         Kind::Batch(_) => "batch",
         Kind::Healthz => "healthz",
+        Kind::Queue => "queue",
     }
 }
 

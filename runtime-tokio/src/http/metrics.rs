@@ -66,7 +66,7 @@ struct Scalar {
 }
 
 /// Every node-wide metric, in exposition order.
-const SCALARS: [Scalar; 33] = [
+const SCALARS: [Scalar; 36] = [
     Scalar {
         name: "narad_produce_requests_accepted_total",
         kind: Kind::Counter,
@@ -264,6 +264,24 @@ const SCALARS: [Scalar; 33] = [
         kind: Kind::Counter,
         help: "Partition reads that found a damaged record at rest (answered 500, nothing served; the error log names the file and byte).",
         value: |s| s.partition_read_damaged,
+    },
+    Scalar {
+        name: "narad_queue_deliveries_total",
+        kind: Kind::Counter,
+        help: "Queue receives' deliveries (a redelivery counts again).",
+        value: |s| s.queue_deliveries,
+    },
+    Scalar {
+        name: "narad_queue_acks_total",
+        kind: Kind::Counter,
+        help: "Queue acks made durable (answered 204).",
+        value: |s| s.queue_acks,
+    },
+    Scalar {
+        name: "narad_consumer_journal_syncs_total",
+        kind: Kind::Counter,
+        help: "Syncs of the consumer journal (group commits of acks and delivery counts, images).",
+        value: |s| s.consumer_journal_syncs,
     },
 ];
 
