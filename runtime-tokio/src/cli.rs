@@ -47,6 +47,12 @@ pub enum Command {
     Produce(ProduceArgs),
     /// Read committed messages of one partition, starting at an offset; prints JSON.
     Consume(ConsumeArgs),
+    /// Work a topic as a queue: lease messages, print each as a JSON line, then ack it.
+    ///
+    /// With --nack every message is given back after printing (a dry run: the queue is left as
+    /// it was, each message's delivery_count one higher). Ctrl-C stops after the message in hand
+    /// and says how many were settled.
+    Sub(SubArgs),
     /// Load a running node over HTTP and report throughput, latency and fsyncs per message.
     ///
     /// Closed-loop clients on keep-alive connections, one thread. A warm-up is excluded from every
@@ -184,6 +190,29 @@ pub struct ConsumeArgs {
     /// Read up to N messages and print {"messages": [...]}; without it, print one message.
     #[arg(long, value_name = "N")]
     pub max: Option<u32>,
+}
+
+#[derive(Debug, Args)]
+pub struct SubArgs {
+    #[command(flatten)]
+    pub target: Target,
+    /// Topic to work.
+    pub topic: String,
+    /// Only this partition (default: every partition of the topic).
+    #[arg(long, value_name = "P")]
+    pub partition: Option<u32>,
+    /// Messages leased per receive (1-100).
+    #[arg(long, value_name = "N", default_value_t = 10, value_parser = clap::value_parser!(u32).range(1..=100))]
+    pub max: u32,
+    /// Give every message back after printing it instead of acking it.
+    #[arg(long)]
+    pub nack: bool,
+    /// Stop after settling N messages.
+    #[arg(long, value_name = "N")]
+    pub count: Option<u64>,
+    /// Stop once nothing was available for this long (e.g. 5s; default: run until Ctrl-C).
+    #[arg(long, value_name = "TIME", value_parser = parse_duration)]
+    pub idle: Option<Duration>,
 }
 
 #[derive(Debug, Args)]

@@ -152,6 +152,6 @@ fn print_answer(response: ureq::http::Response<ureq::Body>) -> anyhow::Result<()
 }
 
 /// Percent-encodes a path segment.
-fn segment(text: &str) -> String {
+pub(crate) fn segment(text: &str) -> String {
     utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
 }

@@ -224,7 +224,7 @@ fn ensure_secret(path: &Path) -> anyhow::Result<()> {
 }
 
 /// A flag raised by SIGINT or SIGTERM (watched on a small thread of its own).
-fn watch_signals() -> anyhow::Result<Arc<AtomicBool>> {
+pub(crate) fn watch_signals() -> anyhow::Result<Arc<AtomicBool>> {
     use tokio::signal::unix::{SignalKind, signal};
     let stop = Arc::new(AtomicBool::new(false));
     let runtime = tokio::runtime::Builder::new_current_thread()

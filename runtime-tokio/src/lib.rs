@@ -16,6 +16,7 @@ mod driver;
 mod http;
 mod payload_json;
 pub mod server;
+pub mod sub;
 mod transport;
 
 /// The parsers the fuzz targets in `fuzz/` drive, re-exported from their private modules.

@@ -10,7 +10,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use narad::cli::{Cli, Command};
-use narad::{bench, client, cluster_cli, dev, server};
+use narad::{bench, client, cluster_cli, dev, server, sub};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Command::Topic(args) => client::topic(args),
         Command::Produce(args) => client::produce(args),
         Command::Consume(args) => client::consume(args),
+        Command::Sub(args) => sub::run(args),
         Command::Bench(args) => bench::run(args),
         Command::Dev(args) => dev::run(args),
         Command::Cluster(args) => cluster_cli::run(args),
