@@ -29,6 +29,18 @@ fn produce(client: &common::Client, from: usize, count: usize) {
     }
 }
 
+/// Records 0..1000 in five rounds of 200 (about 18 KiB each), each drained before the next: a
+/// segment holds whole commits, and however the node batches a round into commits, the next
+/// round's first commit finds the active segment past the 4 KiB bound and rolls it, so the log
+/// has at least five segments whatever the machine's speed.
+fn produce_in_rounds(client: &common::Client, node: &TestNode) {
+    for round in 0..5u64 {
+        produce(client, (round * 200) as usize, 200);
+        let drained = wait_drained(client, TOPIC, (round + 1) * 200, Duration::from_secs(60));
+        assert!(drained, "{}", node.log());
+    }
+}
+
 /// Files of the topic's only partition whose name ends in `extension`.
 fn partition_files(data: &Path, extension: &str) -> Vec<std::fs::DirEntry> {
     let partitions = data.join("partitions");
@@ -86,12 +98,9 @@ fn a_partition_log_rolls_into_segments_and_reads_back_across_them_after_a_crash(
     let mut node = TestNode::start_with(&data, &SEGMENT_FLAGS);
     let client = node.client();
     client.create_topic(TOPIC, 1);
-    produce(&client, 0, 1_000);
-    assert!(wait_drained(&client, TOPIC, 1_000, Duration::from_secs(60)), "{}", node.log());
+    produce_in_rounds(&client, &node);
     let segments = segment_files(&data);
-    // About 90 KiB of log: a segment holds whole commits (here up to a few hundred records, a
-    // few times the 4 KiB bound), so at least a handful of segments.
-    assert!(segments >= 4, "{segments} segment files");
+    assert!(segments >= 5, "{segments} segment files");
     assert_reads_back(&client, 1_000);
 
     node.kill9();
@@ -110,11 +119,10 @@ fn a_restart_after_a_clean_shutdown_reads_no_segment() {
     let mut node = TestNode::start_with(&data, &SEGMENT_FLAGS);
     let client = node.client();
     client.create_topic(TOPIC, 1);
-    produce(&client, 0, 1_000);
-    assert!(wait_drained(&client, TOPIC, 1_000, Duration::from_secs(60)), "{}", node.log());
+    produce_in_rounds(&client, &node);
     assert!(node.sigterm(Duration::from_secs(30)).success(), "{}", node.log());
     let segments = segment_files(&data) as u64;
-    assert!(segments >= 4, "{segments} segment files");
+    assert!(segments >= 5, "{segments} segment files");
     assert_eq!(partition_files(&data, ".seal").len() as u64, segments, "a seal per segment");
 
     let mut node = TestNode::start_with(&data, &SEGMENT_FLAGS);
