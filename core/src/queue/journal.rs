@@ -74,6 +74,10 @@ pub struct ConsumerJournal<W> {
     /// consumer has no journal file).
     file: Option<u64>,
     size: u64,
+    /// Bytes of the current file's image (0 for a file start-up found): the file is past its
+    /// bound once it holds `compact_bytes` beyond its image, so an image larger than the bound
+    /// does not make every write a new image (and none an append).
+    image_bytes: u64,
     compact_bytes: u64,
     staged: Vec<u8>,
     staged_waiters: Vec<W>,
@@ -176,6 +180,7 @@ impl<W> ConsumerJournal<W> {
         let mut journal = ConsumerJournal {
             file: found.file,
             size: found.size,
+            image_bytes: 0,
             compact_bytes,
             staged: Vec::new(),
             staged_waiters: Vec::new(),
@@ -223,7 +228,12 @@ impl<W> ConsumerJournal<W> {
             && self.flight.is_none()
             && self.image.is_none()
             && !self.staged_waiters.is_empty()
-            && self.file.is_none_or(|_| self.size >= self.compact_bytes)
+            && self.file.is_none_or(|_| self.past_bound())
+    }
+
+    /// The current file holds `compact_bytes` beyond its image: compact before the next write.
+    fn past_bound(&self) -> bool {
+        self.size >= self.compact_bytes.saturating_add(self.image_bytes)
     }
 
     /// Starts writing a new file holding `states` (every partition's durable state).
@@ -250,7 +260,7 @@ impl<W> ConsumerJournal<W> {
             return;
         }
         let Some(number) = self.file else { return };
-        if self.staged_waiters.is_empty() || self.size >= self.compact_bytes {
+        if self.staged_waiters.is_empty() || self.past_bound() {
             return;
         }
         let file = FileId::ConsumerJournal { number };
@@ -322,6 +332,7 @@ impl<W> ConsumerJournal<W> {
             self.tidy(DiskOp::Delete { file: FileId::ConsumerJournal { number: old } });
         }
         self.size = image.size;
+        self.image_bytes = image.size;
         Settled { synced: 1, ..Settled::default() }
     }
 

@@ -143,6 +143,31 @@ fn compaction_writes_an_image_then_deletes_the_old_file() {
     assert_eq!(found.queues[&KEY].frontier, 40);
 }
 
+/// An image larger than the compaction bound (many partitions' states) must not make every
+/// write a new image: then nothing staged was ever appended, and no waiter was ever answered.
+#[test]
+fn an_image_larger_than_the_bound_still_lets_entries_through() {
+    let (mut journal, mut disk) = (fresh(64), Disk::default());
+    let big =
+        JournalEntry::State { key: KEY, frontier: 0, acked: (1..40).collect(), deliveries: vec![] };
+    for waiter in 0..5 {
+        journal.stage(&[acked(100 + u64::from(waiter))], waiter).expect("open");
+        let mut durable = Vec::new();
+        for _ in 0..8 {
+            if journal.wants_image() {
+                journal.begin_image(vec![big.clone()]);
+            }
+            journal.pump();
+            while let Some((io, op)) = journal.poll_io() {
+                disk.apply(&op);
+                durable.extend(journal.on_io(io, Ok(DiskDone::Done)).durable);
+            }
+        }
+        assert_eq!(durable, vec![waiter], "the entry is appended after at most one image");
+    }
+    assert!(*disk.0.keys().next().expect("a file") <= 5, "an image per write at most");
+}
+
 #[test]
 fn start_up_takes_the_newest_complete_image() {
     let (mut journal, mut disk) = (fresh(1 << 20), Disk::default());
