@@ -79,6 +79,10 @@ pub struct Config {
     /// Size past which the consumer journal is compacted into a new file
     /// (`CONSUMER_JOURNAL_COMPACT_BYTES`); the simulator makes it small.
     pub consumer_journal_compact_bytes: u64,
+    /// The lease a queue receive gives when its topic sets none
+    /// (`DEFAULT_VISIBILITY_TIMEOUT_MS`); the simulator makes it short so that leases expire
+    /// within a run.
+    pub queue_visibility_ms: u64,
 }
 
 impl Config {
@@ -107,6 +111,7 @@ impl Config {
             retention_check_ms: crate::constants::RETENTION_CHECK_MS,
             retention_bytes_divisor: 1,
             consumer_journal_compact_bytes: crate::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
+            queue_visibility_ms: crate::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
         }
     }
 

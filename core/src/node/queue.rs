@@ -832,10 +832,11 @@ impl Node {
         numbers
     }
 
-    /// The lease a receive of `topic` gives. Every topic has the default for now: a per-topic
-    /// `visibility_timeout_ms` needs a metastore field, not there yet.
+    /// The lease a receive of `topic` gives. Every topic has the node's default for now
+    /// (`Config::queue_visibility_ms`): a per-topic `visibility_timeout_ms` needs a metastore
+    /// field, not there yet.
     fn visibility_ms(&self, _topic: TopicId) -> u64 {
-        crate::constants::DEFAULT_VISIBILITY_TIMEOUT_MS
+        self.config.queue_visibility_ms
     }
 }
 
