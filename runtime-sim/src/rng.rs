@@ -29,6 +29,9 @@ pub enum Component {
     /// The workload's topic updates (their own stream, so seeds without updates keep every
     /// other workload draw).
     WorkloadUpdates,
+    /// The workload's queue workers (receive, settle, drop leases): their own stream, so seeds
+    /// without queue workers keep every other workload draw.
+    WorkloadQueue,
 }
 
 impl Component {
@@ -42,6 +45,7 @@ impl Component {
             Component::Topology => 6,
             Component::Batching => 7,
             Component::WorkloadUpdates => 8,
+            Component::WorkloadQueue => 11,
             Component::Disk(node) => (1 << 32) | u64::from(node),
             Component::Node(node) => (2 << 32) | u64::from(node),
         }

@@ -114,6 +114,7 @@ impl RunOutcome {
             "duplicate_rate": if v.acked == 0 { 0.0 } else { v.duplicates as f64 / v.acked as f64 },
             "duplicates_from_retries": v.duplicates_from_retries,
             "duplicates_same_partition": v.duplicates_same_partition,
+            "queue": v.queue.to_json(),
             "faults": Self::faults_json(&self.faults),
             "faults_on": self.faults_on,
             "commits_failed": self.counters.commits_failed,

@@ -162,6 +162,7 @@ pub fn draw_schedule_on(
     }
     draw_write_errors(&mut out, plan, nodes, horizon_ms, rng);
     draw_partition_failures(&mut out, plan, horizon_ms, rng);
+    draw_journal_failures(&mut out, plan, nodes, horizon_ms, rng);
     out.sort_by_key(|f| f.at_ms);
     out
 }
@@ -210,6 +211,32 @@ fn draw_partition_failures(
             _ => FaultAction::TornNextWrite(target),
         };
         out.push(ScheduledFault::on(0, t, action));
+    }
+}
+
+/// One-shot failures aimed at the consumer journal (drawn after everything else): a failed
+/// write or fsync (the journal latches: receives and settles answer 500 until a restart), a
+/// crash right after a sync lands (acks durable, unanswered), or a power loss right after a
+/// write lands (with torn writes on, a torn tail). Live torn writes that report success are not
+/// aimed at it: the journal reads nothing back, so they are a corruption-class fault.
+fn draw_journal_failures(
+    out: &mut Vec<ScheduledFault>,
+    plan: &FaultPlan,
+    nodes: u32,
+    horizon_ms: u64,
+    rng: &mut ChaCha8Rng,
+) {
+    let journal = FileMatch::class(FileClass::Journal);
+    for _ in 0..plan.journal_shots {
+        let t = rng.random_range(20..horizon_ms.max(21));
+        let node = if nodes > 1 { rng.random_range(0..nodes) } else { 0 };
+        let action = match rng.random_range(0..4) {
+            0 => FaultAction::FailNextSync(journal),
+            1 => FaultAction::FailNextWrite(journal),
+            2 => FaultAction::CrashAfterNextSync { target: journal, power: rng.random_bool(0.5) },
+            _ => FaultAction::PowerLossAfterNextWrite(journal),
+        };
+        out.push(ScheduledFault::on(node, t, action));
     }
 }
 

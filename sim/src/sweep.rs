@@ -57,6 +57,10 @@ pub struct SweepReport {
     pub records_deleted: u64,
     pub seeds_with_deletions: u64,
     pub excused_by_retention: u64,
+    /// Queue consume over every seed (deliveries, redeliveries by cause), and the seeds that
+    /// ran queue workers.
+    pub queue: crate::checker::QueueVerdict,
+    pub seeds_with_queue: u64,
 }
 
 impl SweepReport {
@@ -82,6 +86,8 @@ impl SweepReport {
         self.records_deleted += outcome.counters.records_deleted;
         self.seeds_with_deletions += u64::from(outcome.counters.segments_deleted > 0);
         self.excused_by_retention += outcome.verdict.deleted_by_retention;
+        self.queue.add(&outcome.verdict.queue);
+        self.seeds_with_queue += u64::from(outcome.verdict.queue.deliveries > 0);
         let tally = self.by_nodes.entry(outcome.nodes).or_default();
         tally.seeds += 1;
         tally.failed += u64::from(!outcome.passed);
@@ -154,6 +160,8 @@ impl SweepReport {
             "records_deleted": self.records_deleted,
             "seeds_with_deletions": self.seeds_with_deletions,
             "excused_by_retention": self.excused_by_retention,
+            "queue": self.queue.to_json(),
+            "seeds_with_queue": self.seeds_with_queue,
         })
     }
 }

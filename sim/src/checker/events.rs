@@ -143,6 +143,7 @@ impl Checker {
     /// The process of `node` died: nothing is latched any more once it restarts.
     pub fn on_crash(&mut self, node: u32) {
         self.node(node).latched = false;
+        self.queue_restarted(node);
     }
 
     /// `node` recovered with these partition watermarks: nothing visible may have vanished.
@@ -156,6 +157,7 @@ impl Checker {
         let restarted = state.started_once;
         state.started_once = true;
         state.latched = false;
+        self.queue_restarted(node);
         if restarted {
             self.counters.restarts += 1;
         }

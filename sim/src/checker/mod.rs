@@ -16,6 +16,7 @@
 
 mod admin;
 mod events;
+mod queue;
 mod reads;
 mod retention;
 mod verdict;
@@ -26,6 +27,7 @@ use bytes::Bytes;
 use narad_core::{Instant, PartitionKey, TopicId};
 
 pub use admin::AdminAsk;
+pub use queue::{QueueVerdict, SettleSeen};
 pub use reads::ReadKind;
 pub use verdict::Verdict;
 
@@ -56,6 +58,15 @@ pub mod inv {
     pub const RETENTION_EARLY: &str = "retention-early";
     /// A log start offset moved backwards, or a 410 named a start no deletion left.
     pub const LOG_START: &str = "log-start";
+    /// Queue consume (see `queue.rs`): a message delivered again after its ack was answered
+    /// 204; two unexpired leases of one message; delivery counts that do not grow; an
+    /// acknowledged, readable message the final drain never delivered; a delivery carrying
+    /// another record than the log holds at its offset.
+    pub const QUEUE_ACKED_REDELIVERED: &str = "queue-acked-redelivered";
+    pub const QUEUE_DOUBLE_LEASE: &str = "queue-double-lease";
+    pub const QUEUE_COUNT: &str = "queue-delivery-count";
+    pub const QUEUE_UNDELIVERED: &str = "queue-undelivered";
+    pub const QUEUE_WRONG_RECORD: &str = "queue-wrong-record";
 }
 
 /// One message the workload produced (or tried to).
@@ -204,6 +215,8 @@ pub struct Checker {
     /// timestamp). A restart that recovers records no reported commit covered tells the
     /// checker where they are from this.
     landed: BTreeMap<(PartitionKey, u64), ((u32, u64), u64)>,
+    /// What queue workers saw (`queue.rs`).
+    queue: queue::QueueHistory,
     /// Counters for the report.
     pub counters: Counters,
     /// A corruption-class fault hit (damage may be detected loudly).

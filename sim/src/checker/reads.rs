@@ -94,7 +94,11 @@ impl Checker {
 
     /// Checks one record against the history (and, with `key`, that it was staged for that
     /// incarnation); returns its message id if it is genuine.
-    fn check_record(&mut self, key: Option<PartitionKey>, record: &ConsumedRecord) -> Option<u64> {
+    pub(super) fn check_record(
+        &mut self,
+        key: Option<PartitionKey>,
+        record: &ConsumedRecord,
+    ) -> Option<u64> {
         let at = match key {
             Some(key) => format!("{key}@{}", record.offset),
             None => format!(

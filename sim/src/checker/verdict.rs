@@ -31,6 +31,8 @@ pub struct Verdict {
     /// Acked messages excused because retention deleted them (after they were committed, past
     /// their topic's retention: see `retention.rs`).
     pub deleted_by_retention: u64,
+    /// Queue consume: deliveries, redeliveries by cause, acks (see `queue.rs`).
+    pub queue: super::QueueVerdict,
 }
 
 impl Checker {
@@ -40,7 +42,8 @@ impl Checker {
     /// was damaged: what only they held is excused when a corruption-class fault hit.
     pub fn verdict(&mut self, read_complete: bool, lost_nodes: u32) -> Verdict {
         self.check_admin();
-        let mut v = Verdict::default();
+        self.queue_verdict_checks(read_complete);
+        let mut v = Verdict { queue: self.queue_verdict(), ..Verdict::default() };
         let mut lost_ids = Vec::new();
         // Records the node itself declared lost (damaged at rest in its WAL): at most that many
         // otherwise unexplained losses are excused (the checker cannot map WAL sequences of

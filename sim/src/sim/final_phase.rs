@@ -1,8 +1,9 @@
 //! The end of a run: heal every fault (disks, network, processes), restart what is down or
 //! latched, let every node's dispatch backlog drain (liveness, bounded in simulated time), let
 //! the cluster settle, check each node's WAL disk bound, then read every partition of every live
-//! topic in full (`final_read`). Optionally cut the power of one node once more and re-read:
-//! nothing that was visible may vanish or change.
+//! topic in full (`final_read`) and, in queue seeds, drain every topic (`final_queue`).
+//! Optionally cut the power of one node once more and re-read: nothing that was visible may
+//! vanish or change.
 
 use narad_core::constants::WAL_ROTATE_DISPATCHED_BYTES;
 use narad_core::{FileId, Input, Instant};
@@ -57,6 +58,7 @@ impl Simulation {
         }
         self.world.record(0, What::Phase { name: "final-read" });
         self.final_read(ReadKind::Final);
+        self.queue_drain();
         if self.cfg.faults.final_power_loss && self.lost_nodes == 0 {
             self.final_power_loss();
         }

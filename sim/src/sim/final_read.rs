@@ -18,7 +18,7 @@ const UNAVAILABLE_RETRIES: u32 = 8;
 
 impl Simulation {
     /// Sends one request to node `node` as the harness and runs until it is answered.
-    fn call(&mut self, node: usize, op: ClientOp) -> Option<ClientReply> {
+    pub(super) fn call(&mut self, node: usize, op: ClientOp) -> Option<ClientReply> {
         if !self.hosts[node].is_up() {
             return None;
         }

@@ -7,6 +7,7 @@
 mod cluster;
 mod faults;
 mod final_phase;
+mod final_queue;
 mod final_read;
 mod net_faults;
 mod report;
@@ -127,7 +128,8 @@ impl Simulation {
         net.faults = cfg.net.faults.clone();
         let workload_rng = component_rng(seed, Component::Workload);
         let update_rng = component_rng(seed, Component::WorkloadUpdates);
-        let workload = Workload::new(cfg.workload.clone(), workload_rng, update_rng, nodes > 1);
+        let workload = Workload::new(cfg.workload.clone(), workload_rng, update_rng, nodes > 1)
+            .with_queue_rng(component_rng(seed, Component::WorkloadQueue));
         let last_fault_ms = schedule.iter().map(|f| f.at_ms).max().unwrap_or(0);
         let hold_until = if nodes > 1 { Instant(START.0 + last_fault_ms * 1_000) } else { START };
         let world = World {
@@ -155,6 +157,8 @@ impl Simulation {
             totals: Default::default(),
             pinned: (None, None),
         };
+        let mut world = world;
+        world.checker.queue_visibility(cfg.workload.queue_visibility_ms);
         Simulation {
             seed,
             cfg,
@@ -473,6 +477,8 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
     config.partition_segment_bytes = cfg.sizes.partition_segment_bytes;
     config.retention_check_ms = cfg.sizes.retention_check_ms;
     config.retention_bytes_divisor = cfg.sizes.retention_bytes_divisor;
+    config.consumer_journal_compact_bytes = cfg.sizes.consumer_journal_compact_bytes;
+    config.queue_visibility_ms = cfg.workload.queue_visibility_ms;
     config
 }
 

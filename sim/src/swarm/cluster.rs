@@ -9,8 +9,8 @@ use rand_chacha::ChaCha8Rng;
 use narad_sim_runtime::{Component, NetFaults, component_rng};
 
 use super::{
-    SwarmConfig, draw_faults, draw_io_errors, draw_retention, draw_sizes, draw_update_prob,
-    draw_workload, think_for,
+    SwarmConfig, draw_faults, draw_io_errors, draw_queue, draw_retention, draw_sizes,
+    draw_update_prob, draw_workload, think_for,
 };
 
 /// Which network faults a seed injects, and how hard.
@@ -67,6 +67,7 @@ pub fn draw(seed: u64, nodes: u32) -> SwarmConfig {
     workload.update_prob = draw_update_prob(&mut rng);
     workload.think_max_us = think_for(&workload, horizon_ms);
     draw_retention(&mut rng, &mut workload, &mut sizes);
+    draw_queue(&mut rng, &mut workload, &mut sizes, &mut faults);
     SwarmConfig { nodes, faults, net, workload, horizon_ms, idempotent_commits: true, sizes }
 }
 

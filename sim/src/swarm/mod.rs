@@ -6,6 +6,7 @@
 //! errors (a failed write, a failed start-up read of a metastore file) are drawn last.
 
 pub mod cluster;
+mod queue;
 
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
@@ -13,6 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use narad_sim_runtime::{Component, component_rng};
 
 pub use cluster::NetPlan;
+pub(crate) use queue::draw_queue;
 
 /// How many nodes a run has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -117,6 +119,9 @@ pub struct FaultPlan {
     /// Single node: one-shot failures aimed at partition logs (a failed write or fsync, a torn
     /// write), so failed commits and the commits after them are common.
     pub partition_failure_shots: u32,
+    /// Queue seeds: one-shot failures aimed at the consumer journal (a failed write or fsync,
+    /// a crash or power loss right after its write or sync lands; `schedule` places them).
+    pub journal_shots: u32,
 }
 
 impl FaultPlan {
@@ -149,6 +154,7 @@ impl FaultPlan {
             (self.write_error_rate > 0.0 || self.write_error_shots > 0, "write_error"),
             (self.start_read_error_rate > 0.0, "start_read_error"),
             (self.partition_failure_shots > 0, "partition_failure"),
+            (self.journal_shots > 0, "journal_failure"),
         ];
         flags.into_iter().filter(|(on, _)| *on).map(|(_, name)| name).collect()
     }
@@ -189,6 +195,11 @@ pub struct WorkloadConfig {
     /// Size bound of the topics it creates (`None`: none); the nodes divide it by
     /// `NodeSizes::retention_bytes_divisor`.
     pub create_retention_bytes: Option<u64>,
+    /// Queue workers (receive, then ack, extend, nack or drop the lease); 0: no queue consume
+    /// in this seed (see `swarm::queue`).
+    pub queue_workers: u32,
+    /// The lease a receive gives (`Config::queue_visibility_ms`), short so leases expire.
+    pub queue_visibility_ms: u64,
 }
 
 impl Default for WorkloadConfig {
@@ -215,6 +226,8 @@ impl Default for WorkloadConfig {
             max_attempts: 8,
             create_retention_ms: None,
             create_retention_bytes: None,
+            queue_workers: 0,
+            queue_visibility_ms: narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
         }
     }
 }
@@ -252,6 +265,8 @@ pub struct NodeSizes {
     pub retention_check_ms: u64,
     /// `Config::retention_bytes_divisor`.
     pub retention_bytes_divisor: u64,
+    /// `Config::consumer_journal_compact_bytes`.
+    pub consumer_journal_compact_bytes: u64,
 }
 
 impl Default for NodeSizes {
@@ -263,6 +278,7 @@ impl Default for NodeSizes {
             partition_segment_bytes: narad_core::constants::PARTITION_SEGMENT_BYTES,
             retention_check_ms: narad_core::constants::RETENTION_CHECK_MS,
             retention_bytes_divisor: 1,
+            consumer_journal_compact_bytes: narad_core::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
         }
     }
 }
@@ -326,6 +342,7 @@ impl SwarmConfig {
         workload.think_max_us = think_for(&workload, horizon_ms);
         let mut sizes = sizes;
         draw_retention(&mut rng, &mut workload, &mut sizes);
+        draw_queue(&mut rng, &mut workload, &mut sizes, &mut faults);
         SwarmConfig {
             nodes: 1,
             faults,
@@ -394,6 +411,8 @@ pub(crate) fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         max_attempts: 8,
         create_retention_ms: None, // drawn last (`draw_retention`)
         create_retention_bytes: None,
+        queue_workers: 0, // drawn last of all (`draw_queue`)
+        queue_visibility_ms: narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
     }
 }
 

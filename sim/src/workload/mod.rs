@@ -3,6 +3,7 @@
 //! attempt with the same ids), and read partitions by offset. Each client has at most one request outstanding; in a cluster
 //! each request goes to a node of its own (the simulation picks a random running one).
 
+mod queue;
 mod replies;
 pub mod topics;
 mod updates;
@@ -34,6 +35,8 @@ enum Role {
     Admin,
     Producer,
     Reader,
+    /// Queue worker number `.0` (`queue.rs`).
+    Queue(usize),
 }
 
 /// A request a client is making (kept whole so it can be retried).
@@ -69,6 +72,11 @@ enum Pending {
         offset: u64,
         max: u32,
     },
+    /// A queue receive or settle of queue worker `worker`.
+    Queue {
+        worker: usize,
+        op: queue::QueueOp,
+    },
 }
 
 impl Pending {
@@ -97,6 +105,7 @@ impl Pending {
                 offset: *offset,
                 max: *max,
             },
+            Pending::Queue { op, .. } => op.op(),
         }
     }
 }
@@ -137,6 +146,9 @@ pub struct Workload {
     /// Several nodes: a node's replica may lag (a 404 for a topic just created elsewhere is
     /// a clean rejection, retried, not a lost topic).
     cluster: bool,
+    /// Queue workers' state, and their own random stream (`with_queue_rng`).
+    workers: Vec<queue::QueueWorker>,
+    queue_rng: ChaCha8Rng,
 }
 
 impl Workload {
@@ -150,6 +162,8 @@ impl Workload {
         let mut clients = vec![new_client(Role::Admin)];
         clients.extend((0..cfg.producers.max(1)).map(|_| new_client(Role::Producer)));
         clients.extend((0..cfg.readers).map(|_| new_client(Role::Reader)));
+        clients.extend((0..cfg.queue_workers as usize).map(|w| new_client(Role::Queue(w))));
+        let workers = vec![Default::default(); cfg.queue_workers as usize];
         Workload {
             messages_left: cfg.messages,
             cfg,
@@ -164,7 +178,15 @@ impl Workload {
             scripted_creates: VecDeque::new(),
             late: BTreeMap::new(),
             cluster,
+            workers,
+            queue_rng: rand::SeedableRng::seed_from_u64(0),
         }
+    }
+
+    /// Queue workers draw from `rng` (`Component::WorkloadQueue`).
+    pub fn with_queue_rng(mut self, rng: ChaCha8Rng) -> Workload {
+        self.queue_rng = rng;
+        self
     }
 
     /// Number of clients (wake each once at the start).
@@ -232,6 +254,7 @@ impl Workload {
                 Role::Admin => self.admin_next(),
                 Role::Producer => self.produce_next(checker),
                 Role::Reader => self.read_next(),
+                Role::Queue(w) => self.queue_next(w, checker),
             };
             match decided {
                 Ok(pending) => self.clients[client].next = Some(pending),
@@ -264,6 +287,7 @@ impl Workload {
         match &pending {
             Pending::Produce { ids, .. } => checker.sent(ids),
             Pending::Delete { name, .. } => checker.delete_requested(name),
+            Pending::Queue { worker, .. } => self.queue_sent(*worker, checker),
             _ => {}
         }
         if let Some(ask) = self.admin_ask(&pending) {
@@ -289,7 +313,9 @@ impl Workload {
             Pending::Update { name, change, valid } => {
                 AdminAsk::Update { name: name.clone(), change: *change, valid: *valid }
             }
-            Pending::Produce { .. } | Pending::Consume { .. } => return None,
+            Pending::Produce { .. } | Pending::Consume { .. } | Pending::Queue { .. } => {
+                return None;
+            }
         })
     }
 

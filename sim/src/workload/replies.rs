@@ -9,7 +9,7 @@ use super::{MAX_TRIES, Pending, Role, TopicState, Workload};
 use crate::checker::{Checker, ReadKind, inv};
 
 /// What to do after an answer.
-enum Next {
+pub(super) enum Next {
     Finished,
     Retry { ambiguous: bool },
 }
@@ -136,6 +136,7 @@ impl Workload {
                 None => Next::Retry { ambiguous: true },
                 Some(_) => Next::Finished,
             },
+            Pending::Queue { worker, op } => self.queue_answer(*worker, op, reply, checker),
             Pending::Consume { key, name, offset, .. } => {
                 match reply {
                     Some(ClientReply::Records(records)) => {

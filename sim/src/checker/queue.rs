@@ -1,0 +1,451 @@
+//! The queue-consume checks (docs/design.md §4.8), from what queue workers saw: every delivery
+//! (its request's send and answer times, delivery count, receipt handle, record) and every
+//! settle answer. For each message (a partition offset of a topic incarnation):
+//!
+//! 1. once an ack was answered 204, it is never delivered again: no delivery requested after
+//!    that answer, and no delivery with a higher count than the acked lease's, ever;
+//! 2. two unexpired leases never coexist: a delivery answered before the previous lease's end
+//!    is a violation. A lease lasts at least from its request's send time for the visibility
+//!    timeout (less the largest clock drift), pushed by each extend answered 204 to the
+//!    extend's send time plus the timeout; a nack (answered 204, or ambiguously) frees it from
+//!    its send time; a restart of the owner's process since the lease was asked for voids it;
+//! 3. delivery counts strictly grow: no two deliveries share a count, and a delivery answered
+//!    before another was asked for has the lower count;
+//! 4. after the final drain, every acknowledged produce the final read finds was delivered;
+//! 5. a delivery carries what was produced at its offset, byte for byte.
+//!
+//! Redeliveries (count > 1) are counted by cause: the previous lease expired, was nacked, was
+//! voided by an owner restart, or was never seen (its answer was lost). What a corruption-class
+//! fault may explain (an offset that now holds another record, a lost ack) is excused once one
+//! hit, and counted.
+
+use std::collections::BTreeMap;
+
+use narad_core::api::{LeasedRecord, SettleAction};
+use narad_core::{Instant, PartitionKey, TopicId};
+
+use super::{Checker, inv};
+use crate::payload::parse_id;
+
+/// Clocks of skewed nodes drift by up to 2 %: a lease is judged 3 % shorter than it is.
+const DRIFT_MARGIN_PERCENT: u64 = 3;
+
+/// How a settle of one handle ended, as its client saw it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SettleSeen {
+    /// 204 (or Ok in a batch).
+    Ok,
+    /// 410: the handle names no live lease.
+    Stale,
+    /// 5xx, 503 or no answer: it may or may not have happened.
+    Ambiguous,
+    /// A clean refusal that changed nothing (400, 404).
+    Refused,
+}
+
+/// The queue's counters for the report.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueVerdict {
+    /// Deliveries clients saw.
+    pub deliveries: u64,
+    /// Of those, deliveries of a message delivered before (count > 1), by cause.
+    pub redeliveries: u64,
+    pub redelivered_expired: u64,
+    pub redelivered_nack: u64,
+    pub redelivered_restart: u64,
+    pub redelivered_lost_reply: u64,
+    /// Acks answered 204.
+    pub acks: u64,
+    /// Settles answered 410.
+    pub stale: u64,
+    /// Acknowledged produces the final read found and the drain had to deliver.
+    pub drain_required: u64,
+    /// Anomalies excused because a corruption-class fault hit.
+    pub excused_corruption: u64,
+}
+
+impl QueueVerdict {
+    /// Redeliveries per delivery.
+    pub fn duplicate_rate(&self) -> f64 {
+        if self.deliveries == 0 { 0.0 } else { self.redeliveries as f64 / self.deliveries as f64 }
+    }
+
+    /// Adds another run's counters.
+    pub fn add(&mut self, o: &QueueVerdict) {
+        self.deliveries += o.deliveries;
+        self.redeliveries += o.redeliveries;
+        self.redelivered_expired += o.redelivered_expired;
+        self.redelivered_nack += o.redelivered_nack;
+        self.redelivered_restart += o.redelivered_restart;
+        self.redelivered_lost_reply += o.redelivered_lost_reply;
+        self.acks += o.acks;
+        self.stale += o.stale;
+        self.drain_required += o.drain_required;
+        self.excused_corruption += o.excused_corruption;
+    }
+
+    /// The counters as JSON (sweep and run summaries).
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "deliveries": self.deliveries,
+            "redeliveries": self.redeliveries,
+            "duplicate_delivery_rate": self.duplicate_rate(),
+            "redelivered_expired": self.redelivered_expired,
+            "redelivered_nack": self.redelivered_nack,
+            "redelivered_restart": self.redelivered_restart,
+            "redelivered_lost_reply": self.redelivered_lost_reply,
+            "acks": self.acks,
+            "stale_settles": self.stale,
+            "drain_required": self.drain_required,
+            "excused_corruption": self.excused_corruption,
+        })
+    }
+}
+
+/// One delivery (one lease) of a message as a client saw it.
+#[derive(Clone, Copy, Debug)]
+struct Delivery {
+    count: u32,
+    sent: Instant,
+    answered: Instant,
+    /// Restarts of the owner's process when it was asked for, and when it was answered.
+    gen_sent: u64,
+    gen_answered: u64,
+    /// The lease lasts at least until then (sim time).
+    end: Instant,
+    /// A nack (answered 204 or ambiguously) sent then may have freed it.
+    freed: Option<Instant>,
+}
+
+/// What the checker knows about one message's queue life.
+#[derive(Clone, Debug, Default)]
+struct QueueMsg {
+    /// The message the deliveries carried.
+    id: Option<u64>,
+    /// By delivery count.
+    deliveries: BTreeMap<u32, Delivery>,
+    /// An ack answered 204: (answer time, count of the acked lease).
+    acked: Option<(Instant, u32)>,
+}
+
+/// The queue history.
+#[derive(Clone, Debug, Default)]
+pub(super) struct QueueHistory {
+    /// The visibility timeout, in microseconds.
+    visibility_us: u64,
+    msgs: BTreeMap<(PartitionKey, u64), QueueMsg>,
+    /// Receipt handle → (message, delivery count).
+    handles: BTreeMap<String, ((PartitionKey, u64), u32)>,
+    /// Restarts per node (a process that died voided its leases).
+    restarts: Vec<u64>,
+    /// Message ids some delivery carried.
+    delivered: std::collections::BTreeSet<u64>,
+    /// The final drain ran to its end (invariant 4 applies).
+    drained: bool,
+    pub(super) verdict: QueueVerdict,
+}
+
+impl QueueHistory {
+    fn restarts_of(&self, owner: Option<u32>) -> u64 {
+        match owner {
+            Some(node) => self.restarts.get(node as usize).copied().unwrap_or(0),
+            None => self.restarts.iter().sum(),
+        }
+    }
+
+    /// The shortest a lease asked for at `sent` can last (sim time).
+    fn lease_end(&self, sent: Instant) -> Instant {
+        let us = self.visibility_us * (100 - DRIFT_MARGIN_PERCENT) / 100;
+        Instant(sent.0.saturating_add(us))
+    }
+}
+
+impl Checker {
+    /// Receives lease for `visibility_ms` (the nodes' `Config::queue_visibility_ms`).
+    pub fn queue_visibility(&mut self, visibility_ms: u64) {
+        self.queue.visibility_us = visibility_ms.saturating_mul(1_000);
+    }
+
+    /// Node `node`'s process died or started again: its leases are void.
+    pub(super) fn queue_restarted(&mut self, node: u32) {
+        let restarts = &mut self.queue.restarts;
+        if restarts.len() <= node as usize {
+            restarts.resize(node as usize + 1, 0);
+        }
+        restarts[node as usize] += 1;
+    }
+
+    /// A queue anomaly: a violation, unless a corruption-class fault may explain it.
+    fn queue_violation(&mut self, invariant: &'static str, detail: String) {
+        if self.corruption_hit {
+            self.queue.verdict.excused_corruption += 1;
+        } else {
+            self.violation(invariant, detail);
+        }
+    }
+
+    /// A receive of topic incarnation `inc` (as its client knew it) sent at `sent` leased
+    /// `records`, answered now.
+    pub fn queue_delivered(&mut self, inc: TopicId, sent: Instant, records: &[LeasedRecord]) {
+        for leased in records {
+            self.queue_delivery(inc, sent, leased);
+        }
+    }
+
+    /// The incarnation a delivered record belongs to: where a commit placed its message at
+    /// that partition and offset (a lagging node may resolve the name to another incarnation),
+    /// else the one its client asked for.
+    fn delivered_key(
+        &self,
+        inc: TopicId,
+        id: Option<u64>,
+        partition: u32,
+        offset: u64,
+    ) -> PartitionKey {
+        let placed = id.and_then(|id| self.msgs.get(id as usize)).and_then(|msg| {
+            msg.placed.iter().find(|(k, o)| k.partition == partition && *o == offset).map(|p| p.0)
+        });
+        placed.unwrap_or(PartitionKey { topic: inc, partition })
+    }
+
+    fn queue_delivery(&mut self, inc: TopicId, sent: Instant, leased: &LeasedRecord) {
+        let record = &leased.record;
+        let id = parse_id(&record.payload);
+        let key = self.delivered_key(inc, id, record.partition, record.offset);
+        if self.is_deleted(key.topic) {
+            return;
+        }
+        self.queue.verdict.deliveries += 1;
+        let Some(id) = self.check_record(Some(key), record) else { return };
+        self.queue.delivered.insert(id);
+        let at = (key, record.offset);
+        self.check_same_record(at, id);
+        let owner = self.owners.get(&key).copied();
+        let count = leased.delivery_count;
+        let delivery = Delivery {
+            count,
+            sent,
+            answered: self.now,
+            gen_sent: self.queue.restarts_of(owner),
+            gen_answered: self.queue.restarts_of(owner),
+            end: self.queue.lease_end(sent),
+            freed: None,
+        };
+        self.queue.handles.insert(leased.receipt_handle.clone(), (at, count));
+        let known = self.queue.msgs.entry(at).or_default();
+        known.id.get_or_insert(id);
+        if known.deliveries.contains_key(&count) {
+            let detail = format!("{key}@{}: delivery count {count} given twice", record.offset);
+            return self.queue_violation(inv::QUEUE_COUNT, detail);
+        }
+        known.deliveries.insert(count, delivery);
+        self.check_acked(at);
+    }
+
+    /// An offset once delivered as one message never carries another (nor does the log).
+    fn check_same_record(&mut self, at: (PartitionKey, u64), id: u64) {
+        let before = self.queue.msgs.get(&at).and_then(|m| m.id).or(self.seen.get(&at).copied());
+        if let Some(before) = before.filter(|&b| b != id) {
+            let detail = format!("{}@{}: held message {before}, delivered {id}", at.0, at.1);
+            self.queue_violation(inv::QUEUE_WRONG_RECORD, detail);
+        }
+    }
+
+    /// Counts the redeliveries of `at` by the fate of the lease before each.
+    fn count_redeliveries(&mut self, at: (PartitionKey, u64)) {
+        let msg = &self.queue.msgs[&at];
+        let v = &mut self.queue.verdict;
+        for this in msg.deliveries.values().filter(|d| d.count > 1) {
+            v.redeliveries += 1;
+            match msg.deliveries.get(&(this.count - 1)) {
+                None => v.redelivered_lost_reply += 1,
+                Some(prev) if prev.freed.is_some() => v.redelivered_nack += 1,
+                Some(prev) if this.gen_answered > prev.gen_sent && this.answered < prev.end => {
+                    v.redelivered_restart += 1;
+                }
+                Some(_) => v.redelivered_expired += 1,
+            }
+        }
+    }
+
+    /// Invariant 1 for `at`: nothing delivered after (or beyond) an ack answered 204.
+    fn check_acked(&mut self, at: (PartitionKey, u64)) {
+        let msg = &self.queue.msgs[&at];
+        let Some((acked_at, acked_count)) = msg.acked else { return };
+        let again = msg.deliveries.values().find(|d| d.count > acked_count || d.sent > acked_at);
+        if let Some(d) = again.copied() {
+            let detail = format!(
+                "{}@{}: ack of delivery {acked_count} answered 204 at t={}, delivered again \
+                 (count {}, asked at t={})",
+                at.0,
+                at.1,
+                crate::clock::since_start(acked_at),
+                d.count,
+                crate::clock::since_start(d.sent)
+            );
+            self.queue_violation(inv::QUEUE_ACKED_REDELIVERED, detail);
+        }
+    }
+
+    /// Invariants 2 and 3 for `at`, over every pair of consecutive known deliveries (judged
+    /// at the end: a nack answered at the same instant as the next delivery may be seen after
+    /// it).
+    fn check_leases(&mut self, at: (PartitionKey, u64)) {
+        let deliveries: Vec<Delivery> = self.queue.msgs[&at].deliveries.values().copied().collect();
+        let mut problems = Vec::new();
+        for pair in deliveries.windows(2) {
+            let (old, new) = (pair[0], pair[1]);
+            let nacked = old.freed.is_some_and(|f| f <= new.answered);
+            let restarted = new.gen_answered > old.gen_sent;
+            if new.answered < old.end && !nacked && !restarted {
+                problems.push((
+                    inv::QUEUE_DOUBLE_LEASE,
+                    format!(
+                        "{}@{}: delivery {} answered at t={} while delivery {} (asked at t={}) \
+                     leased it until t={} at least",
+                        at.0,
+                        at.1,
+                        new.count,
+                        crate::clock::since_start(new.answered),
+                        old.count,
+                        crate::clock::since_start(old.sent),
+                        crate::clock::since_start(old.end),
+                    ),
+                ));
+            }
+        }
+        for a in &deliveries {
+            if let Some(b) = deliveries.iter().find(|b| a.answered < b.sent && a.count >= b.count) {
+                problems.push((inv::QUEUE_COUNT, format!(
+                    "{}@{}: delivery count {} answered before a delivery with count {} was asked",
+                    at.0, at.1, a.count, b.count
+                )));
+            }
+        }
+        for (invariant, detail) in problems {
+            self.queue_violation(invariant, detail);
+        }
+    }
+
+    /// A settle (`action`) of `handle` sent at `sent` ended as `seen` (now).
+    pub fn queue_settled(
+        &mut self,
+        handle: &str,
+        action: SettleAction,
+        sent: Instant,
+        seen: SettleSeen,
+    ) {
+        let Some(&(at, count)) = self.queue.handles.get(handle) else { return };
+        if self.is_deleted(at.0.topic) {
+            return;
+        }
+        match seen {
+            SettleSeen::Stale => self.queue.verdict.stale += 1,
+            SettleSeen::Ok if action == SettleAction::Ack => self.queue.verdict.acks += 1,
+            _ => {}
+        }
+        let end = self.queue.lease_end(sent);
+        let now = self.now;
+        let Some(msg) = self.queue.msgs.get_mut(&at) else { return };
+        match (action, seen) {
+            (SettleAction::Ack, SettleSeen::Ok) => {
+                let earliest = msg.acked.map_or((now, count), |a| a.min((now, count)));
+                msg.acked = Some(earliest);
+                self.check_acked(at);
+            }
+            (SettleAction::Extend, SettleSeen::Ok) => {
+                if let Some(d) = msg.deliveries.get_mut(&count) {
+                    d.end = d.end.max(end);
+                }
+            }
+            (SettleAction::Nack, SettleSeen::Ok | SettleSeen::Ambiguous) => {
+                if let Some(d) = msg.deliveries.get_mut(&count) {
+                    d.freed = Some(d.freed.map_or(sent, |f| f.min(sent)));
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The final drain delivered and acked everything it could.
+    pub fn queue_drained(&mut self) {
+        self.queue.drained = true;
+    }
+
+    /// The checks that need the final read (from `verdict`).
+    pub(super) fn queue_verdict_checks(&mut self, read_complete: bool) {
+        let keys: Vec<(PartitionKey, u64)> = self.queue.msgs.keys().copied().collect();
+        for at in keys {
+            if self.is_deleted(at.0.topic) {
+                continue;
+            }
+            self.check_leases(at);
+            self.count_redeliveries(at);
+        }
+        if self.queue.drained && read_complete {
+            self.check_drained();
+        }
+        self.check_delivered_records();
+    }
+
+    /// Invariant 4, after the drain: every acknowledged produce the final read found (of a
+    /// topic not deleted, not deleted by retention) was delivered at least once. Only runs
+    /// with queue workers drain.
+    fn check_drained(&mut self) {
+        let mut missing = Vec::new();
+        let mut required = 0;
+        for (id, msg) in self.msgs.iter().enumerate() {
+            let live = msg.found_on.iter().any(|k| !self.is_deleted(k.topic));
+            if !msg.acked || msg.visible == 0 || !live || self.deleted_by_retention(&msg.placed) {
+                continue;
+            }
+            required += 1;
+            if !self.queue.delivered.contains(&(id as u64)) {
+                missing.push((id, msg.found_on.clone()));
+            }
+        }
+        self.queue.verdict.drain_required = required;
+        for (id, on) in missing.iter().take(5) {
+            let detail = format!(
+                "message {id} (on {on:?}) acked and readable, never delivered by the drain"
+            );
+            self.queue_violation(inv::QUEUE_UNDELIVERED, detail);
+        }
+        if missing.len() > 5 {
+            let detail = format!("... {} messages never delivered in all", missing.len());
+            self.queue_violation(inv::QUEUE_UNDELIVERED, detail);
+        }
+    }
+
+    /// Offsets the final read found holding another message than the queue delivered there.
+    fn check_delivered_records(&mut self) {
+        let wrong: Vec<String> = self
+            .queue
+            .msgs
+            .iter()
+            .filter_map(|(at, m)| {
+                let (seen, id) = (*self.seen.get(at)?, m.id?);
+                (seen != id && !self.is_deleted(at.0.topic)).then(|| {
+                    format!("{}@{}: delivered message {id}, the log holds {seen}", at.0, at.1)
+                })
+            })
+            .collect();
+        for detail in wrong.into_iter().take(5) {
+            self.queue_violation(inv::QUEUE_WRONG_RECORD, detail);
+        }
+    }
+
+    /// The time of the event being processed (when a queue request is sent).
+    pub fn queue_now(&self) -> Instant {
+        self.now
+    }
+
+    /// The queue's counters.
+    pub fn queue_verdict(&self) -> QueueVerdict {
+        self.queue.verdict
+    }
+}
+
+#[cfg(test)]
+#[path = "queue_tests.rs"]
+mod tests;
