@@ -57,4 +57,6 @@ scenarios!(
     leader_isolated_during_load,
     owner_dies_and_its_share_is_rerouted,
     topic_deleted_while_a_node_is_cut_off,
+    owner_killed_with_leases_outstanding,
+    ack_whose_journal_fsync_fails,
 );

@@ -8,7 +8,9 @@
 //!    is a violation. A lease lasts at least from its request's send time for the visibility
 //!    timeout (less the largest clock drift), pushed by each extend answered 204 to the
 //!    extend's send time plus the timeout; a nack (answered 204, or ambiguously) frees it from
-//!    its send time; a restart of the owner's process since the lease was asked for voids it;
+//!    its send time (in a cluster also one answered 410: a duplicated forwarded settle is
+//!    applied once and refused once, and the refusal may arrive first); a restart of the
+//!    owner's process since the lease was asked for voids it;
 //! 3. delivery counts strictly grow: no two deliveries share a count, and a delivery answered
 //!    before another was asked for has the lower count;
 //! 4. after the final drain, every acknowledged produce the final read finds was delivered;
@@ -345,7 +347,7 @@ impl Checker {
             _ => {}
         }
         let end = self.queue.lease_end(sent);
-        let now = self.now;
+        let (now, cluster) = (self.now, self.cluster);
         let Some(msg) = self.queue.msgs.get_mut(&at) else { return };
         match (action, seen) {
             (SettleAction::Ack, SettleSeen::Ok) => {
@@ -358,7 +360,12 @@ impl Checker {
                     d.end = d.end.max(end);
                 }
             }
-            (SettleAction::Nack, SettleSeen::Ok | SettleSeen::Ambiguous) => {
+            // In a cluster a 410 may answer a nack that happened: a duplicated forwarded
+            // settle is applied once and refused once, and either reply may arrive first.
+            (SettleAction::Nack, SettleSeen::Ok | SettleSeen::Ambiguous)
+            | (SettleAction::Nack, SettleSeen::Stale)
+                if seen != SettleSeen::Stale || cluster =>
+            {
                 if let Some(d) = msg.deliveries.get_mut(&count) {
                     d.freed = Some(d.freed.map_or(sent, |f| f.min(sent)));
                 }

@@ -194,3 +194,15 @@ fn a_delivery_carrying_other_bytes_or_another_offsets_record_is_a_violation() {
     checker.verdict(true, 0);
     assert_eq!(count(&checker, inv::QUEUE_WRONG_RECORD), 1);
 }
+
+#[test]
+fn in_a_cluster_a_nack_answered_410_may_still_have_freed_the_lease() {
+    for (cluster, expected) in [(false, 1), (true, 0)] {
+        let mut checker = history(1);
+        checker.cluster = cluster;
+        deliver(&mut checker, 0, 1, 0, 2);
+        settle(&mut checker, &handle(0, 1), SettleAction::Nack, 100, SettleSeen::Stale);
+        deliver(&mut checker, 0, 2, 150, 152);
+        assert_eq!(count(&judged(checker), inv::QUEUE_DOUBLE_LEASE), expected, "cluster {cluster}");
+    }
+}

@@ -1,8 +1,8 @@
 //! The scenario catalogue: every named scenario, single-node (`single.rs`) and cluster
-//! (`cluster.rs`), in the order `narad-sim scenarios` lists them.
+//! (`cluster.rs`) and queue consume (`queue.rs`), in the order `narad-sim scenarios` lists them.
 
 use super::Scenario;
-use super::{cluster, single};
+use super::{cluster, queue, single};
 
 /// Every scenario.
 pub fn all() -> Vec<Scenario> {
@@ -25,5 +25,7 @@ pub fn all() -> Vec<Scenario> {
         cluster::leader_isolated_during_load(),
         cluster::owner_dies_and_its_share_is_rerouted(),
         cluster::topic_deleted_while_a_node_is_cut_off(),
+        queue::owner_killed_with_leases_outstanding(),
+        queue::ack_whose_journal_fsync_fails(),
     ]
 }

@@ -5,6 +5,7 @@
 pub mod catalog;
 mod cluster;
 mod kit;
+mod queue;
 mod single;
 
 use std::fmt::Write;
@@ -84,6 +85,15 @@ pub fn summary(scenario: &Scenario, outcome: &RunOutcome) -> String {
         let _ = writeln!(out, "nodes: {}", outcome.nodes);
         let _ = writeln!(out, "remote_commits: {}", yes(outcome.totals.remote_commits > 0));
         let _ = writeln!(out, "rerouted: {}", yes(outcome.totals.rerouted > 0));
+    }
+    let q = &v.queue;
+    if q.deliveries > 0 {
+        let _ = writeln!(out, "queue_acks: {}", yes(q.acks > 0));
+        let _ = writeln!(out, "queue_redelivered_expired: {}", yes(q.redelivered_expired > 0));
+        let _ = writeln!(out, "queue_redelivered_nack: {}", yes(q.redelivered_nack > 0));
+        let _ = writeln!(out, "queue_redelivered_restart: {}", yes(q.redelivered_restart > 0));
+        let _ = writeln!(out, "queue_stale_settles: {}", yes(q.stale > 0));
+        let _ = writeln!(out, "queue_drain_checked: {}", yes(q.drain_required > 0));
     }
     let hit: Vec<&str> =
         outcome.faults.iter().filter(|(_, n)| *n > 0).map(|(c, _)| c.name()).collect();

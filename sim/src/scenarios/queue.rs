@@ -1,0 +1,60 @@
+//! Queue-consume scenarios (docs/design.md §4.8): queue workers next to the producers, with a
+//! short lease, and one fault story each.
+
+use narad_sim_runtime::{FaultClass, FileClass, FileMatch};
+
+use super::Scenario;
+use super::kit::{at, check, hit, plan, workload};
+use crate::schedule::FaultAction as A;
+use crate::swarm::{NetPlan, NodeSizes, WorkloadConfig};
+
+/// The scenarios' workload: two producers, no reader, two queue workers with a 1 s lease.
+fn queue_workload() -> WorkloadConfig {
+    WorkloadConfig {
+        readers: 0,
+        queue_workers: 2,
+        queue_visibility_ms: 1_000,
+        ..workload(200, 2, 1_500)
+    }
+}
+
+pub(super) fn owner_killed_with_leases_outstanding() -> Scenario {
+    Scenario {
+        name: "owner_killed_with_leases_outstanding",
+        story: "the owner's process is killed while queue workers hold leases: its leases are void, their messages are delivered again at once after the restart (before the leases would have expired), acks and delivery counts survive",
+        seed: 41,
+        nodes: 1,
+        sizes: NodeSizes::default(),
+        net: NetPlan::default(),
+        workload: queue_workload(),
+        faults: plan(),
+        schedule: vec![at(700, A::ProcessCrash), at(760, A::Restart)],
+        expect: |o| {
+            hit(o, FaultClass::ProcessCrash)?;
+            let q = &o.verdict.queue;
+            check(q.acks > 0, "no ack answered 204")?;
+            check(q.redelivered_restart > 0, "no lease voided by the restart was delivered again")
+        },
+    }
+}
+
+pub(super) fn ack_whose_journal_fsync_fails() -> Scenario {
+    Scenario {
+        name: "ack_whose_journal_fsync_fails",
+        story: "the consumer journal's fsync fails under a group of acks and deliveries: they answer 500 (ambiguous, retried), the journal latches and queue requests fail until the drain restarts the node; no ack answered 204 is lost and every acked produce is delivered",
+        seed: 42,
+        nodes: 1,
+        // A small compaction bound: images and file switches happen as well.
+        sizes: NodeSizes { consumer_journal_compact_bytes: 2_048, ..NodeSizes::default() },
+        net: NetPlan::default(),
+        workload: queue_workload(),
+        faults: plan(),
+        schedule: vec![at(600, A::FailNextSync(FileMatch::class(FileClass::Journal)))],
+        expect: |o| {
+            hit(o, FaultClass::FsyncError)?;
+            let q = &o.verdict.queue;
+            check(q.acks > 0, "no ack answered 204")?;
+            check(q.drain_required > 0, "the drain was not checked")
+        },
+    }
+}
