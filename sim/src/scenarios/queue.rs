@@ -41,7 +41,7 @@ pub(super) fn owner_killed_with_leases_outstanding() -> Scenario {
 pub(super) fn ack_whose_journal_fsync_fails() -> Scenario {
     Scenario {
         name: "ack_whose_journal_fsync_fails",
-        story: "the consumer journal's fsync fails under a group of acks and deliveries: they answer 500 (ambiguous, retried), the journal latches and queue requests fail until the drain restarts the node; no ack answered 204 is lost and every acked produce is delivered",
+        story: "the consumer-journal fsync under an ack fails: the ack answers 500 (ambiguous, retried), the journal latches and queue receives and settles answer 500 until the drain restarts the node; no ack answered 204 is lost and every acked produce is delivered",
         seed: 42,
         nodes: 1,
         // A small compaction bound: images and file switches happen as well.
@@ -49,7 +49,7 @@ pub(super) fn ack_whose_journal_fsync_fails() -> Scenario {
         net: NetPlan::default(),
         workload: queue_workload(),
         faults: plan(),
-        schedule: vec![at(600, A::FailNextSync(FileMatch::class(FileClass::Journal)))],
+        schedule: vec![at(500, A::FailNextSync(FileMatch::class(FileClass::Journal)))],
         expect: |o| {
             hit(o, FaultClass::FsyncError)?;
             let q = &o.verdict.queue;
