@@ -161,13 +161,16 @@ fn delivery_counts_must_grow() {
 
 #[test]
 fn a_readable_message_the_drain_never_delivered_is_a_violation() {
-    let mut checker = history(2);
+    let mut checker = history(3);
     deliver(&mut checker, 0, 1, 0, 2);
+    settle(&mut checker, &handle(0, 1), SettleAction::Ack, 10, SettleSeen::Ok);
+    // Message 2 was delivered but never acked (the queue stopped offering it).
+    deliver(&mut checker, 2, 1, 0, 2);
     checker.queue_drained();
-    let records = [record(&checker, 0, 0), record(&checker, 1, 1)];
+    let records = [record(&checker, 0, 0), record(&checker, 1, 1), record(&checker, 2, 2)];
     checker.consumed(KEY, 0, &records, ReadKind::Final);
     checker.verdict(true, 0);
-    assert_eq!(count(&checker, inv::QUEUE_UNDELIVERED), 1, "message 1");
+    assert_eq!(count(&checker, inv::QUEUE_UNDELIVERED), 2, "messages 1 and 2");
     // Without a completed drain, nothing is required.
     let mut checker = history(2);
     checker.consumed(KEY, 0, &records, ReadKind::Final);
