@@ -111,9 +111,8 @@ struct Delivery {
     count: u32,
     sent: Instant,
     answered: Instant,
-    /// Restarts of the owner's process when it was asked for, and when it was answered.
-    gen_sent: u64,
-    gen_answered: u64,
+    /// The owner of the partition, as the commits named it (`None`: any node).
+    owner: Option<u32>,
     /// The lease lasts at least until then (sim time).
     end: Instant,
     /// A nack (answered 204 or ambiguously) sent then may have freed it.
@@ -139,8 +138,8 @@ pub(super) struct QueueHistory {
     msgs: BTreeMap<(PartitionKey, u64), QueueMsg>,
     /// Receipt handle → (message, delivery count).
     handles: BTreeMap<String, ((PartitionKey, u64), u32)>,
-    /// Restarts per node (a process that died voided its leases).
-    restarts: Vec<u64>,
+    /// When each node's process died or started (a process that died voided its leases).
+    restarts: Vec<Vec<Instant>>,
     /// Message ids some delivery carried, and those an ack may have settled (answered 204 or
     /// ambiguously; in a cluster also 410, see `queue_settled`).
     delivered: std::collections::BTreeSet<u64>,
@@ -151,10 +150,13 @@ pub(super) struct QueueHistory {
 }
 
 impl QueueHistory {
-    fn restarts_of(&self, owner: Option<u32>) -> u64 {
+    /// True if the process of `owner` (any node's, if unknown) died or started within
+    /// `from..=to`: a lease granted then may have been voided.
+    fn restarted_between(&self, owner: Option<u32>, from: Instant, to: Instant) -> bool {
+        let within = |times: &Vec<Instant>| times.iter().any(|&t| from <= t && t <= to);
         match owner {
-            Some(node) => self.restarts.get(node as usize).copied().unwrap_or(0),
-            None => self.restarts.iter().sum(),
+            Some(node) => self.restarts.get(node as usize).is_some_and(within),
+            None => self.restarts.iter().any(within),
         }
     }
 
@@ -175,9 +177,9 @@ impl Checker {
     pub(super) fn queue_restarted(&mut self, node: u32) {
         let restarts = &mut self.queue.restarts;
         if restarts.len() <= node as usize {
-            restarts.resize(node as usize + 1, 0);
+            restarts.resize(node as usize + 1, Vec::new());
         }
-        restarts[node as usize] += 1;
+        restarts[node as usize].push(self.now);
     }
 
     /// A queue anomaly: a violation, unless a corruption-class fault may explain it.
@@ -231,8 +233,7 @@ impl Checker {
             count,
             sent,
             answered: self.now,
-            gen_sent: self.queue.restarts_of(owner),
-            gen_answered: self.queue.restarts_of(owner),
+            owner,
             end: self.queue.lease_end(sent),
             freed: None,
         };
@@ -258,19 +259,24 @@ impl Checker {
 
     /// Counts the redeliveries of `at` by the fate of the lease before each.
     fn count_redeliveries(&mut self, at: (PartitionKey, u64)) {
-        let msg = &self.queue.msgs[&at];
-        let v = &mut self.queue.verdict;
+        let history = &self.queue;
+        let msg = &history.msgs[&at];
+        let mut v = history.verdict;
         for this in msg.deliveries.values().filter(|d| d.count > 1) {
             v.redeliveries += 1;
             match msg.deliveries.get(&(this.count - 1)) {
                 None => v.redelivered_lost_reply += 1,
                 Some(prev) if prev.freed.is_some() => v.redelivered_nack += 1,
-                Some(prev) if this.gen_answered > prev.gen_sent && this.answered < prev.end => {
+                Some(prev)
+                    if this.answered < prev.end
+                        && history.restarted_between(prev.owner, prev.sent, this.answered) =>
+                {
                     v.redelivered_restart += 1;
                 }
                 Some(_) => v.redelivered_expired += 1,
             }
         }
+        self.queue.verdict = v;
     }
 
     /// Invariant 1 for `at`: nothing delivered after (or beyond) an ack answered 204.
@@ -301,7 +307,7 @@ impl Checker {
         for pair in deliveries.windows(2) {
             let (old, new) = (pair[0], pair[1]);
             let nacked = old.freed.is_some_and(|f| f <= new.answered);
-            let restarted = new.gen_answered > old.gen_sent;
+            let restarted = self.queue.restarted_between(old.owner, old.sent, new.answered);
             if new.answered < old.end && !nacked && !restarted {
                 problems.push((
                     inv::QUEUE_DOUBLE_LEASE,

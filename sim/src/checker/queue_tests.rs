@@ -123,12 +123,14 @@ fn nacks_restarts_and_expiry_free_a_lease_and_extends_push_its_end() {
     deliver(&mut checker, 1, 2, 150, 152);
     // The owner restarted: fine.
     deliver(&mut checker, 2, 1, 0, 2);
+    checker.set_now(at(200));
     checker.on_crash(0);
     deliver(&mut checker, 2, 2, 300, 302);
-    // Extended at 900 ms: the lease lasts past 1,100 ms, a delivery there is a second lease.
-    deliver(&mut checker, 3, 1, 0, 2);
-    settle(&mut checker, &handle(3, 1), SettleAction::Extend, 900, SettleSeen::Ok);
-    deliver(&mut checker, 3, 2, 1_100, 1_102);
+    // Extended at 1,400 ms: the lease lasts past 2,000 ms, a delivery there is a second lease.
+    // (Asked after the restart, so it does not excuse it.)
+    deliver(&mut checker, 3, 1, 500, 502);
+    settle(&mut checker, &handle(3, 1), SettleAction::Extend, 1_400, SettleSeen::Ok);
+    deliver(&mut checker, 3, 2, 2_000, 2_002);
     let checker = judged(checker);
     let doubles: Vec<_> =
         checker.violations().0.iter().filter(|v| v.invariant == inv::QUEUE_DOUBLE_LEASE).collect();
@@ -141,6 +143,28 @@ fn nacks_restarts_and_expiry_free_a_lease_and_extends_push_its_end() {
         (2, 1, 1),
         "{v:?}"
     );
+}
+
+#[test]
+fn only_a_restart_after_the_lease_was_asked_for_voids_it() {
+    // The owner restarted while the reply of delivery 1 was on its way (after it was asked
+    // for): excused. A restart before it was asked for excuses nothing.
+    let mut checker = history(2);
+    deliver(&mut checker, 0, 1, 100, 300);
+    checker.set_now(at(200));
+    checker.on_crash(0);
+    deliver(&mut checker, 0, 2, 400, 402);
+    deliver(&mut checker, 1, 1, 300, 302);
+    deliver(&mut checker, 1, 2, 400, 402);
+    let doubles: Vec<_> = judged(checker)
+        .violations()
+        .0
+        .iter()
+        .filter(|v| v.invariant == inv::QUEUE_DOUBLE_LEASE)
+        .map(|v| v.detail.clone())
+        .collect();
+    assert_eq!(doubles.len(), 1, "{doubles:?}");
+    assert!(doubles[0].contains("@1"), "{doubles:?}");
 }
 
 #[test]
