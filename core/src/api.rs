@@ -27,8 +27,11 @@ pub enum ClientOp {
     GetTopic { name: String },
     /// Produce messages. `batch` selects the batch form (errors name the message index).
     Produce { topic: String, messages: Vec<ProduceMessage>, batch: bool },
-    /// Read committed records of one partition from `offset`, at most `max` of them.
-    Consume { topic: String, partition: u32, offset: u64, max: u32 },
+    /// Read committed records of one partition from `offset`, at most `max` of them. With
+    /// `wait_ms` > 0 (a long-poll, at most `MAX_CONSUME_WAIT_MS`), a consume that finds
+    /// nothing at `offset` waits until a record there becomes visible or the wait ends (then
+    /// it is answered empty); 0 answers at once.
+    Consume { topic: String, partition: u32, offset: u64, max: u32, wait_ms: u64 },
     /// The cluster's members as this node's metastore replica sees them.
     Members,
     /// Queue consume: lease up to `max` (1-100) available messages of the topic (of one
@@ -320,4 +323,7 @@ pub struct Stats {
     pub queue_deliveries: u64,
     pub queue_acks: u64,
     pub consumer_journal_syncs: u64,
+    /// Long-poll consumes parked on this node now (local clients' and peers'), at most
+    /// `PARKED_MAX`.
+    pub consumes_parked: u64,
 }

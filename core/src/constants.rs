@@ -103,3 +103,12 @@ pub const MAX_RECEIVE_MESSAGES: u32 = 100;
 pub const MAX_SETTLE_HANDLES: usize = 100;
 /// Size past which the consumer journal is compacted into a new file.
 pub const CONSUMER_JOURNAL_COMPACT_BYTES: u64 = 4 * 1024 * 1024;
+
+/// Longest a consume may wait for a record (`wait`, long-poll): longer asks are cut to it and
+/// the HTTP answer says so (`X-Narad-Wait-Clamped`). Below every timeout between a client and
+/// the node (the CLI waits 60 s; a forwarded consume's deadline is its wait plus 6 s).
+pub const MAX_CONSUME_WAIT_MS: u64 = 20_000;
+/// Most long-poll consumes parked on one node at once (local clients' and peers' together);
+/// past it a consume that would park is answered 503 (retry later). A parked consume holds
+/// its request and a few index entries, no timer or task of its own.
+pub const PARKED_MAX: usize = 16_384;

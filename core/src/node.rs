@@ -12,8 +12,10 @@ mod cluster;
 mod commit;
 mod discard;
 mod invariants;
+mod long_poll;
 mod metastore;
 mod owner;
+mod parked;
 mod queue;
 mod recovery;
 mod retention;
@@ -257,6 +259,8 @@ pub struct Node {
     counters: NodeCounters,
     /// Queue consumers: partition queues, the consumer journal, requests in progress.
     consumers: queue::Consumers,
+    /// Long-poll consumes waiting for a record to become visible.
+    parked: parked::Parked,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -414,6 +418,7 @@ impl Node {
             shutting_down: false,
             counters: NodeCounters::default(),
             consumers,
+            parked: parked::Parked::default(),
         };
         Ok(Recovery::new(node, files.into_keys().collect(), seals))
     }
@@ -452,6 +457,7 @@ impl Node {
             Input::BeginShutdown => {
                 tracing::info!("shutdown requested: no new produces; flushing");
                 self.shutting_down = true;
+                self.release_parked_for_shutdown();
             }
         }
         self.pump();
@@ -478,6 +484,7 @@ impl Node {
             self.tick_metastore();
         }
         self.expire_remote();
+        self.expire_parked();
         self.run_retention_if_due();
         self.pump();
     }
@@ -500,6 +507,7 @@ impl Node {
             self.dispatcher.next_deadline(),
             self.wal_read_retry_at,
             self.remote.next_deadline(),
+            self.parked.next_deadline(),
             (self.is_serving() && !self.partitions.is_empty()).then_some(self.next_retention_at),
         ]
         .into_iter()
@@ -625,6 +633,7 @@ impl Node {
             queue_deliveries: self.consumers.counters.deliveries,
             queue_acks: self.consumers.counters.acks,
             consumer_journal_syncs: self.consumers.counters.journal_syncs,
+            consumes_parked: self.parked.len() as u64,
         }
     }
 

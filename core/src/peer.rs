@@ -58,8 +58,11 @@ pub enum PeerMessage {
     Propose { id: u64, command: Bytes },
     /// The leader's answer once the command was applied (or refused).
     ProposeReply { id: u64, result: WireAdminResult },
-    /// Read committed records of a partition the receiver owns.
-    Consume { id: u64, target: PartitionKey, offset: u64, max: u32 },
+    /// Read committed records of a partition the receiver owns; with `wait_ms` > 0 (a
+    /// long-poll), an owner that has nothing at `offset` answers once a record there is visible
+    /// or the wait ended (empty). A consume without a wait keeps the earlier layout (tag 8);
+    /// one with a wait has its own tag, so the encoding stays canonical.
+    Consume { id: u64, target: PartitionKey, offset: u64, max: u32, wait_ms: u64 },
     /// The owner's answer.
     ConsumeReply { id: u64, result: Result<Vec<WireConsumed>, WireError> },
     /// Watermark and size of the receiver's partitions of `topic` (for `GET /v1/topics/{t}`).
@@ -156,6 +159,8 @@ const TAG_RECEIVE: u8 = 12;
 const TAG_RECEIVE_REPLY: u8 = 13;
 const TAG_SETTLE: u8 = 14;
 const TAG_SETTLE_REPLY: u8 = 15;
+/// A consume with a wait: the layout of `TAG_CONSUME` followed by `wait_ms` (never 0).
+const TAG_CONSUME_WAIT: u8 = 16;
 
 const RESULT_COMMITTED: u8 = 0;
 const RESULT_FAILED: u8 = 1;
@@ -205,11 +210,14 @@ impl PeerMessage {
                 put_u64s(&mut out, &[*id]);
                 encode_admin_result(&mut out, result);
             }
-            PeerMessage::Consume { id, target, offset, max } => {
-                out.push(TAG_CONSUME);
+            PeerMessage::Consume { id, target, offset, max, wait_ms } => {
+                out.push(if *wait_ms == 0 { TAG_CONSUME } else { TAG_CONSUME_WAIT });
                 put_u64s(&mut out, &[*id, target.topic.0, *offset]);
                 out.extend_from_slice(&target.partition.to_le_bytes());
                 out.extend_from_slice(&max.to_le_bytes());
+                if *wait_ms != 0 {
+                    put_u64s(&mut out, &[*wait_ms]);
+                }
             }
             PeerMessage::ConsumeReply { id, result } => {
                 out.push(TAG_CONSUME_REPLY);
@@ -249,6 +257,7 @@ impl PeerMessage {
             TAG_COMMIT_REPLY | TAG_CONFIRM | TAG_CONFIRM_REPLY => decode_small(tag, &mut reader),
             TAG_PROPOSE_REPLY | TAG_CONSUME | TAG_CONSUME_REPLY => decode_small(tag, &mut reader),
             TAG_TOPIC_STATS | TAG_TOPIC_STATS_REPLY => decode_small(tag, &mut reader),
+            TAG_CONSUME_WAIT => decode_small(tag, &mut reader),
             TAG_RECEIVE => queue_wire::decode_receive(&mut reader),
             TAG_RECEIVE_REPLY => queue_wire::decode_receive_reply(&mut reader),
             TAG_SETTLE => queue_wire::decode_settle(&mut reader),
@@ -317,10 +326,13 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
             PeerMessage::ConfirmGoneReply { id, topic, gone }
         }
         TAG_PROPOSE_REPLY => PeerMessage::ProposeReply { id, result: decode_admin_result(reader)? },
-        TAG_CONSUME => {
+        TAG_CONSUME | TAG_CONSUME_WAIT => {
             let (topic, offset) = (TopicId(reader.u64()?), reader.u64()?);
             let target = PartitionKey { topic, partition: reader.u32()? };
-            PeerMessage::Consume { id, target, offset, max: reader.u32()? }
+            let max = reader.u32()?;
+            // A wait of 0 has exactly one spelling: the tag without a wait.
+            let wait_ms = if tag == TAG_CONSUME { 0 } else { reader.u64().filter(|&w| w != 0)? };
+            PeerMessage::Consume { id, target, offset, max, wait_ms }
         }
         TAG_TOPIC_STATS => PeerMessage::TopicStats { id, topic: TopicId(reader.u64()?) },
         TAG_TOPIC_STATS_REPLY => {
@@ -555,11 +567,10 @@ mod tests {
         prop_oneof![
             prop::collection::vec(any::<u8>(), 0..50)
                 .prop_map(|b| PeerMessage::Raft(Bytes::from(b))),
-            (any::<u64>(), any::<u64>(), key, prop::collection::vec(arb_record(), 0..5)).prop_map(
-                |(id, origin_checkpoint, target, records)| {
+            (any::<u64>(), any::<u64>(), key.clone(), prop::collection::vec(arb_record(), 0..5))
+                .prop_map(|(id, origin_checkpoint, target, records)| {
                     PeerMessage::CommitBatch { id, origin_checkpoint, target, records }
-                }
-            ),
+                }),
             (any::<u64>(), any::<u64>()).prop_map(|(id, first_offset)| PeerMessage::CommitReply {
                 id,
                 result: WireCommitResult::Committed { first_offset }
@@ -577,6 +588,14 @@ mod tests {
             (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(id, t, gone)| {
                 PeerMessage::ConfirmGoneReply { id, topic: TopicId(t), gone }
             }),
+            (any::<u64>(), key, any::<u64>(), any::<u32>(), prop_oneof![Just(0u64), any::<u64>()])
+                .prop_map(|(id, target, offset, max, wait_ms)| PeerMessage::Consume {
+                    id,
+                    target,
+                    offset,
+                    max,
+                    wait_ms
+                }),
             arb_queue_message(),
         ]
     }
@@ -699,6 +718,25 @@ mod tests {
         bytes[10] = ADMIN_CREATED_BYTES;
         bytes.extend_from_slice(&u64::MAX.to_le_bytes());
         assert_eq!(PeerMessage::decode(&Bytes::from(bytes)), Err(DecodeError::Malformed));
+    }
+
+    /// A consume without a wait keeps the layout peers of the earlier build read (tag 8); a
+    /// wait has its own tag and never spells 0, so each message has one encoding.
+    #[test]
+    fn a_consume_wait_keeps_the_earlier_layout_and_one_spelling() {
+        let target = PartitionKey { topic: TopicId(3), partition: 1 };
+        let plain = PeerMessage::Consume { id: 9, target, offset: 4, max: 10, wait_ms: 0 };
+        let bytes = plain.encode();
+        assert_eq!((bytes[1], bytes.len()), (TAG_CONSUME, 2 + 24 + 8), "version, tag, body");
+        let waiting = PeerMessage::Consume { id: 9, target, offset: 4, max: 10, wait_ms: 5_000 };
+        let long = waiting.encode();
+        assert_eq!(long[1], TAG_CONSUME_WAIT);
+        assert_eq!(&long[2..long.len() - 8], &bytes[2..], "the same body, then the wait");
+        assert_eq!(PeerMessage::decode(&long), Ok(waiting));
+        let mut zero = long.to_vec();
+        let at = zero.len() - 8;
+        zero[at..].copy_from_slice(&0u64.to_le_bytes());
+        assert_eq!(PeerMessage::decode(&Bytes::from(zero)), Err(DecodeError::Malformed));
     }
 
     #[test]

@@ -3,6 +3,7 @@
 mod cluster_flow;
 mod cluster_harness;
 mod harness;
+mod long_poll;
 mod node_flow;
 mod overload;
 mod queue_flow;

@@ -5,7 +5,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use narad::fuzzing::{ConsumeParams, ProduceParams, consume_params, produce_params};
+use narad::fuzzing::{ConsumeParams, ProduceParams, consume_params, duration_ms, produce_params};
 
 fuzz_target!(|data: &[u8]| {
     let Ok(query) = std::str::from_utf8(data) else { return };
@@ -85,9 +85,36 @@ fn model_consume(pairs: &[(Vec<u8>, Vec<u8>)]) -> Option<ConsumeParams> {
     let partition = number(pairs, "partition").ok()?;
     let offset = number(pairs, "offset").ok()?;
     let max = number(pairs, "max").ok()?;
-    // A replay needs its partition; without an offset the consume is a queue receive.
+    let wait_ms = match values(pairs, "wait").as_slice() {
+        [] => None,
+        [one] => Some(model_wait(one)?),
+        _ => return None,
+    };
     let valid = max != Some(0) && (offset.is_none() || partition.is_some());
-    valid.then_some(ConsumeParams { partition, offset, max })
+    valid.then_some(ConsumeParams { partition, offset, max, wait_ms })
+}
+
+/// `wait`: the plain spellings (`0`, nothing, `<n>ms`, `<n>s`) modelled here; any other Go
+/// duration is left to the parser (checked by its unit tests and the round trip below).
+fn model_wait(value: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(value).ok()?;
+    // Few enough digits that the nanoseconds fit Go's range.
+    let digits = |d: &str, most: usize| {
+        !d.is_empty() && d.len() <= most && d.bytes().all(|c| c.is_ascii_digit())
+    };
+    if text.is_empty() || text == "0" {
+        return Some(0);
+    }
+    if let Some(ms) = text.strip_suffix("ms").filter(|d| digits(d, 12)) {
+        return ms.parse().ok();
+    }
+    if let Some(s) = text.strip_suffix('s').filter(|d| digits(d, 9)) {
+        return s.parse::<u64>().ok().map(|s| s * 1_000);
+    }
+    if text.bytes().all(|c| c.is_ascii_digit()) {
+        return None; // a bare number: no unit
+    }
+    duration_ms(value).ok()
 }
 
 fn escape(bytes: &[u8]) -> String {
@@ -115,6 +142,9 @@ fn consume_query(params: &ConsumeParams) -> String {
     }
     if let Some(max) = params.max {
         parts.push(format!("max={max}"));
+    }
+    if let Some(wait) = params.wait_ms {
+        parts.push(format!("wait={wait}ms"));
     }
     parts.join("&")
 }

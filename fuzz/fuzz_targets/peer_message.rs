@@ -68,6 +68,7 @@ fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage>
             target: target(u)?,
             offset: u.arbitrary()?,
             max: u.arbitrary()?,
+            wait_ms: u.arbitrary()?,
         },
         8 => PeerMessage::ConsumeReply { id, result: consume_result(u)? },
         9 => PeerMessage::TopicStats { id, topic: TopicId(u.arbitrary()?) },

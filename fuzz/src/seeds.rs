@@ -122,7 +122,8 @@ fn peer_messages() -> Vec<Vec<u8>> {
         PeerMessage::CommitReply { id: 1, result: WireCommitResult::Failed("disk".into()) },
         PeerMessage::ConfirmGoneReply { id: 2, topic: TopicId(4), gone: true },
         PeerMessage::ProposeReply { id: 3, result: WireAdminResult::Created(topic) },
-        PeerMessage::Consume { id: 4, target, offset: 0, max: 10 },
+        PeerMessage::Consume { id: 4, target, offset: 0, max: 10, wait_ms: 0 },
+        PeerMessage::Consume { id: 5, target, offset: 3, max: 10, wait_ms: 5_000 },
         PeerMessage::ConsumeReply { id: 4, result: Ok(Vec::new()) },
         PeerMessage::TopicStatsReply {
             id: 5,

@@ -32,6 +32,9 @@ pub enum Component {
     /// The workload's queue workers (receive, settle, drop leases): their own stream, so seeds
     /// without queue workers keep every other workload draw.
     WorkloadQueue,
+    /// The workload's long-poll draws (their own stream, so seeds without long-polls keep
+    /// every other workload draw).
+    WorkloadLongPoll,
 }
 
 impl Component {
@@ -46,6 +49,7 @@ impl Component {
             Component::Batching => 7,
             Component::WorkloadUpdates => 8,
             Component::WorkloadQueue => 11,
+            Component::WorkloadLongPoll => 9,
             Component::Disk(node) => (1 << 32) | u64::from(node),
             Component::Node(node) => (2 << 32) | u64::from(node),
         }

@@ -181,15 +181,20 @@ pub struct ConsumeArgs {
     pub target: Target,
     /// Topic to read.
     pub topic: String,
-    /// Partition to read.
+    /// Partition to read (required without --follow).
     #[arg(long, value_name = "P")]
-    pub partition: u32,
-    /// First offset to read.
+    pub partition: Option<u32>,
+    /// First offset to read (with --follow: of --partition).
     #[arg(long, value_name = "O", default_value_t = 0)]
     pub offset: u64,
     /// Read up to N messages and print {"messages": [...]}; without it, print one message.
-    #[arg(long, value_name = "N")]
+    #[arg(long, value_name = "N", conflicts_with = "follow")]
     pub max: Option<u32>,
+    /// Keep reading: long-poll and print each record as it becomes visible, one JSON object a
+    /// line, until Ctrl-C (which prints how many). With --partition, that partition from
+    /// --offset; without, every partition from its current end (new records only).
+    #[arg(long)]
+    pub follow: bool,
 }
 
 #[derive(Debug, Args)]

@@ -13,7 +13,7 @@ use crate::cli::{ConsumeArgs, ProduceArgs, TopicAction, TopicArgs};
 /// A client never waits longer than this for one answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(60);
 /// Largest answer we read (a consume of many large messages in base64 stays well below).
-const RESPONSE_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
+pub(crate) const RESPONSE_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// `narad topic ...`.
 pub fn topic(args: TopicArgs) -> anyhow::Result<()> {
@@ -98,13 +98,18 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     print_answer(response)
 }
 
-/// `narad consume TOPIC --partition P`.
+/// `narad consume TOPIC --partition P` (and `--follow`: `follow.rs`).
 pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
+    if args.follow {
+        return crate::follow::follow(&args);
+    }
+    let Some(partition) = args.partition else {
+        bail!("--partition is required (or --follow to follow every partition)");
+    };
     let base = args.target.url.trim_end_matches('/');
     let mut url = format!(
-        "{base}/v1/topics/{}/consume?partition={}&offset={}",
+        "{base}/v1/topics/{}/consume?partition={partition}&offset={}",
         segment(&args.topic),
-        args.partition,
         args.offset
     );
     if let Some(max) = args.max {
@@ -118,7 +123,7 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     print_answer(response)
 }
 
-fn agent() -> ureq::Agent {
+pub(crate) fn agent() -> ureq::Agent {
     ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(REQUEST_TIMEOUT))

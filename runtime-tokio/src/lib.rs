@@ -13,6 +13,7 @@ mod datadir;
 pub mod dev;
 mod disk;
 mod driver;
+mod follow;
 mod http;
 mod payload_json;
 pub mod server;
@@ -25,7 +26,9 @@ pub mod fuzzing {
     pub use crate::http::ApiError;
     pub use crate::http::body::read_limited;
     pub use crate::http::produce::decode_batch;
-    pub use crate::http::query::{ConsumeParams, ProduceParams, consume_params, produce_params};
+    pub use crate::http::query::{
+        ConsumeParams, ProduceParams, consume_params, duration_ms, produce_params,
+    };
     pub use crate::payload_json::{key_from_json, payload_from_json, write_record};
     pub use crate::transport::auth::{
         ACCEPTOR_HELLO_BYTES, ACCEPTOR_LABEL, AcceptorHello, AuthError, ClusterKey,

@@ -2,12 +2,13 @@
 //! the WAL's group commit, consume by reading the committed part of a partition log (ours, or
 //! the owner's through a forwarded read).
 
-use super::cluster::Forwarded;
+use super::cluster::{FORWARD_TIMEOUT_MS, Forwarded};
+use super::parked::Waiter;
 use super::{ConsumeAsker, IoPurpose, Node, PRODUCE_WAITERS_MAX, ProduceWaiter, STAGED_BYTES_MAX};
 use crate::api::{
     ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, PartitionStats, ProduceMessage,
 };
-use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
+use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS, MAX_CONSUME_WAIT_MS};
 use crate::ids::{PartitionKey, RequestId};
 use crate::io::{DiskDone, DiskError, DiskOp};
 use crate::meta::{MetaCommand, validate_change, validate_requested};
@@ -55,8 +56,8 @@ impl Node {
             ClientOp::Produce { topic, messages, batch } => {
                 self.produce(request, &topic, messages, batch);
             }
-            ClientOp::Consume { topic, partition, offset, max } => {
-                self.consume(request, &topic, partition, offset, max);
+            ClientOp::Consume { topic, partition, offset, max, wait_ms } => {
+                self.consume(request, &topic, partition, offset, (max, wait_ms));
             }
             ClientOp::Members => {
                 let members = self.member_views();
@@ -189,7 +190,15 @@ impl Node {
         }
     }
 
-    fn consume(&mut self, request: RequestId, topic: &str, partition: u32, offset: u64, max: u32) {
+    /// A replay consume: `(max, wait_ms)` as in `ClientOp::Consume`.
+    fn consume(
+        &mut self,
+        request: RequestId,
+        topic: &str,
+        partition: u32,
+        offset: u64,
+        (max, wait_ms): (u32, u64),
+    ) {
         let Some(info) = self.meta.topic(topic) else {
             let error = self.unknown_topic(topic);
             return self.reply(request, ClientReply::Error(error));
@@ -204,15 +213,19 @@ impl Node {
         let key = PartitionKey { topic: info.id, partition };
         match self.meta.owner(key) {
             Some(owner) if owner == self.config.node_id => {
-                self.read_local(request, key, offset, max, topic.to_string());
+                self.read_local(request, key, offset, max, topic.to_string(), wait_ms);
             }
             Some(owner) if self.meta.is_alive(owner) => {
                 let kind = Forwarded::Consume { request, topic: topic.to_string(), partition };
-                self.forward(owner, kind, |id| PeerMessage::Consume {
+                // The owner may hold it for the whole wait: our deadline is past it.
+                let wait_ms = if self.shutting_down { 0 } else { wait_ms.min(MAX_CONSUME_WAIT_MS) };
+                let timeout = FORWARD_TIMEOUT_MS + wait_ms;
+                self.forward_with_timeout(owner, kind, timeout, |id| PeerMessage::Consume {
                     id,
                     target: key,
                     offset,
                     max,
+                    wait_ms,
                 });
             }
             owner => {
@@ -225,22 +238,24 @@ impl Node {
         }
     }
 
-    fn read_local(
+    pub(super) fn read_local(
         &mut self,
         request: RequestId,
         key: PartitionKey,
         offset: u64,
         max: u32,
         topic: String,
+        wait_ms: u64,
     ) {
-        let max = u64::from(max.clamp(1, MAX_CONSUME_RECORDS));
         let log = self.partitions.get(&key);
         if let Some(refusal) = log.and_then(|log| log.refuse_read(offset)) {
             return self.reply(request, ClientReply::Error(read_refusal_error(refusal)));
         }
-        let plan = log.and_then(|log| log.read_plan(offset, max, MAX_CONSUME_BYTES));
+        let wanted = u64::from(max.clamp(1, MAX_CONSUME_RECORDS));
+        let plan = log.and_then(|log| log.read_plan(offset, wanted, MAX_CONSUME_BYTES));
         let Some(plan) = plan else {
-            return self.reply(request, ClientReply::Records(Vec::new()));
+            let waiter = Waiter::Client { request, topic, key, offset, max };
+            return self.park_or_answer_empty(waiter, wait_ms);
         };
         let op = DiskOp::Read { file: plan.file, offset: plan.pos, len: plan.len };
         let asker = ConsumeAsker::Client { request, topic };

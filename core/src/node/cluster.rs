@@ -19,9 +19,10 @@ use crate::peer::{
 };
 
 use super::owner::ReplyTo;
+use super::parked::Waiter;
 
 /// How long a forwarded command or consume may take before the client gets a 503.
-const FORWARD_TIMEOUT_MS: u64 = 6_000;
+pub(super) const FORWARD_TIMEOUT_MS: u64 = 6_000;
 /// How long `GET /v1/topics/{t}` waits for other owners' statistics.
 const STATS_TIMEOUT_MS: u64 = 2_000;
 
@@ -158,8 +159,8 @@ impl Node {
             }
             PeerMessage::Propose { id, command } => self.on_forwarded_command(from, id, &command),
             PeerMessage::ProposeReply { id, result } => self.on_propose_reply(id, result),
-            PeerMessage::Consume { id, target, offset, max } => {
-                self.on_forwarded_consume(from, id, target, offset, max);
+            PeerMessage::Consume { id, target, offset, max, wait_ms } => {
+                self.on_forwarded_consume(from, id, target, offset, max, wait_ms);
             }
             PeerMessage::ConsumeReply { id, result } => self.on_consume_reply(id, result),
             PeerMessage::TopicStats { id, topic } => {
@@ -301,34 +302,36 @@ impl Node {
         self.remote.settling.push(Settling { request, reply, until, deadline });
     }
 
-    /// Another node reads one of our partitions for its client.
-    fn on_forwarded_consume(
+    /// Another node reads one of our partitions for its client; with `wait_ms`, a read that
+    /// finds nothing parks until a record there is visible (only on a partition we own).
+    pub(super) fn on_forwarded_consume(
         &mut self,
         from: NodeId,
         id: u64,
         target: PartitionKey,
         offset: u64,
         max: u32,
+        wait_ms: u64,
     ) {
-        let max = u64::from(max.clamp(1, MAX_CONSUME_RECORDS));
-        let Some(log) = self.partitions.get(&target) else {
-            let result = if self.meta.topic_by_id(target.topic).is_some() {
-                Ok(Vec::new())
-            } else {
-                Err(WireError { status: 404, message: "topic not found".into() })
-            };
+        let log = self.partitions.get(&target);
+        if log.is_none() && self.meta.topic_by_id(target.topic).is_none() {
+            let result = Err(WireError { status: 404, message: "topic not found".into() });
             self.send(from, &PeerMessage::ConsumeReply { id, result });
             return;
-        };
-        if let Some(refusal) = log.refuse_read(offset) {
+        }
+        if let Some(refusal) = log.and_then(|log| log.refuse_read(offset)) {
             let error = super::client::read_refusal_error(refusal);
             let result = Err(WireError::from_client(&error));
             self.send(from, &PeerMessage::ConsumeReply { id, result });
             return;
         }
-        let Some(plan) = log.read_plan(offset, max, MAX_CONSUME_BYTES) else {
-            self.send(from, &PeerMessage::ConsumeReply { id, result: Ok(Vec::new()) });
-            return;
+        let wanted = u64::from(max.clamp(1, MAX_CONSUME_RECORDS));
+        let Some(plan) = log.and_then(|log| log.read_plan(offset, wanted, MAX_CONSUME_BYTES))
+        else {
+            let owned = self.meta.owner(target) == Some(self.config.node_id);
+            let wait_ms = if owned { wait_ms } else { 0 };
+            let waiter = Waiter::Peer { from, id, key: target, offset, max };
+            return self.park_or_answer_empty(waiter, wait_ms);
         };
         let op = DiskOp::Read { file: plan.file, offset: plan.pos, len: plan.len };
         let asker = ConsumeAsker::Peer { from, id };
@@ -517,11 +520,22 @@ impl Node {
         kind: Forwarded,
         message: impl FnOnce(u64) -> PeerMessage,
     ) {
+        self.forward_with_timeout(to, kind, FORWARD_TIMEOUT_MS, message);
+    }
+
+    /// `forward` with its own deadline (a long-poll consume waits past the usual one).
+    pub(super) fn forward_with_timeout(
+        &mut self,
+        to: NodeId,
+        kind: Forwarded,
+        timeout_ms: u64,
+        message: impl FnOnce(u64) -> PeerMessage,
+    ) {
         if self.peer_requests() >= PEER_REQUESTS_MAX {
             return self.refuse_forward(kind);
         }
         let id = self.remote.next_id();
-        let deadline = self.now.plus_millis(FORWARD_TIMEOUT_MS);
+        let deadline = self.now.plus_millis(timeout_ms);
         self.remote.forwards.insert(id, (kind, to, deadline));
         self.send(to, &message(id));
     }

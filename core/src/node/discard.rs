@@ -104,9 +104,11 @@ impl Node {
     }
 
     /// A topic deletion was applied (committed in the metastore): forget its partitions and
-    /// delete their files. Commits in flight to them end as `TopicGone`.
+    /// delete their files. Commits in flight to them end as `TopicGone`, long-polls on them
+    /// answer 404.
     pub(super) fn drop_partitions(&mut self, topic: TopicId, partitions: u32) {
         self.abandon_jobs_of(topic);
+        self.release_parked_topic(topic);
         for partition in 0..partitions {
             self.delete_log_files(PartitionKey { topic, partition });
         }

@@ -30,6 +30,7 @@ impl Node {
         self.check_io()?;
         self.check_commits()?;
         self.check_consumers(false)?;
+        self.parked.check()?;
         self.check_bounds()
     }
 

@@ -17,6 +17,7 @@ impl Node {
             return;
         }
         self.next_retention_at = self.now.plus_millis(self.config.retention_check_ms);
+        self.revalidate_parked();
         let now_ms = self.now.as_millis();
         let divisor = self.config.retention_bytes_divisor.max(1);
         for (key, log) in &mut self.partitions {

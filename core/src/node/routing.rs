@@ -92,8 +92,13 @@ impl Node {
         let Some(log) = self.partitions.get_mut(&key) else {
             return; // the topic was deleted meanwhile; its commit already ended as TopicGone
         };
+        let high_watermark = log.high_watermark();
         for outcome in log.on_io(io, result) {
             self.on_commit_outcome(outcome);
+        }
+        // The only place visibility moves (docs/design.md §4.4): wake what it passed.
+        if self.partitions.get(&key).is_some_and(|log| log.high_watermark() > high_watermark) {
+            self.wake_parked(key);
         }
         if io == PartIo::Trim {
             self.collect_trimmed(key);

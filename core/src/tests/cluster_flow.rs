@@ -48,7 +48,8 @@ fn read_all(c: &mut Cluster, via: Ix, topic: &str, partitions: u32) -> BTreeMap<
         let mut offset = 0;
         let mut payloads = Vec::new();
         loop {
-            let op = ClientOp::Consume { topic: topic.into(), partition, offset, max: 100 };
+            let op =
+                ClientOp::Consume { topic: topic.into(), partition, offset, max: 100, wait_ms: 0 };
             let reply = c.call(via, op, 10_000).expect("consume answered");
             let ClientReply::Records(records) = reply else {
                 panic!("partition {partition}: {reply:?}")

@@ -34,8 +34,13 @@ fn read_all(h: &mut Harness, topic: &str, partitions: u32) -> Vec<(u32, String)>
     for partition in 0..partitions {
         let mut offset = 0;
         loop {
-            let reply =
-                h.call(ClientOp::Consume { topic: topic.into(), partition, offset, max: 7 });
+            let reply = h.call(ClientOp::Consume {
+                topic: topic.into(),
+                partition,
+                offset,
+                max: 7,
+                wait_ms: 0,
+            });
             let ClientReply::Records(records) = reply else { panic!("{reply:?}") };
             if records.is_empty() {
                 break;
@@ -258,7 +263,13 @@ fn a_max_size_record_is_dispatched_from_disk_after_restart() {
     let mut h = h.restart();
     h.run();
     assert_eq!(h.node.stats().dispatch_backlog, 0, "read back from the WAL in one chunk");
-    let reply = h.call(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 0, max: 2 });
+    let reply = h.call(ClientOp::Consume {
+        topic: "t".into(),
+        partition: 0,
+        offset: 0,
+        max: 2,
+        wait_ms: 0,
+    });
     let ClientReply::Records(records) = reply else { panic!("{reply:?}") };
     assert_eq!(records.len(), 2);
     assert_eq!(records[0].payload.len(), crate::constants::MAX_MESSAGE_BYTES);
@@ -293,8 +304,13 @@ fn nothing_read_at_start_up_is_used_before_it_is_synced() {
     ));
     let mut h = h.restart();
     assert!(!h.node.is_ready(), "start-up syncs are still running");
-    let request =
-        h.submit(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 0, max: 1 });
+    let request = h.submit(ClientOp::Consume {
+        topic: "t".into(),
+        partition: 0,
+        offset: 0,
+        max: 1,
+        wait_ms: 0,
+    });
     assert!(!h.replies.contains_key(&request), "requests wait for the start-up syncs");
     h.run();
     assert!(h.node.is_ready());
@@ -472,13 +488,25 @@ fn a_record_damaged_at_rest_is_a_loud_500_never_data() {
     let file = h.files.get_mut(&log.expect("the partition's segment")).unwrap();
     let last = file.len() - 1;
     file[last] ^= 0x20; // inside the last record's payload
-    let reply = h.call(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 2, max: 10 });
+    let reply = h.call(ClientOp::Consume {
+        topic: "t".into(),
+        partition: 0,
+        offset: 2,
+        max: 10,
+        wait_ms: 0,
+    });
     let ClientReply::Error(error @ ClientError::Internal(message)) = &reply else {
         panic!("{reply:?}")
     };
     assert_eq!(error.http_status(), 500);
     assert!(message.contains("/p0: damaged record at offset 2"), "{message}");
     assert_eq!(h.node.stats().partition_read_damaged, 1);
-    let ok = h.call(ClientOp::Consume { topic: "t".into(), partition: 0, offset: 0, max: 2 });
+    let ok = h.call(ClientOp::Consume {
+        topic: "t".into(),
+        partition: 0,
+        offset: 0,
+        max: 2,
+        wait_ms: 0,
+    });
     assert!(matches!(ok, ClientReply::Records(r) if r.len() == 2), "the rest is served");
 }

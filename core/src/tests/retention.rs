@@ -35,7 +35,7 @@ fn produce(name: &str, count: usize) -> ClientOp {
 }
 
 fn consume(name: &str, offset: u64) -> ClientOp {
-    ClientOp::Consume { topic: name.into(), partition: 0, offset, max: 100 }
+    ClientOp::Consume { topic: name.into(), partition: 0, offset, max: 100, wait_ms: 0 }
 }
 
 fn numbers(reply: ClientReply) -> PartitionNumbers {

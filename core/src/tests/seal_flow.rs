@@ -46,7 +46,7 @@ fn files_of_kind(h: &Harness, seal: bool) -> Vec<FileId> {
 }
 
 fn read(h: &mut Harness, partition: u32, offset: u64) -> ClientReply {
-    h.call(ClientOp::Consume { topic: "t".into(), partition, offset, max: 1_000 })
+    h.call(ClientOp::Consume { topic: "t".into(), partition, offset, max: 1_000, wait_ms: 0 })
 }
 
 fn shut_down(h: &mut Harness) {

@@ -1,11 +1,15 @@
 //! `GET /v1/topics/{t}/consume?partition=p&offset=o[&max=n]`: committed records of one partition
 //! (a replay). Without `offset` the consume is a queue receive (`queue.rs`).
 //! Without `max` the answer is one message object; with it, `{"messages":[...]}`. Nothing at the
-//! offset yet (at or past the high watermark) is 204 in both forms.
+//! offset yet (at or past the high watermark) is 204 in both forms. `wait` (a Go duration such
+//! as `5s`) long-polls: the consume answers once a record at the offset is visible, or 204
+//! when the wait ends; a wait past `MAX_CONSUME_WAIT_MS` (20 s) is cut to it and the answer
+//! carries `X-Narad-Wait-Clamped` with the wait used (docs/design.md §4.9).
 
 use axum::extract::{Path, State};
-use axum::http::{StatusCode, Uri};
+use axum::http::{HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
+use narad_core::constants::MAX_CONSUME_WAIT_MS;
 use narad_core::{ClientOp, ClientReply, ConsumedRecord};
 
 use super::query::consume_params;
@@ -23,19 +27,36 @@ pub async fn consume(
     let (Some(partition), Some(offset)) = (params.partition, params.offset) else {
         return super::queue::receive(&node, topic, params.partition, params.max).await;
     };
-    let op = ClientOp::Consume { topic, partition, offset, max: params.max.unwrap_or(1) };
+    let asked = params.wait_ms.unwrap_or(0);
+    let wait_ms = asked.min(MAX_CONSUME_WAIT_MS);
+    let max = params.max.unwrap_or(1);
+    let op = ClientOp::Consume { topic, partition, offset, max, wait_ms };
     let records = match call(&node, op).await? {
         ClientReply::Records(records) => records,
         other => return Err(ApiError::unexpected(&other)),
     };
-    if records.is_empty() {
-        return Ok(StatusCode::NO_CONTENT.into_response());
-    }
-    let body = match params.max {
-        None => single_body(&records[0]),
-        Some(_) => list_body(&records),
+    let mut response = if records.is_empty() {
+        StatusCode::NO_CONTENT.into_response()
+    } else {
+        let body = match params.max {
+            None => single_body(&records[0]),
+            Some(_) => list_body(&records),
+        };
+        json_response(StatusCode::OK, body)
     };
-    Ok(json_response(StatusCode::OK, body))
+    if asked > wait_ms {
+        let used = HeaderValue::from_str(&format_wait(wait_ms)).expect("invariant: ASCII");
+        response.headers_mut().insert(WAIT_CLAMPED, used);
+    }
+    Ok(response)
+}
+
+/// Says that `wait` was cut, and to what (the original Narad's header).
+pub const WAIT_CLAMPED: &str = "x-narad-wait-clamped";
+
+/// A wait as a Go duration: whole seconds as `20s`, anything else in milliseconds.
+fn format_wait(ms: u64) -> String {
+    if ms.is_multiple_of(1_000) { format!("{}s", ms / 1_000) } else { format!("{ms}ms") }
 }
 
 fn single_body(record: &ConsumedRecord) -> Vec<u8> {

@@ -66,7 +66,7 @@ struct Scalar {
 }
 
 /// Every node-wide metric, in exposition order.
-const SCALARS: [Scalar; 36] = [
+const SCALARS: [Scalar; 37] = [
     Scalar {
         name: "narad_produce_requests_accepted_total",
         kind: Kind::Counter,
@@ -282,6 +282,12 @@ const SCALARS: [Scalar; 36] = [
         kind: Kind::Counter,
         help: "Syncs of the consumer journal (group commits of acks and delivery counts, images).",
         value: |s| s.consumer_journal_syncs,
+    },
+    Scalar {
+        name: "narad_consumes_parked",
+        kind: Kind::Gauge,
+        help: "Long-poll consumes parked on this node, waiting for a record or their deadline.",
+        value: |s| s.consumes_parked,
     },
 ];
 

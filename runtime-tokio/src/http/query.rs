@@ -28,6 +28,8 @@ pub struct ConsumeParams {
     pub offset: Option<u64>,
     /// `Some` selects the list form of the answer.
     pub max: Option<u32>,
+    /// `wait` (long-poll) in milliseconds as asked, before any clamp; `None`: not given.
+    pub wait_ms: Option<u64>,
 }
 
 /// Parameters of `POST /v1/topics/{t}/ack`.
@@ -93,12 +95,13 @@ pub fn settle_params(query: Option<&str>) -> Result<SettleParams, ApiError> {
 
 /// Parses the consume query string: `partition` is required with `offset`.
 pub fn consume_params(query: Option<&str>) -> Result<ConsumeParams, ApiError> {
-    let (mut partition, mut offset, mut max) = (None, None, None);
+    let (mut partition, mut offset, mut max, mut wait_ms) = (None, None, None, None);
     for (name, value) in pairs(query) {
         match &*name {
             b"partition" => set_once(&mut partition, "partition", number("partition", &value)?)?,
             b"offset" => set_once(&mut offset, "offset", number("offset", &value)?)?,
             b"max" => set_once(&mut max, "max", number("max", &value)?)?,
+            b"wait" => set_once(&mut wait_ms, "wait", duration_ms(&value)?)?,
             _ => {}
         }
     }
@@ -110,7 +113,71 @@ pub fn consume_params(query: Option<&str>) -> Result<ConsumeParams, ApiError> {
     if max == Some(0) {
         return Err(ApiError::bad_request("`max` must be at least 1"));
     }
-    Ok(ConsumeParams { partition, offset, max })
+    Ok(ConsumeParams { partition, offset, max, wait_ms })
+}
+
+/// A `wait` as the original Narad takes it: a Go duration (`500ms`, `5s`, `1.5s`, `1m30s`;
+/// units `ns`, `us`/`µs`, `ms`, `s`, `m`, `h`; at most about 292 years), where a bare number
+/// is an error except `0`, a negative duration and an empty value mean no wait. Rounded up to whole milliseconds (a positive wait
+/// never becomes 0); saturates far beyond any clamp.
+pub fn duration_ms(value: &[u8]) -> Result<u64, ApiError> {
+    if value.is_empty() {
+        return Ok(0); // `wait=`: the original takes an empty value as no wait
+    }
+    let text = std::str::from_utf8(value).ok();
+    let nanos = text.and_then(go_duration_nanos).ok_or_else(|| {
+        let shown = String::from_utf8_lossy(value);
+        ApiError::bad_request(format!(
+            "query parameter `wait` must be a duration such as `500ms` or `5s`, got {shown:?}"
+        ))
+    })?;
+    let millis = nanos.max(0).unsigned_abs().div_ceil(1_000_000);
+    Ok(u64::try_from(millis).unwrap_or(u64::MAX))
+}
+
+/// Nanoseconds of a Go duration string, or `None` if it is not one.
+fn go_duration_nanos(text: &str) -> Option<i128> {
+    let (negative, mut rest) = match text.as_bytes().first()? {
+        b'-' => (true, &text[1..]),
+        b'+' => (false, &text[1..]),
+        _ => (false, text),
+    };
+    if rest == "0" {
+        return Some(0);
+    }
+    if rest.is_empty() {
+        return None; // a sign alone
+    }
+    let mut total: i128 = 0;
+    while !rest.is_empty() {
+        let digits = rest.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(rest.len());
+        let (number, after) = rest.split_at(digits);
+        let (whole, fraction) = number.split_once('.').unwrap_or((number, ""));
+        if whole.is_empty() && fraction.is_empty() || fraction.contains('.') {
+            return None;
+        }
+        let unit_len = after.find(|c: char| c.is_ascii_digit() || c == '.').unwrap_or(after.len());
+        let (unit, tail) = after.split_at(unit_len);
+        let scale: i128 = match unit {
+            "ns" => 1,
+            "us" | "\u{b5}s" | "\u{3bc}s" => 1_000,
+            "ms" => 1_000_000,
+            "s" => 1_000_000_000,
+            "m" => 60_000_000_000,
+            "h" => 3_600_000_000_000,
+            _ => return None, // a missing or unknown unit
+        };
+        let whole: i128 = if whole.is_empty() { 0 } else { whole.parse().ok()? };
+        let mut part = whole.checked_mul(scale)?;
+        let mut denominator = 1_i128;
+        for digit in fraction.bytes().take(18) {
+            denominator *= 10;
+            part = part.checked_add(i128::from(digit - b'0') * scale / denominator)?;
+        }
+        total = total.checked_add(part).filter(|&t| t <= i128::from(i64::MAX))?;
+        rest = tail;
+    }
+    Some(if negative { -total } else { total })
 }
 
 fn once(seen: &mut bool, name: &str) -> Result<(), ApiError> {
@@ -197,13 +264,43 @@ mod tests {
     #[test]
     fn consume_params_parse() {
         let c = consume_params(Some("partition=2&offset=10&max=5")).expect("valid");
-        assert_eq!(c, ConsumeParams { partition: Some(2), offset: Some(10), max: Some(5) });
+        let replay =
+            ConsumeParams { partition: Some(2), offset: Some(10), max: Some(5), wait_ms: None };
+        assert_eq!(c, replay);
         let c = consume_params(Some("partition=0")).expect("a queue receive on one partition");
-        assert_eq!(c, ConsumeParams { partition: Some(0), offset: None, max: None });
+        let one = ConsumeParams { partition: Some(0), offset: None, max: None, wait_ms: None };
+        assert_eq!(c, one);
         let c = consume_params(None).expect("a queue receive on the topic");
-        assert_eq!(c, ConsumeParams { partition: None, offset: None, max: None });
+        assert_eq!(c, ConsumeParams { partition: None, offset: None, max: None, wait_ms: None });
+        let c = consume_params(Some("partition=0&offset=1&wait=5s")).expect("a long-poll");
+        assert_eq!(c.wait_ms, Some(5_000));
         assert!(consume_params(Some("offset=1")).is_err(), "partition is required with offset");
         assert!(consume_params(Some("partition=1&max=0")).is_err());
         assert!(consume_params(Some("partition=x")).is_err());
+        assert!(consume_params(Some("partition=0&offset=0&wait=1s&wait=2s")).is_err());
+    }
+
+    /// `wait` follows the original's Go durations: units required (a bare number is a 400,
+    /// except `0`), fractions and compound values allowed, negatives mean no wait.
+    #[test]
+    fn waits_are_go_durations() {
+        let ms = |text: &str| duration_ms(text.as_bytes()).ok();
+        assert_eq!(ms("5s"), Some(5_000));
+        assert_eq!(ms("500ms"), Some(500));
+        assert_eq!(ms("0.3s"), Some(300));
+        assert_eq!(ms("1.5s"), Some(1_500));
+        assert_eq!(ms("1m30s"), Some(90_000));
+        assert_eq!(ms("2h"), Some(7_200_000));
+        assert_eq!(ms("0"), Some(0));
+        assert_eq!(ms("0s"), Some(0));
+        assert_eq!(ms("1us"), Some(1), "a positive wait never rounds to none");
+        assert_eq!(ms("250\u{b5}s"), Some(1));
+        assert_eq!(ms("-3s"), Some(0), "a negative wait is no wait");
+        assert_eq!(ms(".5s"), Some(500));
+        assert_eq!(ms("99999999999999h"), None, "out of range");
+        assert_eq!(ms(""), Some(0), "an empty value is no wait, as in the original");
+        for bad in ["5", "10", "s", "5x", "1.2.3s", "5 s", "-", "ms5", "1e3ms", "%ff"] {
+            assert_eq!(ms(bad), None, "{bad:?} must be refused");
+        }
     }
 }

@@ -85,6 +85,7 @@ impl Checker {
         state.hwm = first_offset + origins.len() as u64;
         state.amnesia = false;
         state.tail_written = false;
+        self.note_visible(key, first_offset + origins.len() as u64);
         if first_offset != hwm && !amnesia {
             let what = if first_offset < hwm { "below" } else { "leaving a gap above" };
             let detail = format!("{key}: commit at offset {first_offset} {what} watermark {hwm}");
@@ -176,6 +177,7 @@ impl Checker {
             state.hwm = *hwm;
             state.amnesia = false;
             state.tail_written = false;
+            self.note_visible(key, *hwm);
             if *hwm < before && !amnesia {
                 let detail =
                     format!("{key}: watermark {before} before the crash, {hwm} after recovery");
@@ -203,6 +205,7 @@ impl Checker {
         let state = self.parts.entry(key).or_default();
         state.amnesia = true;
         state.damage_unread = true;
+        self.long_poll_amnesia(key);
         let stale: Vec<(PartitionKey, u64)> =
             self.seen.range((key, 0)..=(key, u64::MAX)).map(|(k, _)| *k).collect();
         for k in stale {

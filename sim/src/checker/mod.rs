@@ -17,6 +17,7 @@
 mod admin;
 mod events;
 mod queue;
+mod long_poll;
 mod reads;
 mod retention;
 mod verdict;
@@ -28,6 +29,7 @@ use narad_core::{Instant, PartitionKey, TopicId};
 
 pub use admin::AdminAsk;
 pub use queue::{QueueVerdict, SettleSeen};
+pub use long_poll::LongPollSent;
 pub use reads::ReadKind;
 pub use verdict::Verdict;
 
@@ -67,6 +69,11 @@ pub mod inv {
     pub const QUEUE_COUNT: &str = "queue-delivery-count";
     pub const QUEUE_UNDELIVERED: &str = "queue-undelivered";
     pub const QUEUE_WRONG_RECORD: &str = "queue-wrong-record";
+    /// A long-poll consume answered empty although a record at its offset had been visible
+    /// for longer than the wake bound (`long_poll.rs`): it slept through its wake.
+    pub const LONG_POLL: &str = "long-poll-slept";
+    /// A client request answered twice (docs/design.md §5, invariant 11).
+    pub const ANSWERED_TWICE: &str = "answered-twice";
 }
 
 /// One message the workload produced (or tried to).
@@ -225,6 +232,8 @@ pub struct Checker {
     pub recovery_refused: Option<String>,
     /// Several nodes: live reads may come from a lagging replica (see `consumed`).
     pub cluster: bool,
+    /// Long-poll consumes: visibility timelines and what disturbs their delays.
+    pub long_poll: long_poll::LongPollState,
 }
 
 impl Checker {

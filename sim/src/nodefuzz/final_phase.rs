@@ -168,7 +168,13 @@ impl Harness {
         let mut out = Vec::new();
         loop {
             let offset = out.len() as u64;
-            let op = ClientOp::Consume { topic: topic.into(), partition, offset, max: 1_000 };
+            let op = ClientOp::Consume {
+                topic: topic.into(),
+                partition,
+                offset,
+                max: 1_000,
+                wait_ms: 0,
+            };
             let records = match self.ask(op, READ_MICROS) {
                 Some(ClientReply::Records(records)) => records,
                 other => panic!(

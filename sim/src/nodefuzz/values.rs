@@ -128,6 +128,7 @@ impl Values {
                 partition: u32::from(*partition % 6),
                 offset: offset_value(*offset),
                 max: u32::from(*max),
+                wait_ms: 0,
             },
             ClientCmd::Members => ClientOp::Members,
         }
@@ -207,6 +208,7 @@ impl Values {
                 target: self.target(*target),
                 offset: offset_value(*offset),
                 max: *max,
+                wait_ms: 0,
             },
             PeerSel::ConsumeReply { id, ok } => {
                 let result = if *ok { Ok(Vec::new()) } else { Err(wire_error()) };

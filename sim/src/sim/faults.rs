@@ -20,6 +20,24 @@ use crate::trace::{DoneCode, OpKind, What};
 use rand::RngExt;
 
 impl Simulation {
+    /// Pauses (or resumes) node `n`; the checker hears of it (a paused node's answers have no
+    /// delay bound).
+    fn pause(&mut self, n: usize, pause: bool) {
+        if pause {
+            if self.hosts[n].is_up() && !self.hosts[n].is_paused() {
+                self.world.hit(FaultClass::Pause);
+                self.world.checker.disturbance(true);
+                self.hosts[n].pause();
+            }
+        } else {
+            if self.hosts[n].is_paused() {
+                self.world.checker.disturbance(false);
+            }
+            let now = self.world.queue.now();
+            self.hosts[n].resume(now, &mut self.world);
+        }
+    }
+
     pub(super) fn apply_fault(&mut self, node: u32, action: FaultAction) {
         let n = node as usize;
         self.world.record(node, What::Fault { action: action_name(&action) });
@@ -32,16 +50,8 @@ impl Simulation {
             FaultAction::PowerLoss => self.crash(n, true, true),
             FaultAction::Restart => self.restart(n),
             FaultAction::GracefulRestart => self.begin_graceful_restart(n),
-            FaultAction::Pause => {
-                if self.hosts[n].is_up() && !self.hosts[n].is_paused() {
-                    self.world.hit(FaultClass::Pause);
-                    self.hosts[n].pause();
-                }
-            }
-            FaultAction::Resume => {
-                let now = self.world.queue.now();
-                self.hosts[n].resume(now, &mut self.world);
-            }
+            FaultAction::Pause => self.pause(n, true),
+            FaultAction::Resume => self.pause(n, false),
             FaultAction::DiskFull(on) => disk.disk_full = on,
             FaultAction::Slow(factor) => disk.slow_factor = factor,
             FaultAction::FailNextSync(m) => disk.fail_next_sync = Some(m),

@@ -110,7 +110,7 @@ impl Simulation {
         let mut max = 1_000;
         while offset < hwm && errors < 1_000 {
             let topic = name.to_string();
-            let op = ClientOp::Consume { topic, partition: key.partition, offset, max };
+            let op = ClientOp::Consume { topic, partition: key.partition, offset, max, wait_ms: 0 };
             match self.call(via, op) {
                 Some(ClientReply::Records(records)) if !records.is_empty() => {
                     self.world.checker.consumed(key, offset, &records, kind);

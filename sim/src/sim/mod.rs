@@ -128,7 +128,9 @@ impl Simulation {
         net.faults = cfg.net.faults.clone();
         let workload_rng = component_rng(seed, Component::Workload);
         let update_rng = component_rng(seed, Component::WorkloadUpdates);
-        let workload = Workload::new(cfg.workload.clone(), workload_rng, update_rng, nodes > 1)
+        let poll_rng = component_rng(seed, Component::WorkloadLongPoll);
+        let rngs = (workload_rng, update_rng, poll_rng);
+        let workload = Workload::new(cfg.workload.clone(), rngs, nodes > 1)
             .with_queue_rng(component_rng(seed, Component::WorkloadQueue));
         let last_fault_ms = schedule.iter().map(|f| f.at_ms).max().unwrap_or(0);
         let hold_until = if nodes > 1 { Instant(START.0 + last_fault_ms * 1_000) } else { START };
@@ -137,7 +139,7 @@ impl Simulation {
             disks,
             net,
             workload,
-            checker: Checker::new(nodes > 1),
+            checker: long_poll_checker(nodes > 1, &cfg.net.faults),
             trace: Trace::new(keep_trace),
             hits: FaultHits::default(),
             fault_rng: component_rng(seed, Component::Faults),
@@ -494,4 +496,14 @@ fn apply_rates(disk: &mut SimDisk, cfg: &SwarmConfig) {
     disk.faults.lying_fsync_rate = f.lying_fsync_rate;
     disk.faults.missing_dir_fsync = f.missing_dir_fsync;
     disk.faults.torn_at_power_loss = f.torn_at_power_loss;
+}
+
+/// A checker whose long-poll bound allows one network hop of `net` (cluster runs).
+fn long_poll_checker(cluster: bool, net: &narad_sim_runtime::NetFaults) -> Checker {
+    let mut checker = Checker::new(cluster);
+    if cluster {
+        let spike = if net.spike_rate > 0.0 { net.spike_max_us } else { 0 };
+        checker.set_long_poll_network_bound(net.latency_max_us.max(net.latency_min_us) + spike);
+    }
+    checker
 }

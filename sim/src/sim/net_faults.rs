@@ -50,6 +50,9 @@ impl Simulation {
     }
 
     fn open_window(&mut self, id: u32, links: Vec<Link>, kind: WindowKind) {
+        if matches!(kind, WindowKind::Clog) {
+            self.world.checker.disturbance(true); // held messages have no delay bound
+        }
         for &link in &links {
             match kind {
                 WindowKind::Symmetric => self.world.net.cut(link, true),
@@ -62,6 +65,9 @@ impl Simulation {
 
     fn end_window(&mut self, id: u32) {
         let Some(window) = self.world.windows.remove(&id) else { return };
+        if matches!(window.kind, WindowKind::Clog) {
+            self.world.checker.disturbance(false);
+        }
         for link in window.links {
             match window.kind {
                 WindowKind::Symmetric => self.world.net.uncut(link, true),
@@ -77,7 +83,12 @@ impl Simulation {
 
     /// The heal phase: every window ends, per-message faults stop, held messages go out.
     pub(super) fn heal_network(&mut self) {
-        self.world.windows.clear();
+        let windows = std::mem::take(&mut self.world.windows);
+        for window in windows.values() {
+            if matches!(window.kind, WindowKind::Clog) {
+                self.world.checker.disturbance(false);
+            }
+        }
         for (link, bytes, delay) in self.world.net.heal() {
             self.world.schedule_delivery(link, bytes, delay);
         }

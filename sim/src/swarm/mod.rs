@@ -200,6 +200,8 @@ pub struct WorkloadConfig {
     pub queue_workers: u32,
     /// The lease a receive gives (`Config::queue_visibility_ms`), short so leases expire.
     pub queue_visibility_ms: u64,
+    /// Probability that a reader's consume is a long-poll (`wait_ms` > 0; 0 = never).
+    pub long_poll_prob: f64,
 }
 
 impl Default for WorkloadConfig {
@@ -228,6 +230,7 @@ impl Default for WorkloadConfig {
             create_retention_bytes: None,
             queue_workers: 0,
             queue_visibility_ms: narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
+            long_poll_prob: 0.0,
         }
     }
 }
@@ -343,6 +346,7 @@ impl SwarmConfig {
         let mut sizes = sizes;
         draw_retention(&mut rng, &mut workload, &mut sizes);
         draw_queue(&mut rng, &mut workload, &mut sizes, &mut faults);
+        draw_long_poll(&mut rng, &mut workload);
         SwarmConfig {
             nodes: 1,
             faults,
@@ -352,6 +356,15 @@ impl SwarmConfig {
             idempotent_commits: true,
             sizes,
         }
+    }
+}
+
+/// Long-poll consumes on 60 % of seeds, for 30-100 % of a reader's consumes (a seed without
+/// readers gets one). Drawn after everything else in the swarm stream.
+pub(crate) fn draw_long_poll(rng: &mut ChaCha8Rng, w: &mut WorkloadConfig) {
+    if rng.random_bool(0.6) {
+        w.long_poll_prob = rng.random_range(0.3..=1.0);
+        w.readers = w.readers.max(1);
     }
 }
 
@@ -413,6 +426,7 @@ pub(crate) fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         create_retention_bytes: None,
         queue_workers: 0, // drawn last of all (`draw_queue`)
         queue_visibility_ms: narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
+        long_poll_prob: 0.0, // drawn after everything (`draw_long_poll`)
     }
 }
 

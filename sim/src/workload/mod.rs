@@ -14,7 +14,7 @@ use narad_core::{ClientOp, PartitionKey, ProduceMessage, RequestId, TopicChange,
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
-use crate::checker::{AdminAsk, Checker};
+use crate::checker::{AdminAsk, Checker, LongPollSent};
 use crate::payload::payload;
 use crate::swarm::WorkloadConfig;
 pub use topics::{TopicModel, TopicState};
@@ -71,6 +71,9 @@ enum Pending {
         name: String,
         offset: u64,
         max: u32,
+        /// A long-poll's wait (0: none), and when it was sent (for the checker).
+        wait_ms: u64,
+        sent: Option<LongPollSent>,
     },
     /// A queue receive or settle of queue worker `worker`.
     Queue {
@@ -99,11 +102,12 @@ impl Pending {
             Pending::Update { name, change, .. } => {
                 ClientOp::UpdateTopic { name: name.clone(), change: *change }
             }
-            Pending::Consume { key, name, offset, max } => ClientOp::Consume {
+            Pending::Consume { key, name, offset, max, wait_ms, .. } => ClientOp::Consume {
                 topic: name.clone(),
                 partition: key.partition,
                 offset: *offset,
                 max: *max,
+                wait_ms: *wait_ms,
             },
             Pending::Queue { op, .. } => op.op(),
         }
@@ -132,6 +136,10 @@ pub struct Workload {
     rng: ChaCha8Rng,
     /// Draws of topic updates only (their own stream: seeds without updates keep every draw).
     update_rng: ChaCha8Rng,
+    /// Draws of long-poll waits only (likewise).
+    poll_rng: ChaCha8Rng,
+    /// Every request that got an answer (a second answer is a violation).
+    answered: std::collections::BTreeSet<RequestId>,
     clients: Vec<Client>,
     /// Which topics exist, as far as the clients know.
     pub topics: TopicModel,
@@ -152,11 +160,11 @@ pub struct Workload {
 }
 
 impl Workload {
-    /// Clients for `cfg`, drawing from `rng` (and topic updates from `update_rng`).
+    /// Clients for `cfg`, drawing from `rng` (topic updates from `update_rng`, long-poll waits
+    /// from `poll_rng`).
     pub fn new(
         cfg: WorkloadConfig,
-        rng: ChaCha8Rng,
-        update_rng: ChaCha8Rng,
+        (rng, update_rng, poll_rng): (ChaCha8Rng, ChaCha8Rng, ChaCha8Rng),
         cluster: bool,
     ) -> Workload {
         let mut clients = vec![new_client(Role::Admin)];
@@ -169,6 +177,8 @@ impl Workload {
             cfg,
             rng,
             update_rng,
+            poll_rng,
+            answered: std::collections::BTreeSet::new(),
             clients,
             topics: TopicModel::default(),
             next_request: 1,
@@ -284,6 +294,12 @@ impl Workload {
         let c = &mut self.clients[client];
         let pending = c.next.take().expect("invariant: wake built a request");
         c.tries += 1;
+        let mut pending = pending;
+        if let Pending::Consume { wait_ms, sent, .. } = &mut pending
+            && *wait_ms > 0
+        {
+            *sent = Some(checker.long_poll_sent());
+        }
         match &pending {
             Pending::Produce { ids, .. } => checker.sent(ids),
             Pending::Delete { name, .. } => checker.delete_requested(name),
@@ -395,7 +411,19 @@ impl Workload {
         let key = PartitionKey { topic: inc, partition: self.rng.random_range(0..partitions) };
         let offset = self.cursors.get(&key).copied().unwrap_or(0);
         let max = self.rng.random_range(1..=100);
-        Ok(Pending::Consume { key, name, offset, max })
+        let wait_ms = self.long_poll_wait();
+        Ok(Pending::Consume { key, name, offset, max, wait_ms, sent: None })
+    }
+
+    /// A long-poll's wait for the next consume (0: none): within the client's request timeout,
+    /// with room for the answer's way back.
+    fn long_poll_wait(&mut self) -> u64 {
+        let prob = self.cfg.long_poll_prob;
+        if prob <= 0.0 || !self.poll_rng.random_bool(prob.min(1.0)) {
+            return 0;
+        }
+        let most = (self.cfg.request_timeout_ms / 2).max(60);
+        self.poll_rng.random_range(50..=most)
     }
 
     fn produce_next(&mut self, checker: &mut Checker) -> Result<Pending, Wake> {

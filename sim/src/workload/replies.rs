@@ -23,6 +23,11 @@ impl Workload {
         reply: &ClientReply,
         checker: &mut Checker,
     ) -> Option<(usize, u64)> {
+        if !self.answered.insert(request) {
+            let detail = format!("request {} answered twice (now by n{node})", request.0);
+            checker.violation(crate::checker::inv::ANSWERED_TWICE, detail);
+            return None;
+        }
         let Some(client) = self.waiting_client(request) else {
             self.late_reply(node, request, reply, checker);
             return None;
@@ -137,10 +142,13 @@ impl Workload {
                 Some(_) => Next::Finished,
             },
             Pending::Queue { worker, op } => self.queue_answer(*worker, op, reply, checker),
-            Pending::Consume { key, name, offset, .. } => {
+            Pending::Consume { key, name, offset, sent, .. } => {
                 match reply {
                     Some(ClientReply::Records(records)) => {
                         checker.consumed(*key, *offset, records, ReadKind::Live);
+                        if let Some(sent) = sent {
+                            checker.long_poll_answered(name, *key, *offset, *sent, records.len());
+                        }
                         self.cursors.insert(*key, offset + records.len() as u64);
                     }
                     Some(ClientReply::Error(ClientError::NotFound(e)))

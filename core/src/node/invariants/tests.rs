@@ -43,3 +43,17 @@ fn a_job_for_a_commit_the_dispatcher_never_started_is_caught() {
     let failure = node.check_invariants_deep().expect_err("an orphan job");
     assert!(failure.starts_with("commits:"), "{failure}");
 }
+
+#[test]
+fn a_parked_consume_missing_from_the_deadline_index_is_caught() {
+    use crate::node::parked::Waiter;
+    let mut node = fresh();
+    let key = PartitionKey { topic: TopicId(9), partition: 0 };
+    let request = crate::ids::RequestId(1);
+    let waiter = Waiter::Client { request, topic: "t".into(), key, offset: 0, max: 1 };
+    node.parked.park(waiter, vec![(key, 0)], Instant(1)).expect("room");
+    node.check_invariants().expect("a parked consume is consistent");
+    node.parked.corrupt_for_test();
+    let failure = node.check_invariants().expect_err("a stale deadline");
+    assert!(failure.starts_with("parked:"), "{failure}");
+}
