@@ -16,8 +16,8 @@
 
 mod admin;
 mod events;
-mod queue;
 mod long_poll;
+mod queue;
 mod reads;
 mod retention;
 mod verdict;
@@ -28,8 +28,8 @@ use bytes::Bytes;
 use narad_core::{Instant, PartitionKey, TopicId};
 
 pub use admin::AdminAsk;
-pub use queue::{QueueVerdict, SettleSeen};
 pub use long_poll::LongPollSent;
+pub use queue::{QueueVerdict, SettleSeen};
 pub use reads::ReadKind;
 pub use verdict::Verdict;
 
