@@ -293,17 +293,7 @@ impl Node {
             }
             ConsumeAsker::Peer { from, id } => {
                 let result = decoded
-                    .map(|records| {
-                        records
-                            .into_iter()
-                            .map(|r| WireConsumed {
-                                offset: r.offset,
-                                timestamp_ms: r.timestamp_ms,
-                                key: r.key,
-                                payload: r.payload,
-                            })
-                            .collect()
-                    })
+                    .map(|records| records.into_iter().map(wire_record).collect())
                     .map_err(|error| WireError::from_client(&error));
                 self.send(from, &PeerMessage::ConsumeReply { id, result });
             }
@@ -356,6 +346,16 @@ impl Node {
 
 fn not_found(topic: &str) -> ClientError {
     ClientError::NotFound(format!("topic `{topic}` not found"))
+}
+
+/// A record read from a partition log as it crosses the wire (or waits in a read-ahead).
+pub(super) fn wire_record(record: crate::partition::PartitionRecord) -> WireConsumed {
+    WireConsumed {
+        offset: record.offset,
+        timestamp_ms: record.timestamp_ms,
+        key: record.key,
+        payload: record.payload,
+    }
 }
 
 /// What a client is told for a read its partition log refuses.

@@ -391,15 +391,8 @@ impl Node {
                 return self.finish_owner_receive(receive.asker, key, Err(error));
             }
         };
-        let records: Vec<WireConsumed> = decoded
-            .into_iter()
-            .map(|r| WireConsumed {
-                offset: r.offset,
-                timestamp_ms: r.timestamp_ms,
-                key: r.key,
-                payload: r.payload,
-            })
-            .collect();
+        let records: Vec<WireConsumed> =
+            decoded.into_iter().map(super::client::wire_record).collect();
         if let (Some(queue), Some(ahead)) =
             (self.consumers.queues.get(&key), self.consumers.read_ahead.get_mut(&key))
         {
