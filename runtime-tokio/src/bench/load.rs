@@ -157,6 +157,22 @@ impl Run {
         }
     }
 
+    /// The worker's connection, opened if it has none; `None` (the failure counted, after a
+    /// pause) if it cannot be opened: the caller tries again on its next turn.
+    pub(super) async fn connected<'c>(&self, conn: &'c mut Option<Conn>) -> Option<&'c mut Conn> {
+        if conn.is_none() {
+            match Conn::connect(self.shape.endpoint.addr).await {
+                Ok(c) => *conn = Some(c),
+                Err(e) => {
+                    self.on_error(Instant::now(), || format!("connect: {e}"));
+                    tokio::time::sleep(RECONNECT_PAUSE).await;
+                    return None;
+                }
+            }
+        }
+        conn.as_mut()
+    }
+
     pub(super) fn finished(&self) -> bool {
         self.stop.get() || self.issued.get() >= self.max_requests
     }
@@ -194,17 +210,7 @@ pub async fn producer(run: Rc<Run>, worker: u64) {
     let mut n = worker;
     let shape = &run.shape;
     while !run.finished() {
-        let c = match &mut conn {
-            Some(c) => c,
-            None => match Conn::connect(shape.endpoint.addr).await {
-                Ok(c) => conn.insert(c),
-                Err(e) => {
-                    run.on_error(Instant::now(), || format!("connect: {e}"));
-                    tokio::time::sleep(RECONNECT_PAUSE).await;
-                    continue;
-                }
-            },
-        };
+        let Some(c) = run.connected(&mut conn).await else { continue };
         run.issued.set(run.issued.get() + 1);
         let seq = run.visible.as_ref().map(|v| v.next_seq());
         shape.build(&mut request, &mut body, n, seq);

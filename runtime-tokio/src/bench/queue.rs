@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use super::conn::Conn;
 use super::load::Run;
 
-/// Pause after a receive found nothing, or after a connection failed.
+/// Pause after a receive found nothing, or after a request failed.
 const EMPTY_PAUSE: Duration = Duration::from_millis(1);
 
 /// The receipt handle in a single-message consume answer.
@@ -27,17 +27,7 @@ pub async fn worker(run: Rc<Run>) {
     let receive = format!("GET /v1/topics/{topic}/consume HTTP/1.1\r\nHost: {host}\r\n\r\n");
     let mut conn: Option<Conn> = None;
     while !run.finished() {
-        let c = match &mut conn {
-            Some(c) => c,
-            None => match Conn::connect(shape.endpoint.addr).await {
-                Ok(c) => conn.insert(c),
-                Err(e) => {
-                    run.on_error(Instant::now(), || format!("connect: {e}"));
-                    tokio::time::sleep(EMPTY_PAUSE).await;
-                    continue;
-                }
-            },
-        };
+        let Some(c) = run.connected(&mut conn).await else { continue };
         run.issued.set(run.issued.get() + 1);
         let sent = Instant::now();
         match cycle(c, &receive, host, topic).await {
