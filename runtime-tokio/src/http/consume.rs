@@ -66,14 +66,24 @@ fn single_body(record: &ConsumedRecord) -> Vec<u8> {
 }
 
 fn list_body(records: &[ConsumedRecord]) -> Vec<u8> {
-    let estimate: usize = records.iter().map(|r| r.payload.len() + 160).sum();
+    messages_body(records, |r| r.payload.len(), write_record)
+}
+
+/// `{"messages":[...]}` with one object per item, written by `write` (`payload_len` sizes the
+/// buffer); shared by replays and queue receives.
+pub(super) fn messages_body<T>(
+    items: &[T],
+    payload_len: impl Fn(&T) -> usize,
+    write: impl Fn(&mut Vec<u8>, &T),
+) -> Vec<u8> {
+    let estimate: usize = items.iter().map(|item| payload_len(item) + 220).sum();
     let mut out = Vec::with_capacity(estimate + 16);
     out.extend_from_slice(b"{\"messages\":[");
-    for (i, record) in records.iter().enumerate() {
+    for (i, item) in items.iter().enumerate() {
         if i > 0 {
             out.push(b',');
         }
-        write_record(&mut out, record);
+        write(&mut out, item);
     }
     out.extend_from_slice(b"]}");
     out

@@ -37,19 +37,13 @@ pub async fn receive(
     if leased.is_empty() {
         return Ok(StatusCode::NO_CONTENT.into_response());
     }
-    let mut out = Vec::with_capacity(leased.iter().map(|l| l.record.payload.len() + 220).sum());
-    if max.is_none() {
+    let out = if max.is_none() {
+        let mut out = Vec::with_capacity(leased[0].record.payload.len() + 220);
         write_leased(&mut out, &leased[0]);
+        out
     } else {
-        out.extend_from_slice(b"{\"messages\":[");
-        for (i, lease) in leased.iter().enumerate() {
-            if i > 0 {
-                out.push(b',');
-            }
-            write_leased(&mut out, lease);
-        }
-        out.extend_from_slice(b"]}");
-    }
+        super::consume::messages_body(&leased, |l| l.record.payload.len(), write_leased)
+    };
     Ok(json_response(StatusCode::OK, out))
 }
 
