@@ -150,6 +150,7 @@ mod tests {
             retention_ms: None,
             retention_bytes: None,
             created_ms: 0,
+            queue: Default::default(),
         }
     }
 

@@ -2,7 +2,14 @@
 //! `ClientOp` and `ClientReply` onto status codes and JSON; the simulator's workload uses them
 //! directly. Validation lives in the core so both runtimes reject bad input identically.
 
+mod queue_settings;
+
 use bytes::Bytes;
+
+pub use queue_settings::{
+    DeadLetter, MAX_MAX_DELIVERIES, MAX_VISIBILITY_TIMEOUT_MS, MIN_VISIBILITY_TIMEOUT_MS,
+    QueueSettings,
+};
 
 use crate::ids::TopicId;
 
@@ -10,12 +17,14 @@ use crate::ids::TopicId;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum ClientOp {
     /// Create a topic. `partitions` defaults to 3; without `retention_ms` the default retention
-    /// (7 days) applies; `retention_bytes` (per partition) is off unless given.
+    /// (7 days) applies; `retention_bytes` (per partition) is off unless given; `queue` holds
+    /// the lease and dead-letter settings of its queue consumers.
     CreateTopic {
         name: String,
         partitions: Option<u32>,
         retention_ms: Option<u64>,
         retention_bytes: Option<u64>,
+        queue: QueueSettings,
     },
     /// Change a topic's retention (`PATCH /v1/topics/{t}`): only what `change` names changes.
     UpdateTopic { name: String, change: TopicChange },
@@ -114,6 +123,8 @@ pub struct TopicInfo {
     /// Bytes each partition keeps at most; `None`: no size limit.
     pub retention_bytes: Option<u64>,
     pub created_ms: u64,
+    /// Leases and dead letters of queue consumers (set at create).
+    pub queue: QueueSettings,
 }
 
 impl TopicInfo {
@@ -322,6 +333,8 @@ pub struct Stats {
     /// syncs of the consumer journal (group commits and images).
     pub queue_deliveries: u64,
     pub queue_acks: u64,
+    /// Messages moved to their topic's dead-letter topic (the original's ack durable).
+    pub queue_dead_lettered: u64,
     pub consumer_journal_syncs: u64,
     /// Long-poll consumes parked on this node now (local clients' and peers'), at most
     /// `PARKED_MAX`.

@@ -114,8 +114,13 @@ pub enum DiskOp {
     Write { file: FileId, offset: u64, data: Bytes },
     /// Make everything written to the file durable (`fdatasync`).
     Sync { file: FileId },
-    /// Read exactly `len` bytes at `offset`.
+    /// Read exactly `len` bytes at `offset` (a file that ends sooner is an error).
     Read { file: FileId, offset: u64, len: u64 },
+    /// Read `len` bytes at `offset`, or fewer where the file ends sooner (none at or past its
+    /// end). For a reader that must see what a file really holds, not only whether it holds
+    /// what was expected: the WAL's dispatch cursor, whose segment can end short of what the
+    /// WAL wrote when a write landed elsewhere (docs/design.md §4.2).
+    ReadUpTo { file: FileId, offset: u64, len: u64 },
     /// Set the file's length to `len` (not durable until `Sync`).
     Truncate { file: FileId, len: u64 },
     /// Remove the file (and make the removal durable).
@@ -130,6 +135,7 @@ impl DiskOp {
             | DiskOp::Write { file, .. }
             | DiskOp::Sync { file }
             | DiskOp::Read { file, .. }
+            | DiskOp::ReadUpTo { file, .. }
             | DiskOp::Truncate { file, .. }
             | DiskOp::Delete { file } => *file,
         }
@@ -141,7 +147,8 @@ impl DiskOp {
 pub enum DiskDone {
     /// Create, Write, Sync, Truncate or Delete finished.
     Done,
-    /// A Read returned these bytes (exactly the requested length).
+    /// A Read returned these bytes (exactly the requested length), or a ReadUpTo these (at most
+    /// the requested length).
     Data(Bytes),
 }
 
@@ -222,6 +229,9 @@ pub enum NodeEvent {
     /// `trimmed` says what it held and where the log starts now; `now_ms` is the owner's clock
     /// when the deletion completed (it was judged past retention when it was started, earlier).
     SegmentDeleted { key: PartitionKey, trimmed: crate::partition::Trimmed, now_ms: u64 },
+    /// The message at `key`@`offset` was moved to its topic's dead-letter topic: its copy was
+    /// durable in this node's ingress WAL before the original's ack (now durable) was written.
+    DeadLettered { key: PartitionKey, offset: u64 },
 }
 
 /// Which topic change a `NodeEvent::TopicApplied` reports.

@@ -10,6 +10,7 @@
 mod client;
 mod cluster;
 mod commit;
+mod dead_letter;
 mod discard;
 mod invariants;
 mod long_poll;
@@ -135,11 +136,14 @@ impl Config {
     }
 }
 
-/// A produce waiting for its group commit.
+/// What waits for a group commit of the ingress WAL.
 #[derive(Clone, Copy, Debug)]
-struct ProduceWaiter {
-    request: RequestId,
-    records: usize,
+enum ProduceWaiter {
+    /// A client's produce of `records` records.
+    Client { request: RequestId, records: usize },
+    /// The dead-letter copy of `key`@`offset`, one of our partitions' messages
+    /// (`dead_letter.rs`).
+    DeadLetter { key: PartitionKey, offset: u64 },
 }
 
 /// Who waits for a metastore proposal or read barrier.
@@ -632,6 +636,7 @@ impl Node {
             partition_read_damaged: self.counters.partition_read_damaged,
             queue_deliveries: self.consumers.counters.deliveries,
             queue_acks: self.consumers.counters.acks,
+            queue_dead_lettered: self.consumers.counters.dead_lettered,
             consumer_journal_syncs: self.consumers.counters.journal_syncs,
             consumes_parked: self.parked.len() as u64,
         }

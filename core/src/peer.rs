@@ -9,7 +9,7 @@
 
 use bytes::Bytes;
 
-use crate::api::{ClientError, PartitionNumbers, SettleAction, TopicInfo};
+use crate::api::{ClientError, PartitionNumbers, QueueSettings, SettleAction, TopicInfo};
 use crate::codec::{Reader, put_optional_bytes};
 use crate::ids::{PartitionKey, TopicId};
 use crate::queue::ReceiptHandle;
@@ -17,8 +17,9 @@ use crate::queue::ReceiptHandle;
 mod queue_wire;
 pub use queue_wire::WireLeased;
 
-/// Version of the node protocol. Bump it when a message's layout changes.
-pub const PROTOCOL_VERSION: u8 = 2;
+/// Version of the node protocol. Bump it when a message's layout changes (3: a topic in an
+/// admin result carries its queue settings).
+pub const PROTOCOL_VERSION: u8 = 3;
 
 /// One record in a commit batch sent to a partition's owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -463,6 +464,7 @@ fn encode_topic(out: &mut Vec<u8>, topic: &TopicInfo) {
     put_u64s(out, &[topic.id.0, retention, topic.created_ms]);
     out.extend_from_slice(&topic.partitions.to_le_bytes());
     put_text(out, &topic.name);
+    topic.queue.encode(out);
 }
 
 /// Inverse of `encode_topic` (the topic has no `retention_bytes` yet).
@@ -470,8 +472,9 @@ fn decode_topic(reader: &mut Reader<'_>) -> Option<TopicInfo> {
     let (id, retention, created_ms) = (TopicId(reader.u64()?), reader.u64()?, reader.u64()?);
     let partitions = reader.u32()?;
     let name = read_text(reader)?;
+    let queue = QueueSettings::decode(reader)?;
     let retention_ms = (retention != u64::MAX).then_some(retention);
-    Some(TopicInfo { name, id, partitions, retention_ms, retention_bytes: None, created_ms })
+    Some(TopicInfo { name, id, partitions, retention_ms, retention_bytes: None, created_ms, queue })
 }
 
 fn decode_admin_result(reader: &mut Reader<'_>) -> Option<WireAdminResult> {
@@ -701,13 +704,22 @@ mod tests {
             retention_ms: Some(0),
             retention_bytes: None,
             created_ms: 9,
+            queue: QueueSettings::default(),
         };
         let limited = TopicInfo { retention_bytes: Some(1 << 30), ..topic.clone() };
+        let queued = TopicInfo {
+            queue: QueueSettings {
+                visibility_timeout_ms: Some(1_500),
+                dead_letter: Some(crate::api::DeadLetter { max_deliveries: 4, topic: "d".into() }),
+            },
+            ..limited.clone()
+        };
         for result in [
             WireAdminResult::Created(topic.clone()),
             WireAdminResult::Created(limited.clone()),
             WireAdminResult::Updated(topic.clone()),
             WireAdminResult::Updated(limited),
+            WireAdminResult::Created(queued),
         ] {
             let message = PeerMessage::ProposeReply { id: 3, result };
             assert_eq!(PeerMessage::decode(&message.encode()), Ok(message));

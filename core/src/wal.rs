@@ -590,7 +590,8 @@ impl<W> Wal<W> {
                 let file = FileId::WalSegment { first_seq: self.cursor.segment };
                 let io =
                     WalIo::CursorRead { segment: self.cursor.segment, offset: self.cursor.offset };
-                self.outbox.push_back((io, DiskOp::Read { file, offset: self.cursor.offset, len }));
+                let read = DiskOp::ReadUpTo { file, offset: self.cursor.offset, len };
+                self.outbox.push_back((io, read));
                 self.read_in_flight = true;
                 return;
             }
@@ -603,8 +604,9 @@ impl<W> Wal<W> {
     }
 
     /// Decodes a completed cursor read into records (from the cursor on). A failed read is an
-    /// error (retried later). Bytes with no valid record where one must be are retried too (a
-    /// read can return damaged data once); after `DAMAGED_READS_BEFORE_SKIP` such reads the
+    /// error (retried later). Bytes with no valid record where one must be (damaged, or none:
+    /// the segment ends short of what the WAL wrote) are retried too (a read can return damaged
+    /// data once); after `DAMAGED_READS_BEFORE_SKIP` such reads the
     /// records there are declared lost (the only copy was damaged at rest) and the cursor moves
     /// past them, so one damaged record cannot hold back every record behind it.
     pub fn on_cursor_read(

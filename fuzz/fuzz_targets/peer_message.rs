@@ -186,6 +186,7 @@ fn topic_info(u: &mut Unstructured<'_>) -> arbitrary::Result<TopicInfo> {
         retention_ms: retention(u)?,
         retention_bytes: retention_bytes(u)?,
         created_ms: u.arbitrary()?,
+        queue: Default::default(),
     })
 }
 

@@ -115,6 +115,7 @@ fn peer_messages() -> Vec<Vec<u8>> {
         retention_ms: Some(60_000),
         retention_bytes: None,
         created_ms: 1,
+        queue: Default::default(),
     };
     [
         PeerMessage::Raft(Bytes::from_static(b"\x08\x01")),
@@ -184,6 +185,7 @@ fn create(name: &str) -> MetaCommand {
         retention_bytes: None,
         now_ms: 1,
         seen_next_id: 0,
+        queue: Default::default(),
     }
 }
 

@@ -42,6 +42,7 @@ pub fn command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::Result
             retention_bytes: retention_bytes(u)?,
             now_ms: u.arbitrary()?,
             seen_next_id: u.arbitrary()?,
+            queue: Default::default(),
         },
         1 => MetaCommand::DeleteTopic { name: name(u)?, id: TopicId(u.arbitrary()?) },
         2 => MetaCommand::Heartbeat {

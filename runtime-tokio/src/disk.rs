@@ -351,6 +351,11 @@ impl Worker {
                 self.open(*file)?.read_exact_at(&mut buf, *offset)?;
                 return Ok(DiskDone::Data(Bytes::from(buf)));
             }
+            DiskOp::ReadUpTo { file, offset, len } => {
+                let len = usize::try_from(*len).map_err(io::Error::other)?;
+                let buf = read_up_to(self.open(*file)?, *offset, len)?;
+                return Ok(DiskDone::Data(Bytes::from(buf)));
+            }
             DiskOp::Truncate { file, len } => self.open(*file)?.set_len(*len)?,
             DiskOp::Delete { file } => self.delete(*file)?,
         }
@@ -428,10 +433,26 @@ fn op_name(op: &DiskOp) -> &'static str {
         DiskOp::Create { .. } => "create",
         DiskOp::Write { .. } => "write",
         DiskOp::Sync { .. } => "sync",
-        DiskOp::Read { .. } => "read",
+        DiskOp::Read { .. } | DiskOp::ReadUpTo { .. } => "read",
         DiskOp::Truncate { .. } => "truncate",
         DiskOp::Delete { .. } => "delete",
     }
+}
+
+/// Up to `len` bytes of `file` from `offset`: fewer where the file ends sooner.
+fn read_up_to(file: &File, offset: u64, len: usize) -> io::Result<Vec<u8>> {
+    let mut buf = vec![0; len];
+    let mut filled = 0;
+    while filled < len {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
+            Ok(0) => break,
+            Ok(n) => filled += n,
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    buf.truncate(filled);
+    Ok(buf)
 }
 
 /// Creates `dir` and its missing ancestors, fsyncing each new entry's parent directory.
@@ -515,6 +536,10 @@ mod tests {
         assert_eq!(read, Ok(DiskDone::Data(Bytes::from_static(b"\0\0\0\0hello world"))));
         assert_eq!(h.run(DiskOp::Truncate { file, len: 9 }), Ok(DiskDone::Done));
         assert!(h.run(DiskOp::Read { file, offset: 0, len: 10 }).is_err(), "short read fails");
+        let up_to = h.run(DiskOp::ReadUpTo { file, offset: 2, len: 10 });
+        assert_eq!(up_to, Ok(DiskDone::Data(Bytes::from_static(b"\0\0hello"))), "stops at the end");
+        let past = h.run(DiskOp::ReadUpTo { file, offset: 20, len: 4 });
+        assert_eq!(past, Ok(DiskDone::Data(Bytes::new())), "nothing past the end");
         assert_eq!(h.run(DiskOp::Delete { file }), Ok(DiskDone::Done));
         assert!(!h.root.join(file.relative_path()).exists());
         assert_eq!(h.run(DiskOp::Delete { file }), Ok(DiskDone::Done), "missing is deleted");

@@ -439,7 +439,9 @@ fn log_event(event: NodeEvent) {
             tracing::warn!(%key, reason, "partition commit failed and was rolled back");
         }
         // The core logs topic changes and retention's deletions itself.
-        NodeEvent::TopicApplied { .. } | NodeEvent::SegmentDeleted { .. } => {}
+        NodeEvent::TopicApplied { .. }
+        | NodeEvent::SegmentDeleted { .. }
+        | NodeEvent::DeadLettered { .. } => {}
     }
 }
 

@@ -124,6 +124,76 @@ struct Seen {
     delivered: BTreeMap<String, Vec<(u64, u64, u64)>>,
 }
 
+/// A topic's own lease and dead-letter topic, as a create sets them and a receive obeys them:
+/// bad settings answer 400; a message nacked `max_deliveries` times is moved (its copy readable
+/// in the dead-letter topic, counted in `/metrics`) and never offered again, across a restart.
+#[test]
+fn a_topic_sets_its_lease_and_dead_letter_topic() {
+    let (_tmp, dir) = data_dir();
+    let mut node = TestNode::start(&dir);
+    let client = node.client();
+    let create = |body: Value| client.post_json("/v1/topics", &body);
+    let refused = [
+        serde_json::json!({ "name": "jobs", "visibility_timeout_ms": 50 }),
+        serde_json::json!({ "name": "jobs", "max_deliveries": 2 }),
+        serde_json::json!({ "name": "jobs", "dead_letter_topic": "dlq" }),
+        serde_json::json!({ "name": "jobs", "max_deliveries": 2, "dead_letter_topic": "dlq" }),
+        serde_json::json!({ "name": "jobs", "max_deliveries": 0, "dead_letter_topic": "jobs" }),
+    ];
+    for body in refused {
+        let (status, answer) = create(body.clone());
+        assert_eq!(status, 400, "{body}: {}", String::from_utf8_lossy(&answer));
+        assert!(json(&answer)["error"].as_str().is_some_and(|e| !e.is_empty()), "says why");
+    }
+    assert_eq!(create(serde_json::json!({ "name": "dlq", "partitions": 1 })).0, 201);
+    let body = serde_json::json!({
+        "name": "jobs", "partitions": 1, "visibility_timeout_ms": 1_500,
+        "max_deliveries": 2, "dead_letter_topic": "dlq",
+    });
+    let (status, created) = create(body);
+    assert_eq!(status, 201, "{}", String::from_utf8_lossy(&created));
+    let created = json(&created);
+    assert_eq!(created["visibility_timeout_ms"], 1_500, "{created}");
+    assert_eq!(
+        (created["max_deliveries"].clone(), created["dead_letter_topic"].clone()),
+        (Value::from(2), Value::from("dlq")),
+        "{created}"
+    );
+    let shown = json(&client.get("/v1/topics/jobs").1);
+    assert_eq!(shown["dead_letter_topic"], "dlq", "{shown}");
+    assert_eq!(client.post("/v1/topics/jobs/produce", b"poison").0, 202);
+    for count in 1..=2 {
+        let mut leased = None;
+        let offered = wait_until(Duration::from_secs(30), || {
+            let (status, body) = client.get("/v1/topics/jobs/consume");
+            leased = (status == 200).then(|| json(&body));
+            leased.is_some()
+        });
+        assert!(offered, "delivery {count} is offered");
+        let message = leased.expect("checked above");
+        assert_eq!(message["delivery_count"], count, "{message}");
+        let handle = message["receipt_handle"].as_str().expect("a handle");
+        if count == 1 {
+            // Not settled: the topic's 1.5 s lease (not the default 30 s) gives it back.
+            continue;
+        }
+        assert_eq!(ack(&client, "jobs", handle, Some("0")), 204, "nacked");
+    }
+    let moved = wait_until(Duration::from_secs(30), || {
+        client.get("/v1/topics/jobs/consume").0 == 204 && client.read_partition("dlq", 0).len() == 1
+    });
+    assert!(moved, "the third receive moves it to the dead-letter topic");
+    let copy = client.read_partition("dlq", 0);
+    assert_eq!(common::payload_bytes(&copy[0]), b"poison");
+    assert_eq!(client.metric("narad_queue_dead_lettered_total"), 1.0);
+    node.kill9();
+    let node = TestNode::start(&dir);
+    let client = node.client();
+    // A restart voids leases: a message whose move had not held would be offered at once.
+    assert_eq!(client.get("/v1/topics/jobs/consume").0, 204, "the move held through kill -9");
+    assert_eq!(client.read_partition("dlq", 0).len(), 1, "moved once");
+}
+
 #[test]
 fn workers_ack_every_acknowledged_produce_through_an_owner_kill() {
     let mut cluster = TestCluster::start(3);

@@ -26,7 +26,9 @@ impl OpKind {
             DiskOp::Create { .. } => (OpKind::Create, 0, 0),
             DiskOp::Write { offset, data, .. } => (OpKind::Write, *offset, data.len() as u64),
             DiskOp::Sync { .. } => (OpKind::Sync, 0, 0),
-            DiskOp::Read { offset, len, .. } => (OpKind::Read, *offset, *len),
+            DiskOp::Read { offset, len, .. } | DiskOp::ReadUpTo { offset, len, .. } => {
+                (OpKind::Read, *offset, *len)
+            }
             DiskOp::Truncate { len, .. } => (OpKind::Truncate, *len, 0),
             DiskOp::Delete { .. } => (OpKind::Delete, 0, 0),
         }

@@ -2,7 +2,7 @@
 //! command travels as inside a Raft entry. Decoders never panic: a committed entry that does not
 //! decode is applied as a no-op (identically on every replica) and counted.
 
-use crate::api::{TopicChange, TopicInfo};
+use crate::api::{QueueSettings, TopicChange, TopicInfo};
 use crate::codec::Reader;
 use crate::ids::{NodeId, TopicId};
 
@@ -19,6 +19,7 @@ pub enum MetaCommand {
         partitions: Option<u32>,
         retention_ms: Option<u64>,
         retention_bytes: Option<u64>,
+        queue: QueueSettings,
         now_ms: u64,
         seen_next_id: u64,
     },
@@ -70,6 +71,10 @@ const CMD_MARK_ALIVE: u8 = 5;
 /// for as long as nobody uses it (and every encoding stays canonical: one tag per value).
 const CMD_CREATE_BYTES: u8 = 6;
 const CMD_UPDATE: u8 = 7;
+/// A create with queue settings: `CMD_CREATE`'s fields, then `retention_bytes` (`NONE_U64` for
+/// none) and the settings. Only a create with some queue setting is written so (one tag per
+/// value, and logs stay readable by builds before queue settings while nobody uses them).
+pub(super) const CMD_CREATE_QUEUE: u8 = 8;
 /// The three states of an update's `retention_bytes`: keep, remove the limit, set it.
 const BYTES_KEEP: u8 = 0;
 const BYTES_CLEAR: u8 = 1;
@@ -110,17 +115,28 @@ pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
             partitions,
             retention_ms,
             retention_bytes,
+            queue,
             now_ms,
             seen_next_id,
         } => {
-            out.push(if retention_bytes.is_some() { CMD_CREATE_BYTES } else { CMD_CREATE });
+            let tag = match (queue.is_default(), retention_bytes) {
+                (false, _) => CMD_CREATE_QUEUE,
+                (true, Some(_)) => CMD_CREATE_BYTES,
+                (true, None) => CMD_CREATE,
+            };
+            out.push(tag);
             put_str(&mut out, name);
             put_u64(&mut out, partitions.map_or(NONE_U64, u64::from));
             put_u64(&mut out, retention_ms.unwrap_or(NONE_U64));
             put_u64(&mut out, *now_ms);
             put_u64(&mut out, *seen_next_id);
-            if let Some(bytes) = retention_bytes {
-                put_u64(&mut out, *bytes);
+            match tag {
+                CMD_CREATE_QUEUE => {
+                    put_u64(&mut out, retention_bytes.unwrap_or(NONE_U64));
+                    queue.encode(&mut out);
+                }
+                CMD_CREATE_BYTES => put_u64(&mut out, retention_bytes.unwrap_or(NONE_U64)),
+                _ => {}
             }
         }
         MetaCommand::UpdateTopic { name, id, change } => {
@@ -166,7 +182,7 @@ pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
 pub fn decode_command(bytes: &[u8]) -> Option<MetaCommand> {
     let mut r = Reader::new(bytes);
     let command = match get_u8(&mut r)? {
-        tag @ (CMD_CREATE | CMD_CREATE_BYTES) => decode_create(&mut r, tag == CMD_CREATE_BYTES)?,
+        tag @ (CMD_CREATE | CMD_CREATE_BYTES | CMD_CREATE_QUEUE) => decode_create(&mut r, tag)?,
         CMD_UPDATE => MetaCommand::UpdateTopic {
             name: get_str(&mut r)?,
             id: TopicId(r.u64()?),
@@ -196,18 +212,31 @@ pub fn decode_command(bytes: &[u8]) -> Option<MetaCommand> {
     r.rest().is_empty().then_some(command)
 }
 
-/// A create's fields after its tag; `with_bytes`: the `CMD_CREATE_BYTES` layout.
-fn decode_create(r: &mut Reader<'_>, with_bytes: bool) -> Option<MetaCommand> {
+/// A create's fields after its tag (`CMD_CREATE`, `CMD_CREATE_BYTES` or `CMD_CREATE_QUEUE`).
+fn decode_create(r: &mut Reader<'_>, tag: u8) -> Option<MetaCommand> {
+    let name = get_str(r)?;
+    let partitions = match r.u64()? {
+        NONE_U64 => None,
+        n => Some(u32::try_from(n).ok()?),
+    };
+    let (retention_ms, now_ms, seen_next_id) = (optional_u64(r)?, r.u64()?, r.u64()?);
+    let (retention_bytes, queue) = match tag {
+        CMD_CREATE => (None, QueueSettings::default()),
+        CMD_CREATE_BYTES => (Some(present_u64(r)?), QueueSettings::default()),
+        _ => {
+            let bytes = optional_u64(r)?;
+            // Default settings have their own layouts: this one must carry some.
+            (bytes, Some(QueueSettings::decode(r)?).filter(|q| !q.is_default())?)
+        }
+    };
     Some(MetaCommand::CreateTopic {
-        name: get_str(r)?,
-        partitions: match r.u64()? {
-            NONE_U64 => None,
-            n => Some(u32::try_from(n).ok()?),
-        },
-        retention_ms: optional_u64(r)?,
-        now_ms: r.u64()?,
-        seen_next_id: r.u64()?,
-        retention_bytes: if with_bytes { Some(present_u64(r)?) } else { None },
+        name,
+        partitions,
+        retention_ms,
+        retention_bytes,
+        queue,
+        now_ms,
+        seen_next_id,
     })
 }
 

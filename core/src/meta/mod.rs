@@ -41,6 +41,7 @@ use crate::io::{DiskDone, DiskError, DiskOp};
 use crate::recovery_error::RecoveryError;
 
 pub use command::{Applied, MetaCommand, decode_command, encode_command};
+pub use names::validate_name;
 pub use persist::MetaIo;
 pub use retention::{validate_change, validate_requested};
 pub use state::MemberInfo;

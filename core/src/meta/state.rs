@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 
 use super::names::validate_name;
 use super::retention::{validate_bytes, validate_change, validate_retention};
-use crate::api::{ClientError, TopicChange, TopicInfo};
+use crate::api::{ClientError, QueueSettings, TopicChange, TopicInfo};
 use crate::codec::Reader;
 use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
 use crate::ids::{NodeId, PartitionKey, TopicId};
@@ -154,13 +154,15 @@ impl MetaState {
                 partitions,
                 retention_ms,
                 retention_bytes,
+                queue,
                 now_ms,
                 seen_next_id,
             } => {
                 self.refuse_late_create(&name, seen_next_id)?;
                 validate_bytes(retention_bytes)?;
+                self.validate_queue(&name, &queue)?;
                 let info = self.create(name, partitions, retention_ms, now_ms)?;
-                Ok(Applied::Created(self.set_retention_bytes(&info, retention_bytes)))
+                Ok(Applied::Created(self.set_extras(&info, retention_bytes, queue)))
             }
             MetaCommand::DeleteTopic { name, id } => self.delete(&name, id),
             MetaCommand::UpdateTopic { name, id, change } => self.update(&name, id, change),
@@ -208,6 +210,7 @@ impl MetaState {
             retention_ms,
             retention_bytes: None,
             created_ms: now_ms,
+            queue: QueueSettings::default(),
         };
         self.next_topic_id += 1;
         self.names.insert(info.id, name.clone());
@@ -215,11 +218,39 @@ impl MetaState {
         Ok(info)
     }
 
-    /// Sets the size limit of the live topic `info` names; the topic as it is now.
-    fn set_retention_bytes(&mut self, info: &TopicInfo, retention_bytes: Option<u64>) -> TopicInfo {
+    /// Sets the size limit and queue settings of the live topic `info` names; the topic as it
+    /// is now.
+    fn set_extras(
+        &mut self,
+        info: &TopicInfo,
+        retention_bytes: Option<u64>,
+        queue: QueueSettings,
+    ) -> TopicInfo {
         let topic = self.topics.get_mut(&info.name).expect("invariant: just created");
         topic.info.retention_bytes = retention_bytes;
+        topic.info.queue = queue;
         topic.info.clone()
+    }
+
+    /// A topic's queue settings must be valid, and its dead-letter topic must exist already (and
+    /// be another topic): a message must have somewhere to go the first time it is moved.
+    fn validate_queue(&self, name: &str, queue: &QueueSettings) -> Result<(), ClientError> {
+        queue.validate()?;
+        let Some(dead) = &queue.dead_letter else {
+            return Ok(());
+        };
+        if dead.topic == name {
+            return Err(ClientError::BadRequest(format!(
+                "dead_letter_topic `{name}` is the topic itself"
+            )));
+        }
+        if !self.topics.contains_key(&dead.topic) {
+            return Err(ClientError::BadRequest(format!(
+                "dead_letter_topic `{}` does not exist: create it first",
+                dead.topic
+            )));
+        }
+        Ok(())
     }
 
     /// Changes the retention of incarnation `id` of `name` if it is still the current one
@@ -348,6 +379,8 @@ impl MetaState {
 const IMAGE_V2: u8 = 2;
 /// `IMAGE_V2` with each topic's `retention_bytes` after its `created_ms`.
 const IMAGE_V3: u8 = 3;
+/// `IMAGE_V3` with each topic's queue settings after its `retention_bytes`.
+const IMAGE_V4: u8 = 4;
 
 impl MetaState {
     /// The whole state as bytes (a snapshot image), in the oldest layout that holds it: v2 until
@@ -355,8 +388,15 @@ impl MetaState {
     /// field existed for as long as nobody uses it. Decoding stays canonical: a v3 image none of
     /// whose topics has a size limit is not what `encode` writes, and is refused.
     pub fn encode(&self) -> Vec<u8> {
-        let v3 = self.topics.values().any(|t| t.info.retention_bytes.is_some());
-        let mut out = vec![if v3 { IMAGE_V3 } else { IMAGE_V2 }];
+        let v4 = self.topics.values().any(|t| !t.info.queue.is_default());
+        let v3 = v4 || self.topics.values().any(|t| t.info.retention_bytes.is_some());
+        let mut out = vec![if v4 {
+            IMAGE_V4
+        } else if v3 {
+            IMAGE_V3
+        } else {
+            IMAGE_V2
+        }];
         put_u64(&mut out, self.next_topic_id);
         put_u64(&mut out, self.cursor);
         put_u32(&mut out, self.topics.len() as u32);
@@ -369,6 +409,9 @@ impl MetaState {
             put_u64(&mut out, info.created_ms);
             if v3 {
                 put_u64(&mut out, info.retention_bytes.unwrap_or(NONE_U64));
+            }
+            if v4 {
+                info.queue.encode(&mut out);
             }
             put_u32(&mut out, topic.owners.len() as u32);
             for owner in &topic.owners {
@@ -403,15 +446,14 @@ impl MetaState {
 
     fn decode_fields(bytes: &[u8]) -> Option<MetaState> {
         let mut r = Reader::new(bytes);
-        let v3 = match get_u8(&mut r)? {
-            IMAGE_V2 => false,
-            IMAGE_V3 => true,
-            _ => return None,
-        };
+        let layout = get_u8(&mut r)?;
+        if !(IMAGE_V2..=IMAGE_V4).contains(&layout) {
+            return None;
+        }
         let mut state =
             MetaState { next_topic_id: r.u64()?, cursor: r.u64()?, ..MetaState::default() };
         for _ in 0..r.u32()? {
-            let topic = decode_topic(&mut r, v3)?;
+            let topic = decode_topic(&mut r, layout)?;
             let name = topic.info.name.clone();
             state.names.insert(topic.info.id, name.clone());
             state.topics.insert(name, topic);
@@ -438,14 +480,17 @@ impl MetaState {
     }
 }
 
-/// One topic of an image; `v3`: with its `retention_bytes`.
-fn decode_topic(r: &mut Reader<'_>, v3: bool) -> Option<Topic> {
+/// One topic of an image in `layout` (v3 and later: with its `retention_bytes`; v4: with its
+/// queue settings).
+fn decode_topic(r: &mut Reader<'_>, layout: u8) -> Option<Topic> {
     let name = get_str(r)?;
     let id = TopicId(r.u64()?);
     let partitions = r.u32()?;
     let retention_ms = optional_u64(r)?;
     let created_ms = r.u64()?;
-    let retention_bytes = if v3 { optional_u64(r)? } else { None };
+    let retention_bytes = if layout >= IMAGE_V3 { optional_u64(r)? } else { None };
+    let queue =
+        if layout >= IMAGE_V4 { QueueSettings::decode(r)? } else { QueueSettings::default() };
     let count = r.u32()?;
     if count == 0 {
         return None;
@@ -455,7 +500,7 @@ fn decode_topic(r: &mut Reader<'_>, v3: bool) -> Option<Topic> {
     for _ in 0..count {
         owners.push(NodeId(r.u32()?));
     }
-    let info = TopicInfo { name, id, partitions, retention_ms, retention_bytes, created_ms };
+    let info = TopicInfo { name, id, partitions, retention_ms, retention_bytes, created_ms, queue };
     Some(Topic { info, owners })
 }
 
@@ -463,7 +508,7 @@ fn decode_topic(r: &mut Reader<'_>, v3: bool) -> Option<Topic> {
 mod tests {
     use super::*;
     use crate::constants::{MAX_RETENTION_MS, MIN_RETENTION_BYTES};
-    use crate::meta::command::{decode_command, encode_command};
+    use crate::meta::command::{CMD_CREATE_QUEUE, decode_command, encode_command};
 
     fn update(
         name: &str,
@@ -493,6 +538,7 @@ mod tests {
             retention_bytes: None,
             now_ms: 7,
             seen_next_id: u64::MAX,
+            queue: Default::default(),
         }
     }
 
@@ -604,6 +650,7 @@ mod tests {
             retention_bytes: None,
             now_ms: 3,
             seen_next_id: state.next_topic_id(),
+            queue: Default::default(),
         };
         for bad in [u64::MAX, MAX_RETENTION_MS + 1] {
             let refused = state.clone().apply(with(bad));
@@ -633,6 +680,7 @@ mod tests {
             retention_bytes: None,
             now_ms: 3,
             seen_next_id: seen_then,
+            queue: Default::default(),
         };
         state.apply(create("t", 1)).unwrap(); // the client's retry through another node
         let id = state.topic("t").unwrap().id;
@@ -652,6 +700,7 @@ mod tests {
             retention_bytes: None,
             now_ms: 4,
             seen_next_id: state.next_topic_id(),
+            queue: Default::default(),
         };
         assert!(matches!(state.apply(fresh), Ok(Applied::Created(_))));
         // Another name is not affected by t's history.
@@ -662,6 +711,7 @@ mod tests {
             retention_bytes: None,
             now_ms: 5,
             seen_next_id: seen_then,
+            queue: Default::default(),
         };
         assert!(matches!(state.apply(other), Ok(Applied::Created(_))));
         let image = state.encode();
@@ -688,6 +738,7 @@ mod tests {
             retention_bytes: None,
             now_ms: 9,
             seen_next_id: seen_at_start,
+            queue: Default::default(),
         };
         // t0's tombstone was dropped; the floor still refuses its late create, and any other
         // create whose proposer looked that long ago.
@@ -719,6 +770,7 @@ mod tests {
                 retention_bytes: None,
                 now_ms: 1,
                 seen_next_id: 4,
+                queue: Default::default(),
             },
             MetaCommand::DeleteTopic { name: "x".into(), id: TopicId(1) },
             heartbeat(2),
@@ -731,6 +783,7 @@ mod tests {
                 retention_bytes: Some(MIN_RETENTION_BYTES),
                 now_ms: 2,
                 seen_next_id: 5,
+                queue: Default::default(),
             },
             update("z", 3, Some(60_000), Some(Some(MIN_RETENTION_BYTES * 2))),
             update("z", 3, None, Some(None)),
@@ -790,6 +843,63 @@ mod tests {
         assert_eq!((again.retention_ms, again.retention_bytes), (Some(0), None));
         assert_eq!(again.retention_ms_in_force(), 0);
         assert_eq!(state.encode()[0], IMAGE_V2, "without a size limit the old layout is written");
+    }
+
+    fn create_queued(name: &str, queue: QueueSettings) -> MetaCommand {
+        MetaCommand::CreateTopic {
+            name: name.into(),
+            partitions: Some(1),
+            retention_ms: None,
+            retention_bytes: None,
+            queue,
+            now_ms: 3,
+            seen_next_id: u64::MAX,
+        }
+    }
+
+    /// Queue settings travel in their own create layout and image layout (the earlier ones
+    /// stay what is written without them), survive the image, and are checked at apply: a
+    /// dead-letter topic must exist and be another topic.
+    #[test]
+    fn queue_settings_travel_in_their_own_layouts_and_are_checked_at_apply() {
+        use crate::api::DeadLetter;
+        let dead = |topic: &str| QueueSettings {
+            visibility_timeout_ms: Some(2_000),
+            dead_letter: Some(DeadLetter { max_deliveries: 3, topic: topic.into() }),
+        };
+        let command = create_queued("jobs", dead("dlq"));
+        let bytes = encode_command(&command);
+        assert_eq!(bytes[0], CMD_CREATE_QUEUE);
+        assert_eq!(decode_command(&bytes), Some(command.clone()));
+        for cut in 0..bytes.len() {
+            assert_eq!(decode_command(&bytes[..cut]), None, "cut at {cut}");
+        }
+        let plain = create_queued("jobs", QueueSettings::default());
+        assert_ne!(encode_command(&plain)[0], CMD_CREATE_QUEUE, "the default: old tag");
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        let before = state.clone();
+        for refused in [
+            command.clone(),
+            create_queued("dlq", dead("dlq")),
+            create_queued("jobs", QueueSettings { visibility_timeout_ms: Some(1), ..dead("x") }),
+        ] {
+            let result = state.apply(refused.clone());
+            assert!(matches!(result, Err(ClientError::BadRequest(_))), "{refused:?}: {result:?}");
+            assert_eq!(state, before);
+        }
+        state.apply(create_queued("dlq", QueueSettings::default())).unwrap();
+        assert_eq!(state.encode()[0], IMAGE_V2, "no queue settings yet: the old layout");
+        let Ok(Applied::Created(jobs)) = state.apply(command) else { panic!("created") };
+        assert_eq!(jobs.queue, dead("dlq"));
+        let image = state.encode();
+        assert_eq!(image[0], IMAGE_V4);
+        let decoded = MetaState::decode(&image).expect("decodes");
+        assert_eq!(decoded.topic("jobs").map(|t| &t.queue), Some(&dead("dlq")));
+        assert_eq!(decoded, state);
+        for cut in 0..image.len() {
+            assert_eq!(MetaState::decode(&image[..cut]), None);
+        }
     }
 
     /// Like C4 for deletes: an update that reaches the log late (after the name was deleted and

@@ -18,8 +18,10 @@ use crate::peer::{PeerMessage, WireConsumed, WireError};
 impl Node {
     pub(super) fn handle_client(&mut self, request: RequestId, op: ClientOp) {
         match op {
-            ClientOp::CreateTopic { name, partitions, retention_ms, retention_bytes } => {
-                if let Err(error) = validate_requested(retention_ms, retention_bytes) {
+            ClientOp::CreateTopic { name, partitions, retention_ms, retention_bytes, queue } => {
+                let valid = validate_requested(retention_ms, retention_bytes)
+                    .and_then(|()| queue.validate());
+                if let Err(error) = valid {
                     return self.reply(request, ClientReply::Error(error));
                 }
                 let now_ms = self.now.as_millis();
@@ -30,6 +32,7 @@ impl Node {
                     partitions,
                     retention_ms,
                     retention_bytes,
+                    queue,
                     now_ms,
                     seen_next_id,
                 };
@@ -146,6 +149,18 @@ impl Node {
         messages: Vec<ProduceMessage>,
         batch: bool,
     ) -> Result<(), ClientError> {
+        let waiter = ProduceWaiter::Client { request, records: messages.len() };
+        self.stage_messages(topic, messages, batch, waiter)
+    }
+
+    /// Validates `messages` for `topic` and stages them in the ingress WAL for `waiter`.
+    pub(super) fn stage_messages(
+        &mut self,
+        topic: &str,
+        messages: Vec<ProduceMessage>,
+        batch: bool,
+        waiter: ProduceWaiter,
+    ) -> Result<(), ClientError> {
         if self.shutting_down {
             return Err(ClientError::ShuttingDown);
         }
@@ -155,7 +170,6 @@ impl Node {
         self.check_produce_room()?;
         let info = self.meta.topic(topic).ok_or_else(|| self.unknown_topic(topic))?;
         let drafts = self.resolver.resolve(info, messages, batch, self.now.as_millis())?;
-        let waiter = ProduceWaiter { request, records: drafts.len() };
         self.wal.stage(drafts, waiter).map_err(|error| ClientError::WalFailed(error.to_string()))
     }
 
@@ -178,15 +192,29 @@ impl Node {
         error: Option<&DiskError>,
     ) {
         for waiter in acked {
-            self.counters.produce_requests_accepted += 1;
-            self.counters.records_accepted += waiter.records as u64;
-            self.reply(waiter.request, ClientReply::Produced { accepted: waiter.records });
+            match waiter {
+                ProduceWaiter::Client { request, records } => {
+                    self.counters.produce_requests_accepted += 1;
+                    self.counters.records_accepted += records as u64;
+                    self.reply(request, ClientReply::Produced { accepted: records });
+                }
+                ProduceWaiter::DeadLetter { key, offset } => {
+                    self.on_dead_letter_staged(key, offset, true);
+                }
+            }
         }
         let reason = error.map_or_else(String::new, ToString::to_string);
         for waiter in failed {
-            self.counters.produce_requests_rejected += 1;
-            let reply = ClientReply::Error(ClientError::WalFailed(reason.clone()));
-            self.reply(waiter.request, reply);
+            match waiter {
+                ProduceWaiter::Client { request, .. } => {
+                    self.counters.produce_requests_rejected += 1;
+                    let reply = ClientReply::Error(ClientError::WalFailed(reason.clone()));
+                    self.reply(request, reply);
+                }
+                ProduceWaiter::DeadLetter { key, offset } => {
+                    self.on_dead_letter_staged(key, offset, false);
+                }
+            }
         }
     }
 

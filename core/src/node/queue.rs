@@ -29,6 +29,16 @@ pub(super) enum JournalWaiter {
     Receive(u64),
     /// The ack entry of one handle of a settle.
     Ack { batch: u64, slot: usize, key: PartitionKey, offset: u64 },
+    /// The ack entry of a message whose dead-letter copy is durable (`dead_letter.rs`).
+    DeadLettered { key: PartitionKey, offset: u64 },
+}
+
+/// Whether a pass of a receive over one partition is finished (answered, or waiting for a read
+/// or the journal) or must go again (it only moved messages to the dead-letter topic).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Pass {
+    Done,
+    Again,
 }
 
 /// Who asked one of our partition queues for messages.
@@ -44,6 +54,7 @@ enum ReceiveAsker {
 struct OwnerReceive {
     asker: ReceiveAsker,
     key: PartitionKey,
+    max: u32,
     reserved: Vec<u64>,
     granted: Vec<Granted>,
 }
@@ -103,6 +114,7 @@ pub(super) struct Consumers {
 pub(super) struct QueueCounters {
     pub deliveries: u64,
     pub acks: u64,
+    pub dead_lettered: u64,
     pub journal_syncs: u64,
 }
 
@@ -152,6 +164,13 @@ impl Consumers {
     fn next_id(&mut self) -> u64 {
         self.next_id += 1;
         self.next_id
+    }
+
+    /// `key`@`offset` is settled: its read-ahead copy is no longer needed.
+    pub(super) fn drop_read_ahead(&mut self, key: PartitionKey, offset: u64) {
+        if let Some(ahead) = self.read_ahead.get_mut(&key) {
+            ahead.drop_offset(offset);
+        }
     }
 
     /// A partition's topic is gone: its queue and read-ahead go too.
@@ -325,17 +344,25 @@ impl Node {
         self.on_partition_leased(id, Err(error));
     }
 
-    /// Leases up to `max` messages of our partition `key` for `asker`.
+    /// Leases up to `max` messages of our partition `key` for `asker`. A pass that only moved
+    /// messages to the dead-letter topic goes again: an empty answer means nothing available.
     fn lease_local(&mut self, asker: ReceiveAsker, key: PartitionKey, max: u32) {
+        while self.lease_pass(asker, key, max) == Pass::Again {}
+    }
+
+    /// One pass of `lease_local`.
+    fn lease_pass(&mut self, asker: ReceiveAsker, key: PartitionKey, max: u32) -> Pass {
         if let Some(reason) = self.consumers.journal.latched() {
             let error = ClientError::Internal(format!(
                 "consumer journal failed ({reason}); this node serves no queue receive until it \
                  restarts"
             ));
-            return self.finish_owner_receive(asker, key, Err(error));
+            self.finish_owner_receive(asker, key, Err(error));
+            return Pass::Done;
         }
         let Some(log) = self.partitions.get(&key) else {
-            return self.finish_owner_receive(asker, key, Ok(Vec::new()));
+            self.finish_owner_receive(asker, key, Ok(Vec::new()));
+            return Pass::Done;
         };
         let (start, end) = (log.log_start_offset(), log.high_watermark());
         let queue = self.consumers.queues.entry(key).or_default();
@@ -347,7 +374,7 @@ impl Node {
             let records: Vec<WireConsumed> =
                 reserved.iter().map(|o| ahead.records[o].clone()).collect();
             let id = self.consumers.next_id();
-            let receive = OwnerReceive { asker, key, reserved, granted: Vec::new() };
+            let receive = OwnerReceive { asker, key, max, reserved, granted: Vec::new() };
             return self.grant(id, receive, records);
         }
         let plan = match (reserved.first(), reserved.last()) {
@@ -361,13 +388,15 @@ impl Node {
             for offset in reserved {
                 queue.release(offset);
             }
-            return self.finish_owner_receive(asker, key, Ok(Vec::new()));
+            self.finish_owner_receive(asker, key, Ok(Vec::new()));
+            return Pass::Done;
         };
         let id = self.consumers.next_id();
-        let receive = OwnerReceive { asker, key, reserved, granted: Vec::new() };
+        let receive = OwnerReceive { asker, key, max, reserved, granted: Vec::new() };
         self.consumers.owner_receives.insert(id, receive);
         let op = DiskOp::Read { file: plan.file, offset: plan.pos, len: plan.len };
         self.emit(IoPurpose::QueueRead { id, plan }, op);
+        Pass::Done
     }
 
     /// The read of an owner receive completed: keep what it brought beyond the reserved
@@ -391,6 +420,7 @@ impl Node {
                 return self.finish_owner_receive(receive.asker, key, Err(error));
             }
         };
+        let (asker, max) = (receive.asker, receive.max);
         let records: Vec<WireConsumed> =
             decoded.into_iter().map(super::client::wire_record).collect();
         if let (Some(queue), Some(ahead)) =
@@ -403,24 +433,35 @@ impl Node {
                 }
             }
         }
-        self.grant(id, receive, records);
+        if self.grant(id, receive, records) == Pass::Again {
+            self.lease_local(asker, key, max);
+        }
     }
 
     /// Grants the reserved offsets of `receive` found among `records` (the rest are released)
-    /// and journals their delivery counts; the answer goes once they are durable.
-    fn grant(&mut self, id: u64, mut receive: OwnerReceive, records: Vec<WireConsumed>) {
+    /// and journals their delivery counts; the answer goes once they are durable. Offsets
+    /// delivered `max_deliveries` times are moved to the dead-letter topic instead; if that is
+    /// all there was, nothing is answered yet (`Pass::Again`: lease again).
+    fn grant(&mut self, id: u64, mut receive: OwnerReceive, records: Vec<WireConsumed>) -> Pass {
         let key = receive.key;
         let expires = self.now.plus_millis(self.visibility_ms(key.topic));
         let secret = self.consumers.secret;
+        let dead_letter = self.dead_letter_of(key);
         let Some(queue) = self.consumers.queues.get_mut(&key) else {
             let error = ClientError::NotFound("topic not found".into());
-            return self.finish_owner_receive(receive.asker, key, Err(error));
+            self.finish_owner_receive(receive.asker, key, Err(error));
+            return Pass::Done;
         };
         let mut reserved: BTreeSet<u64> = receive.reserved.iter().copied().collect();
         let mut entries = Vec::new();
+        let mut moves = Vec::new();
         for record in records {
             let offset = record.offset;
-            if reserved.remove(&offset) {
+            let spent =
+                dead_letter.as_ref().is_some_and(|d| queue.deliveries(offset) >= d.max_deliveries);
+            if spent && reserved.remove(&offset) {
+                moves.push(record);
+            } else if reserved.remove(&offset) {
                 let count = queue.next_count(offset);
                 let nonce = nonce(secret, key, offset, count);
                 queue.grant(offset, nonce, count, expires);
@@ -431,26 +472,38 @@ impl Node {
         for offset in reserved {
             queue.release(offset);
         }
+        let moved = match dead_letter {
+            Some(dead) => self.move_to_dead_letter(key, &moves, &dead),
+            None => false,
+        };
         if receive.granted.is_empty() {
-            return self.finish_owner_receive(receive.asker, key, Ok(Vec::new()));
+            if moved {
+                return Pass::Again;
+            }
+            self.finish_owner_receive(receive.asker, key, Ok(Vec::new()));
+            return Pass::Done;
         }
         self.consumers.owner_receives.insert(id, receive);
         if self.consumers.journal.stage(&entries, JournalWaiter::Receive(id)).is_err() {
             self.on_journal_waiter(JournalWaiter::Receive(id), false);
         }
         self.pump_journal();
+        Pass::Done
     }
 
     /// A journal group commit ended for `waiter`: durable (`ok`) or never.
-    fn on_journal_waiter(&mut self, waiter: JournalWaiter, ok: bool) {
+    pub(super) fn on_journal_waiter(&mut self, waiter: JournalWaiter, ok: bool) {
         match waiter {
             JournalWaiter::Receive(id) => self.on_receive_journaled(id, ok),
+            JournalWaiter::DeadLettered { key, offset } => {
+                self.on_dead_letter_settled(key, offset, ok);
+            }
             JournalWaiter::Ack { batch, slot, key, offset } => {
                 if let Some(queue) = self.consumers.queues.get_mut(&key) {
                     if ok { queue.on_acked(offset) } else { queue.on_ack_failed(offset) }
                 }
-                if let Some(ahead) = self.consumers.read_ahead.get_mut(&key).filter(|_| ok) {
-                    ahead.drop_offset(offset);
+                if ok {
+                    self.consumers.drop_read_ahead(key, offset);
                 }
                 self.consumers.counters.acks += u64::from(ok);
                 let result = if ok {
@@ -825,11 +878,11 @@ impl Node {
         numbers
     }
 
-    /// The lease a receive of `topic` gives. Every topic has the node's default for now
-    /// (`Config::queue_visibility_ms`): a per-topic `visibility_timeout_ms` needs a metastore
-    /// field, not there yet.
-    fn visibility_ms(&self, _topic: TopicId) -> u64 {
-        self.config.queue_visibility_ms
+    /// The lease a receive of `topic` gives: the topic's `visibility_timeout_ms`, or the node's
+    /// default (`Config::queue_visibility_ms`) for a topic that set none.
+    fn visibility_ms(&self, topic: TopicId) -> u64 {
+        let default_ms = self.config.queue_visibility_ms;
+        self.meta.topic_by_id(topic).map_or(default_ms, |info| info.queue.visibility_ms(default_ms))
     }
 }
 

@@ -44,6 +44,7 @@ impl Files {
             }
             DiskOp::Truncate { len, .. } => file.truncate(len as usize),
             DiskOp::Sync { .. } | DiskOp::Delete { .. } => {}
+            DiskOp::ReadUpTo { .. } => unreachable!("a partition log reads exactly"),
         }
         Ok(DiskDone::Done)
     }

@@ -39,7 +39,7 @@ impl Disk {
             DiskOp::Delete { file } => {
                 self.0.remove(&number(file));
             }
-            DiskOp::Sync { .. } | DiskOp::Read { .. } => {}
+            DiskOp::Sync { .. } | DiskOp::Read { .. } | DiskOp::ReadUpTo { .. } => {}
         }
     }
 

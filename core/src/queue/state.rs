@@ -8,7 +8,10 @@
 //! are read, so that concurrent receives take different offsets) → `Granting` (its delivery
 //! entry is in the journal's group commit) → `Held` (the client has its receipt handle, until
 //! `expires`) → `Settling` (its ack entry is in the group commit) → gone. Only a held lease
-//! expires; an expired one may be leased again at once, with a new nonce.
+//! expires; an expired one may be leased again at once, with a new nonce. A message delivered
+//! `max_deliveries` times goes `Reading` → `Moving` (its copy is being produced to the
+//! dead-letter topic) → `Settling` (the copy is durable; the ack entry is in the group commit)
+//! → gone; a move that fails drops the lease, and the message is available again.
 //!
 //! Bounded: only offsets below `frontier + QUEUE_WINDOW_RECORDS` are leased, so `acked`,
 //! `deliveries` and `leases` never hold more than that many offsets each; past it, receives wait
@@ -26,6 +29,8 @@ pub enum LeaseState {
     Granting,
     Held,
     Settling,
+    /// Being moved to the dead-letter topic; never expires (the move ends or fails).
+    Moving,
 }
 
 /// A lease on one offset.
@@ -85,7 +90,7 @@ impl PartitionQueue {
             .values()
             .filter(|l| match l.state {
                 LeaseState::Held => now < l.expires,
-                LeaseState::Settling | LeaseState::Granting => true,
+                LeaseState::Settling | LeaseState::Granting | LeaseState::Moving => true,
                 LeaseState::Reading => false,
             })
             .count()
@@ -201,6 +206,33 @@ impl PartitionQueue {
             .get(&offset)
             .is_some_and(|l| l.state == LeaseState::Granting && l.count == count)
         {
+            self.leases.remove(&offset);
+        }
+    }
+
+    /// A reserved offset is to be moved to the dead-letter topic instead of delivered again.
+    pub fn begin_move(&mut self, offset: u64) {
+        let lease = self.leases.get_mut(&offset).expect("invariant: moved offsets are reserved");
+        debug_assert_eq!(lease.state, LeaseState::Reading);
+        lease.state = LeaseState::Moving;
+    }
+
+    /// The dead-letter copy of `offset` is durable: its ack entry goes to the journal (then
+    /// `on_acked`, or `on_ack_failed`, which leaves it available again). False if the move was
+    /// voided meanwhile (retention removed the offset).
+    pub fn moved(&mut self, offset: u64) -> bool {
+        match self.leases.get_mut(&offset) {
+            Some(lease) if lease.state == LeaseState::Moving => {
+                lease.state = LeaseState::Settling;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// The dead-letter copy of `offset` could not be made: the message is available again.
+    pub fn move_failed(&mut self, offset: u64) {
+        if self.leases.get(&offset).is_some_and(|l| l.state == LeaseState::Moving) {
             self.leases.remove(&offset);
         }
     }
@@ -406,6 +438,29 @@ mod tests {
         q.clamp_to_start(5);
         assert_eq!((q.frontier(), q.acked_ahead(), q.deliveries(0)), (5, 0, 0));
         assert_eq!(q.reserve(T0, 5, 10, 1), vec![5]);
+        q.check().expect("consistent");
+    }
+
+    #[test]
+    fn a_move_holds_the_offset_until_it_settles_or_fails() {
+        let mut q = PartitionQueue::default();
+        assert_eq!(q.reserve(T0, 0, 3, 1), vec![0]);
+        q.begin_move(0);
+        assert_eq!(q.reserve(at(60_000), 0, 3, 3), vec![1, 2], "a move never expires");
+        q.release(1);
+        q.release(2);
+        assert_eq!(q.leased(at(60_000)), 1, "a move counts as leased");
+        assert!(q.moved(0), "the copy is durable: its ack goes to the journal");
+        assert!(!q.moved(0), "once");
+        q.on_ack_failed(0);
+        assert_eq!(q.reserve(T0, 0, 3, 1), vec![0], "a failed ack leaves it available");
+        q.begin_move(0);
+        q.move_failed(0);
+        assert_eq!(q.reserve(T0, 0, 3, 1), vec![0], "so does a failed copy");
+        q.begin_move(0);
+        assert!(q.moved(0));
+        q.on_acked(0);
+        assert_eq!(q.frontier(), 1, "a completed move settles it");
         q.check().expect("consistent");
     }
 }

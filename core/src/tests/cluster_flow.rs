@@ -18,6 +18,7 @@ fn create(c: &mut Cluster, via: Ix, name: &str, partitions: u32) -> TopicInfo {
         partitions: Some(partitions),
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     };
     match c.call(via, op, 10_000) {
         Some(ClientReply::TopicCreated(topic)) => topic,
@@ -149,6 +150,7 @@ fn without_a_quorum_produce_is_accepted_and_admin_fails_fast() {
         partitions: None,
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     };
     let reply = c.call(0, op, 10_000).expect("answered within 10 s, not hanging");
     assert!(matches!(reply, ClientReply::Error(ClientError::Unavailable(_))), "{reply:?}");
@@ -282,6 +284,7 @@ fn a_late_forwarded_create_does_not_bring_back_a_deleted_name() {
         partitions: Some(2),
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     };
     let late = c.submit(stalled, create_op());
     c.run_until(10_000, |c| c.replies.contains_key(&late));

@@ -228,6 +228,11 @@ pub fn execute(files: &mut BTreeMap<FileId, Vec<u8>>, op: DiskOp) -> DiskDone {
                 &content[offset as usize..(offset + len) as usize],
             ))
         }
+        DiskOp::ReadUpTo { file, offset, len } => {
+            let content = &files[&file];
+            let end = ((offset + len) as usize).min(content.len());
+            DiskDone::Data(Bytes::copy_from_slice(&content[(offset as usize).min(end)..end]))
+        }
         DiskOp::Truncate { file, len } => {
             files.entry(file).or_default().truncate(len as usize);
             DiskDone::Done

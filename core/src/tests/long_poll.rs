@@ -16,6 +16,7 @@ fn create(h: &mut Harness, name: &str) {
         partitions: Some(1),
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     };
     assert!(matches!(h.call(op), ClientReply::TopicCreated(_)));
 }
@@ -151,6 +152,7 @@ fn a_long_poll_through_a_non_owner_is_woken_on_the_owner() {
         partitions: Some(3),
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     };
     let Some(ClientReply::TopicCreated(_)) = c.call(0, op, 10_000) else { panic!() };
     c.run_for(2_000);

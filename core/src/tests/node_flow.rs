@@ -13,6 +13,7 @@ fn create(h: &mut Harness, name: &str, partitions: u32) {
         partitions: Some(partitions),
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     });
     assert!(matches!(reply, ClientReply::TopicCreated(_)), "{reply:?}");
 }
@@ -212,6 +213,7 @@ fn bad_requests_change_nothing() {
         partitions: None,
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     });
     assert!(matches!(reply, ClientReply::Error(ClientError::Conflict(_))));
     let reply = produce(&mut h, "nope", vec![message("x", None, None)]);
@@ -456,6 +458,7 @@ fn a_create_with_retention_past_the_bound_is_refused_before_it_is_proposed() {
             partitions: Some(1),
             retention_ms: Some(bad),
             retention_bytes: None,
+            queue: Default::default(),
         });
         assert!(
             matches!(&reply, ClientReply::Error(ClientError::BadRequest(m)) if m.contains("retention_ms")),
@@ -468,6 +471,7 @@ fn a_create_with_retention_past_the_bound_is_refused_before_it_is_proposed() {
         partitions: Some(1),
         retention_ms: Some(MAX_RETENTION_MS),
         retention_bytes: None,
+        queue: Default::default(),
     });
     let ClientReply::TopicCreated(topic) = reply else { panic!("{reply:?}") };
     assert_eq!(topic.retention_ms, Some(MAX_RETENTION_MS));

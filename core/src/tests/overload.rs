@@ -21,6 +21,7 @@ fn an_overloaded_node_refuses_a_produce_before_staging_it() {
         partitions: Some(1),
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     };
     assert!(matches!(h.call(create), ClientReply::TopicCreated(_)));
     // The first produce's group commit is in flight (not completed); the rest stage behind it.

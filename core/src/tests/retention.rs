@@ -18,6 +18,7 @@ fn create(name: &str, partitions: u32, retention_ms: Option<u64>) -> ClientOp {
         partitions: Some(partitions),
         retention_ms,
         retention_bytes: None,
+        queue: Default::default(),
     }
 }
 

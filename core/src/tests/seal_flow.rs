@@ -18,6 +18,7 @@ fn sealing_harness() -> Harness {
         partitions: Some(2),
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     });
     assert!(matches!(reply, ClientReply::TopicCreated(_)), "{reply:?}");
     for batch in 0..20 {

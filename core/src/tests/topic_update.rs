@@ -13,6 +13,7 @@ fn create_op(name: &str) -> ClientOp {
         partitions: Some(2),
         retention_ms: None,
         retention_bytes: None,
+        queue: Default::default(),
     }
 }
 
@@ -94,6 +95,7 @@ fn a_create_takes_retention_bytes_and_refuses_bad_retention() {
         partitions: Some(1),
         retention_ms: ms,
         retention_bytes: bytes,
+        queue: Default::default(),
     };
     for (ms, bytes) in [(Some(1), None), (None, Some(1)), (None, Some(0))] {
         assert_eq!(status(&h.call(with(ms, bytes))), 400, "{ms:?} {bytes:?}");

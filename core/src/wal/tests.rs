@@ -33,6 +33,12 @@ impl Disk {
                 let end = (*offset + *len) as usize;
                 return DiskDone::Data(Bytes::copy_from_slice(&bytes[*offset as usize..end]));
             }
+            DiskOp::ReadUpTo { file, offset, len } => {
+                let bytes = &self.files[file];
+                let start = (*offset as usize).min(bytes.len());
+                let end = ((*offset + *len) as usize).min(bytes.len());
+                return DiskDone::Data(Bytes::copy_from_slice(&bytes[start..end]));
+            }
             DiskOp::Truncate { file, len } => {
                 self.files.get_mut(file).expect("truncated file exists").truncate(*len as usize);
             }
@@ -181,4 +187,52 @@ fn recovery_across_sealed_segments_with_a_backlog_resumes_at_the_checkpoint() {
     wal.stage(vec![draft(10)], 9).expect("not latched");
     assert_eq!(settle(&mut wal, &mut disk, now), vec![12]);
     assert_eq!(*disk.segments().keys().last().expect("segments"), 12, "a new segment follows");
+}
+
+/// Feeds the cursor's reads until it has nothing more to read: the records it yields, the ranges
+/// it declares lost, and how many reads it refused (errors).
+fn drain_cursor(wal: &mut Wal<u32>, disk: &mut Disk) -> (Vec<u64>, Vec<std::ops::Range<u64>>, u32) {
+    let (mut seen, mut lost, mut refused) = (Vec::new(), Vec::new(), 0);
+    loop {
+        wal.poll_read(u64::MAX);
+        let Some((io, op)) = wal.poll_io() else {
+            return (seen, lost, refused);
+        };
+        let WalIo::CursorRead { segment, offset } = io else {
+            panic!("only cursor reads are expected, got {io:?}");
+        };
+        match wal.on_cursor_read(segment, offset, Ok(disk.apply(&op))) {
+            Ok(CursorRead::Records(records)) => {
+                wal.advance_cursor(&records);
+                seen.extend(records.iter().map(|(record, _)| record.seq));
+            }
+            Ok(CursorRead::Lost(range)) => lost.push(range),
+            Err(_) => refused += 1,
+        }
+    }
+}
+
+#[test]
+fn a_segment_cut_short_behind_the_wals_back_yields_its_intact_records_then_counts_the_rest_lost() {
+    let mut wal = tiny(200, 1 << 30);
+    let mut disk = Disk::default();
+    for waiter in 0..3 {
+        wal.stage(vec![draft(150), draft(150)], waiter).expect("not latched");
+        settle(&mut wal, &mut disk, Instant(1_000));
+    }
+    assert_eq!(disk.segments().keys().copied().collect::<Vec<_>>(), vec![0, 2, 4]);
+    let recovered = recover(&disk.segments(), None).expect("sound disk");
+    let mut wal: Wal<u32> = Wal::from_recovered(recovered);
+    // After recovery, a write that "landed elsewhere" leaves segment 2 ending inside record 3:
+    // an exact read of the length the WAL knows would fail on every attempt.
+    let cut = scan(&disk.segments()[&2]).frames[1].pos + 5;
+    disk.files.get_mut(&FileId::WalSegment { first_seq: 2 }).expect("segment 2").truncate(cut);
+    let (seen, lost, refused) = drain_cursor(&mut wal, &mut disk);
+    assert_eq!(seen, vec![0, 1, 2, 4, 5], "the intact prefix and the next segment are dispatched");
+    assert_eq!(lost, vec![3..4], "only the record the file no longer holds is lost");
+    assert_eq!(
+        refused,
+        damage::DAMAGED_READS_BEFORE_SKIP - 1,
+        "it is read again before it is lost"
+    );
 }

@@ -112,6 +112,14 @@ impl SimFile {
         out
     }
 
+    /// The durable content: what a power loss now would leave (the current content with every
+    /// unsynced change rolled back).
+    pub fn durable_data(&self) -> Vec<u8> {
+        let mut copy = self.clone();
+        copy.revert_unsynced();
+        copy.data
+    }
+
     /// Drops every unsynced change: the content reverts to the durable content.
     pub fn revert_unsynced(&mut self) {
         while let Some(undo) = self.undo.pop() {

@@ -85,7 +85,9 @@ impl SimDisk {
             DiskOp::Create { .. } | DiskOp::Delete { .. } => self.rng.random_range(50..300),
             DiskOp::Write { data, .. } => self.rng.random_range(5..50) + data.len() as u64 / 1024,
             DiskOp::Sync { .. } => self.rng.random_range(100..1_500),
-            DiskOp::Read { len, .. } => self.rng.random_range(5..40) + len / 2048,
+            DiskOp::Read { len, .. } | DiskOp::ReadUpTo { len, .. } => {
+                self.rng.random_range(5..40) + len / 2048
+            }
             DiskOp::Truncate { .. } => self.rng.random_range(5..30),
         };
         base * tail
@@ -109,7 +111,8 @@ impl SimDisk {
             DiskOp::Create { file } => self.create(*file),
             DiskOp::Write { file, offset, data } => self.write(*file, *offset, data),
             DiskOp::Sync { file } => self.sync(*file),
-            DiskOp::Read { file, offset, len } => self.read(*file, *offset, *len),
+            DiskOp::Read { file, offset, len } => self.read(*file, *offset, *len, Exact::Yes),
+            DiskOp::ReadUpTo { file, offset, len } => self.read(*file, *offset, *len, Exact::No),
             DiskOp::Truncate { file, len } => self.truncate(*file, *len),
             DiskOp::Delete { file } => {
                 self.observe_wal_delete(file);
@@ -287,7 +290,13 @@ impl SimDisk {
             || (FileClass::of(file).corruptible() && rate > 0.0 && self.rng.random_bool(rate))
     }
 
-    fn read(&mut self, file: FileId, offset: u64, len: u64) -> Result<DiskDone, DiskError> {
+    fn read(
+        &mut self,
+        file: FileId,
+        offset: u64,
+        len: u64,
+        exact: Exact,
+    ) -> Result<DiskDone, DiskError> {
         let Some(f) = self.files.get(&file) else {
             return Err(missing(&file));
         };
@@ -296,9 +305,11 @@ impl SimDisk {
             self.hits.hit(FaultClass::ReadError);
             return Err(DiskError::Io("read failed".into()));
         }
-        let Some(bytes) =
-            offset.checked_add(len).and_then(|end| f.data().get(offset as usize..end as usize))
-        else {
+        let (start, end) = match exact {
+            Exact::Yes => (offset, offset.saturating_add(len)),
+            Exact::No => (offset.min(f.len()), offset.saturating_add(len).min(f.len())),
+        };
+        let Some(bytes) = f.data().get(start as usize..end as usize) else {
             return Err(DiskError::Io(format!(
                 "short read: {len} bytes at {offset} of {}",
                 f.len()
@@ -354,6 +365,14 @@ impl SimDisk {
     pub fn heal(&mut self) {
         self.faults = DiskFaults::default();
     }
+}
+
+/// Whether a read must return every byte it asked for (`DiskOp::Read`) or may stop at the
+/// file's end (`DiskOp::ReadUpTo`).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Exact {
+    Yes,
+    No,
 }
 
 fn missing(file: &FileId) -> DiskError {
@@ -529,5 +548,18 @@ mod tests {
             Err(DiskError::NoSpace)
         );
         assert!(d.complete(&DiskOp::Read { file: f, offset: 2, len: 10 }).is_err());
+    }
+
+    #[test]
+    fn a_read_up_to_stops_at_the_files_end_where_an_exact_read_fails() {
+        let mut d = disk();
+        let f = FileId::WalSegment { first_seq: 0 };
+        d.complete(&DiskOp::Create { file: f }).expect("create");
+        d.complete(&write(f, 0, b"abcd")).expect("write");
+        let data = |bytes: &[u8]| Ok(DiskDone::Data(Bytes::copy_from_slice(bytes)));
+        assert!(d.complete(&DiskOp::Read { file: f, offset: 2, len: 10 }).is_err());
+        assert_eq!(d.complete(&DiskOp::ReadUpTo { file: f, offset: 2, len: 10 }), data(b"cd"));
+        assert_eq!(d.complete(&DiskOp::ReadUpTo { file: f, offset: 1, len: 2 }), data(b"bc"));
+        assert_eq!(d.complete(&DiskOp::ReadUpTo { file: f, offset: 9, len: 2 }), data(b""));
     }
 }

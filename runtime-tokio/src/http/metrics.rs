@@ -66,7 +66,7 @@ struct Scalar {
 }
 
 /// Every node-wide metric, in exposition order.
-const SCALARS: [Scalar; 37] = [
+const SCALARS: [Scalar; 38] = [
     Scalar {
         name: "narad_produce_requests_accepted_total",
         kind: Kind::Counter,
@@ -276,6 +276,12 @@ const SCALARS: [Scalar; 37] = [
         kind: Kind::Counter,
         help: "Queue acks made durable (answered 204).",
         value: |s| s.queue_acks,
+    },
+    Scalar {
+        name: "narad_queue_dead_lettered_total",
+        kind: Kind::Counter,
+        help: "Messages moved to their topic's dead-letter topic after max_deliveries deliveries.",
+        value: |s| s.queue_dead_lettered,
     },
     Scalar {
         name: "narad_consumer_journal_syncs_total",

@@ -7,7 +7,7 @@ use axum::body::Body;
 use axum::extract::{Path, State};
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
-use narad_core::api::{PartitionStats, TopicInfo};
+use narad_core::api::{PartitionStats, QueueSettings, TopicInfo};
 use narad_core::{ClientOp, ClientReply, TopicChange};
 use serde::{Deserialize, Deserializer, Serialize};
 
@@ -26,6 +26,11 @@ struct CreateTopic {
     partitions: Option<u32>,
     retention_ms: Option<u64>,
     retention_bytes: Option<u64>,
+    /// The lease a queue receive gives (`0` or absent: the default, 30 s).
+    visibility_timeout_ms: Option<u64>,
+    /// With `dead_letter_topic`: deliveries without an ack before a message is moved there.
+    max_deliveries: Option<u32>,
+    dead_letter_topic: Option<String>,
 }
 
 /// The body of `PATCH /v1/topics/{t}`. Each field distinguishes absent (keep) from `null`:
@@ -55,9 +60,14 @@ struct TopicJson<'a> {
     partitions: u32,
     retention_ms: u64,
     retention_bytes: Option<u64>,
-    /// The lease a queue receive gives. Every topic has the default until the metastore holds
-    /// a per-topic one; the Go client times its lease renewals by it.
+    /// The lease a queue receive gives (the default when the topic set none); the Go client
+    /// times its lease renewals by it.
     visibility_timeout_ms: u64,
+    /// Present when the topic has a dead-letter topic.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_deliveries: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    dead_letter_topic: Option<&'a str>,
     /// Unix seconds.
     created_at: u64,
     created_at_ms: u64,
@@ -122,7 +132,11 @@ impl<'a> TopicJson<'a> {
             partitions: info.partitions,
             retention_ms: info.retention_ms_in_force(),
             retention_bytes: info.retention_bytes,
-            visibility_timeout_ms: narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
+            visibility_timeout_ms: info
+                .queue
+                .visibility_ms(narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS),
+            max_deliveries: info.queue.dead_letter.as_ref().map(|d| d.max_deliveries),
+            dead_letter_topic: info.queue.dead_letter.as_ref().map(|d| d.topic.as_str()),
             created_at: info.created_ms / 1000,
             created_at_ms: info.created_ms,
             partition_stats,
@@ -139,11 +153,18 @@ pub async fn create(
 ) -> Result<Response, ApiError> {
     let body = read_limited(&headers, body, CREATE_BODY_BYTES).await?;
     let request: CreateTopic = object(&body, "topic body")?;
+    let queue = QueueSettings::requested(
+        request.visibility_timeout_ms,
+        request.max_deliveries,
+        request.dead_letter_topic,
+    )
+    .map_err(ApiError::from)?;
     let op = ClientOp::CreateTopic {
         name: request.name,
         partitions: request.partitions,
         retention_ms: request.retention_ms,
         retention_bytes: request.retention_bytes,
+        queue,
     };
     match call(&node, op).await? {
         ClientReply::TopicCreated(info) => {
@@ -237,6 +258,7 @@ mod tests {
             retention_ms: None,
             retention_bytes: None,
             created_ms: 1_700_000_000_999,
+            queue: Default::default(),
         };
         let numbers = PartitionNumbers {
             log_start_offset: 1,

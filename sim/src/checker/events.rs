@@ -42,6 +42,10 @@ impl Checker {
             NodeEvent::SegmentDeleted { key, trimmed, now_ms } => {
                 self.segment_deleted(node, *key, trimmed, *now_ms);
             }
+            // The world asks the disk whether the copy is durable (`World::event`).
+            NodeEvent::DeadLettered { key, offset } => {
+                self.dead_lettered(node, *key, *offset, None)
+            }
             NodeEvent::RecordsLost { seqs } => {
                 // Only a disk that damaged data at rest may cost records; they count as done
                 // for the checkpoint check and their messages are excused as lost to corruption.

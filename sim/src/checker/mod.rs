@@ -15,6 +15,7 @@
 //! is excused only when the incarnation its acknowledging node staged it for was deleted.
 
 mod admin;
+mod dead_letter;
 mod events;
 mod long_poll;
 mod queue;
@@ -69,6 +70,10 @@ pub mod inv {
     pub const QUEUE_COUNT: &str = "queue-delivery-count";
     pub const QUEUE_UNDELIVERED: &str = "queue-undelivered";
     pub const QUEUE_WRONG_RECORD: &str = "queue-wrong-record";
+    /// Dead letters (`dead_letter.rs`): a message left its topic before its dead-letter copy
+    /// was durable, is missing from the dead-letter topic at the end, or was delivered again
+    /// after it was moved.
+    pub const QUEUE_DEAD_LETTER: &str = "queue-dead-letter";
     /// A long-poll consume answered empty although a record at its offset had been visible
     /// for longer than the wake bound (`long_poll.rs`): it slept through its wake.
     pub const LONG_POLL: &str = "long-poll-slept";
@@ -106,16 +111,22 @@ pub struct Msg {
     pub wal_seqs: Vec<(u32, u64)>,
     /// Where commits placed it: (partition of an incarnation, offset).
     pub placed: Vec<(PartitionKey, u64)>,
+    /// Its dead-letter copies: (node, incarnation) of their WAL stagings, where commits placed
+    /// them, and how many the final read found (none of them counts above).
+    pub dead_letter_stagings: Vec<(u32, TopicId)>,
+    pub dead_letter_placed: Vec<(PartitionKey, u64)>,
+    pub dead_letter_visible: u32,
 }
 
 impl Msg {
     /// True when some attempt was staged for incarnation `topic` (before any staging was seen:
-    /// when it is the incarnation the workload aimed at).
+    /// when it is the incarnation the workload aimed at), or a dead-letter copy was.
     pub fn reached(&self, topic: TopicId) -> bool {
+        let copied = self.dead_letter_stagings.iter().any(|&(_, t)| t == topic);
         if self.stagings.is_empty() {
-            self.topic == topic
+            self.topic == topic || copied
         } else {
-            self.stagings.iter().any(|&(_, t)| t == topic)
+            self.stagings.iter().any(|&(_, t)| t == topic) || copied
         }
     }
 
@@ -224,6 +235,8 @@ pub struct Checker {
     landed: BTreeMap<(PartitionKey, u64), ((u32, u64), u64)>,
     /// What queue workers saw (`queue.rs`).
     queue: queue::QueueHistory,
+    /// The dead-letter topic and the messages moved to it (`dead_letter.rs`).
+    dead_letter: dead_letter::DeadLetterHistory,
     /// Counters for the report.
     pub counters: Counters,
     /// A corruption-class fault hit (damage may be detected loudly).
@@ -276,6 +289,9 @@ impl Checker {
             delete_requested: false,
             unavailable: false,
         });
+        if self.dead_letter.name.as_deref() == Some(name.as_str()) {
+            self.dead_letter.ids.insert(id);
+        }
         let ids = self.by_name.entry(name).or_default();
         if !ids.contains(&id) {
             ids.push(id);
@@ -329,6 +345,9 @@ impl Checker {
             wal_copies: 0,
             wal_seqs: Vec::new(),
             placed: Vec::new(),
+            dead_letter_stagings: Vec::new(),
+            dead_letter_placed: Vec::new(),
+            dead_letter_visible: 0,
         });
         id
     }
@@ -336,6 +355,9 @@ impl Checker {
     /// Node `node` wrote message `id` to its WAL as sequence `seq`, for incarnation `topic`.
     pub fn staged(&mut self, node: u32, seq: u64, id: u64, topic: TopicId, timestamp_ms: u64) {
         self.stamped(node, seq, timestamp_ms);
+        if self.is_dead_letter_topic(topic) {
+            return self.dead_letter_staged(node, seq, id, topic);
+        }
         let Some(msg) = self.msgs.get_mut(id as usize) else { return };
         msg.held_by |= 1 << node;
         msg.wal_copies += 1;
@@ -363,7 +385,12 @@ impl Checker {
         for (offset, seq) in (first_offset..).zip(seqs) {
             self.stamp_placed(origin, *seq, key, offset);
             if let Some(&id) = self.by_origin.get(&(origin, *seq)) {
-                self.msgs[id as usize].placed.push((key, offset));
+                let msg = &mut self.msgs[id as usize];
+                if self.dead_letter.ids.contains(&key.topic) {
+                    msg.dead_letter_placed.push((key, offset));
+                    continue;
+                }
+                msg.placed.push((key, offset));
             }
         }
     }

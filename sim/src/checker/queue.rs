@@ -65,6 +65,8 @@ pub struct QueueVerdict {
     pub drain_required: u64,
     /// Anomalies excused because a corruption-class fault hit.
     pub excused_corruption: u64,
+    /// Moves to the dead-letter topic the owners reported.
+    pub dead_lettered: u64,
 }
 
 impl QueueVerdict {
@@ -85,6 +87,7 @@ impl QueueVerdict {
         self.stale += o.stale;
         self.drain_required += o.drain_required;
         self.excused_corruption += o.excused_corruption;
+        self.dead_lettered += o.dead_lettered;
     }
 
     /// The counters as JSON (sweep and run summaries).
@@ -101,6 +104,7 @@ impl QueueVerdict {
             "stale_settles": self.stale,
             "drain_required": self.drain_required,
             "excused_corruption": self.excused_corruption,
+            "dead_lettered": self.dead_lettered,
         })
     }
 }
@@ -128,6 +132,8 @@ struct QueueMsg {
     deliveries: BTreeMap<u32, Delivery>,
     /// An ack answered 204: (answer time, count of the acked lease).
     acked: Option<(Instant, u32)>,
+    /// Its owner reported it moved to the dead-letter topic then.
+    moved: Option<Instant>,
 }
 
 /// The queue history.
@@ -183,7 +189,7 @@ impl Checker {
     }
 
     /// A queue anomaly: a violation, unless a corruption-class fault may explain it.
-    fn queue_violation(&mut self, invariant: &'static str, detail: String) {
+    pub(super) fn queue_violation(&mut self, invariant: &'static str, detail: String) {
         if self.corruption_hit {
             self.queue.verdict.excused_corruption += 1;
         } else {
@@ -279,9 +285,36 @@ impl Checker {
         self.queue.verdict = v;
     }
 
-    /// Invariant 1 for `at`: nothing delivered after (or beyond) an ack answered 204.
+    /// The message the deliveries of `at` carried.
+    pub(super) fn queue_message(&self, at: (PartitionKey, u64)) -> Option<u64> {
+        self.queue.msgs.get(&at).and_then(|m| m.id)
+    }
+
+    /// Its owner moved `at` to the dead-letter topic (now): invariant 7 from here on.
+    pub(super) fn queue_moved(&mut self, at: (PartitionKey, u64), now: Instant) {
+        let msg = self.queue.msgs.entry(at).or_default();
+        msg.moved.get_or_insert(now);
+        self.check_acked(at);
+    }
+
+    /// Invariant 1 for `at`: nothing delivered after (or beyond) an ack answered 204; and
+    /// invariant 7 (`dead_letter.rs`): nothing delivered after a move to the dead-letter topic.
     fn check_acked(&mut self, at: (PartitionKey, u64)) {
         let msg = &self.queue.msgs[&at];
+        if let Some(moved) = msg.moved
+            && let Some(d) = msg.deliveries.values().find(|d| d.sent > moved).copied()
+        {
+            let detail = format!(
+                "{}@{}: moved to the dead-letter topic at t={}, delivered again (count {}, \
+                 asked at t={})",
+                at.0,
+                at.1,
+                crate::clock::since_start(moved),
+                d.count,
+                crate::clock::since_start(d.sent)
+            );
+            return self.queue_violation(inv::QUEUE_DEAD_LETTER, detail);
+        }
         let Some((acked_at, acked_count)) = msg.acked else { return };
         let again = msg.deliveries.values().find(|d| d.count > acked_count || d.sent > acked_at);
         if let Some(d) = again.copied() {
@@ -409,6 +442,9 @@ impl Checker {
         if self.queue.drained && read_complete {
             self.check_drained();
         }
+        if read_complete {
+            self.check_dead_letters();
+        }
         self.check_delivered_records();
     }
 
@@ -425,7 +461,7 @@ impl Checker {
                 continue;
             }
             required += 1;
-            if !self.queue.settled.contains(&(id as u64)) {
+            if !self.queue.settled.contains(&(id as u64)) && !self.dead_letter_settled(id as u64) {
                 let delivered = self.queue.delivered.contains(&(id as u64));
                 missing.push((id, msg.found_on.clone(), delivered));
             }

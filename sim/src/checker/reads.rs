@@ -58,7 +58,9 @@ impl Checker {
             let Some(id) = self.check_record(Some(key), record) else {
                 continue;
             };
-            if kind == ReadKind::Final {
+            if kind == ReadKind::Final && self.dead_letter.ids.contains(&key.topic) {
+                self.msgs[id as usize].dead_letter_visible += 1;
+            } else if kind == ReadKind::Final {
                 let msg = &mut self.msgs[id as usize];
                 msg.visible += 1;
                 if !msg.found_on.contains(&key) {

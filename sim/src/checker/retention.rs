@@ -64,8 +64,13 @@ impl Checker {
             self.placed_stamps.insert((key, offset), ts);
             if let Some(&id) = self.by_origin.get(&(origin, seq)) {
                 let msg = &mut self.msgs[id as usize];
-                if !msg.placed.contains(&(key, offset)) {
-                    msg.placed.push((key, offset));
+                let placed = if self.dead_letter.ids.contains(&key.topic) {
+                    &mut msg.dead_letter_placed
+                } else {
+                    &mut msg.placed
+                };
+                if !placed.contains(&(key, offset)) {
+                    placed.push((key, offset));
                 }
             }
         }
@@ -220,6 +225,7 @@ mod tests {
             retention_ms,
             retention_bytes,
             created_ms: 0,
+            queue: Default::default(),
         }
     }
 

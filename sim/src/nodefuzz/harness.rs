@@ -93,6 +93,7 @@ impl Harness {
                     partitions: Some(partitions),
                     retention_ms: None,
                     retention_bytes: None,
+                    queue: Default::default(),
                 };
                 let reply = self.ask(op, 5_000_000);
                 assert!(

@@ -103,6 +103,7 @@ impl Values {
                 partitions: count(*partitions),
                 retention_ms: retention.map(u64::from),
                 retention_bytes: None,
+                queue: Default::default(),
             },
             ClientCmd::Delete { topic } => ClientOp::DeleteTopic { name: topic_name(*topic) },
             ClientCmd::List => ClientOp::ListTopics,
@@ -273,6 +274,7 @@ impl Values {
                 retention_bytes: None,
                 now_ms: 0,
                 seen_next_id: 1 + id % 8,
+                queue: Default::default(),
             }),
             CommandSel::Delete { topic, id } => encode_command(&MetaCommand::DeleteTopic {
                 name: topic_name(*topic),

@@ -59,6 +59,13 @@ impl Simulation {
         self.world.record(0, What::Phase { name: "final-read" });
         self.final_read(ReadKind::Final);
         self.queue_drain();
+        if self.cfg.workload.queue_max_deliveries.is_some() && !self.aborted {
+            // The drain's receives moved messages too: once dispatch has taken their copies to
+            // the dead-letter topic, read it again.
+            let now = self.world.queue.now();
+            self.run_until(Instant(now.0 + limit), every, |s| s.drained());
+            self.reread_dead_letters();
+        }
         if self.cfg.faults.final_power_loss && self.lost_nodes == 0 {
             self.final_power_loss();
         }

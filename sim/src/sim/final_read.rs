@@ -5,11 +5,14 @@
 
 use std::collections::BTreeMap;
 
-use narad_core::{ClientError, ClientOp, ClientReply, Input, Instant, PartitionKey, RequestId};
+use narad_core::{
+    ClientError, ClientOp, ClientReply, Input, Instant, PartitionKey, RequestId, TopicId,
+};
 
 use super::Simulation;
 use crate::checker::{ReadKind, inv};
 use crate::trace::What;
+use crate::workload::DEAD_LETTER_TOPIC;
 
 /// Longest wait for one harness request.
 const CALL_TIMEOUT_MICROS: u64 = 10_000_000;
@@ -54,43 +57,61 @@ impl Simulation {
         for &node in &up {
             self.check_topic_list(node);
         }
-        for (t, (name, inc, _)) in self.world.workload.topics.live().into_iter().enumerate() {
-            let mut watermarks = BTreeMap::new();
-            for &node in &up {
-                let reply = self.call(node, ClientOp::GetTopic { name: name.clone() });
-                let Some(ClientReply::Topic(info, partitions)) = reply else {
-                    let detail = format!("final lookup of live topic {name} on n{node}: {reply:?}");
-                    self.world.checker.violation(inv::TOPIC_LOST, detail);
-                    continue;
-                };
-                if info.id != inc {
-                    let detail = format!(
-                        "topic {name} is incarnation {} on n{node}, expected {}",
-                        info.id.0, inc.0
-                    );
-                    self.world.checker.violation(inv::TOPIC_LOST, detail);
-                    continue;
-                }
-                let lost = |owner: u32| owner >= 1 && self.lost_nodes & (1 << (owner - 1)) != 0;
-                if partitions.iter().all(|p| lost(p.owner_node)) {
-                    // Every partition lives on a node whose disk is gone: no live sibling to
-                    // reroute to, so its records wait forever (docs/design.md §1, "one copy per
-                    // partition").
-                    self.world.checker.unavailable(inc);
-                }
-                for stats in partitions {
-                    if stats.owner_node as usize == node + 1 {
-                        let hwm = stats.numbers.map_or(0, |n| n.high_watermark);
-                        watermarks.insert(stats.index, hwm);
-                    }
+        for (t, (name, inc, _)) in self.world.workload.topics.all_live().into_iter().enumerate() {
+            self.read_topic(t, &name, inc, &up, kind);
+        }
+    }
+
+    /// Reads the dead-letter topic again, after the queue drain moved more messages to it.
+    pub(super) fn reread_dead_letters(&mut self) {
+        let up: Vec<usize> = (0..self.nodes()).filter(|&n| self.hosts[n].is_up()).collect();
+        let topics = self.world.workload.topics.all_live();
+        let found =
+            topics.into_iter().enumerate().find(|(_, (name, ..))| name == DEAD_LETTER_TOPIC);
+        if let Some((t, (name, inc, _))) = found {
+            self.read_topic(t, &name, inc, &up, ReadKind::Final);
+        }
+    }
+
+    /// Reads every partition of topic `name` (incarnation `inc`, the `t`-th live topic) in
+    /// full, each through one of the nodes `up`.
+    fn read_topic(&mut self, t: usize, name: &str, inc: TopicId, up: &[usize], kind: ReadKind) {
+        let name = name.to_string();
+        let mut watermarks = BTreeMap::new();
+        for &node in up {
+            let reply = self.call(node, ClientOp::GetTopic { name: name.clone() });
+            let Some(ClientReply::Topic(info, partitions)) = reply else {
+                let detail = format!("final lookup of live topic {name} on n{node}: {reply:?}");
+                self.world.checker.violation(inv::TOPIC_LOST, detail);
+                continue;
+            };
+            if info.id != inc {
+                let detail = format!(
+                    "topic {name} is incarnation {} on n{node}, expected {}",
+                    info.id.0, inc.0
+                );
+                self.world.checker.violation(inv::TOPIC_LOST, detail);
+                continue;
+            }
+            let lost = |owner: u32| owner >= 1 && self.lost_nodes & (1 << (owner - 1)) != 0;
+            if partitions.iter().all(|p| lost(p.owner_node)) {
+                // Every partition lives on a node whose disk is gone: no live sibling to
+                // reroute to, so its records wait forever (docs/design.md §1, "one copy per
+                // partition").
+                self.world.checker.unavailable(inc);
+            }
+            for stats in partitions {
+                if stats.owner_node as usize == node + 1 {
+                    let hwm = stats.numbers.map_or(0, |n| n.high_watermark);
+                    watermarks.insert(stats.index, hwm);
                 }
             }
-            for (index, hwm) in watermarks {
-                let key = PartitionKey { topic: inc, partition: index };
-                self.world.checker.final_watermark(key, hwm);
-                let via = up[(index as usize + t) % up.len()];
-                self.read_partition(via, &name, key, hwm, kind);
-            }
+        }
+        for (index, hwm) in watermarks {
+            let key = PartitionKey { topic: inc, partition: index };
+            self.world.checker.final_watermark(key, hwm);
+            let via = up[(index as usize + t) % up.len()];
+            self.read_partition(via, &name, key, hwm, kind);
         }
     }
 
@@ -159,7 +180,7 @@ impl Simulation {
             self.world.checker.violation(inv::PROTOCOL, detail);
             return;
         };
-        for (name, inc, _) in self.world.workload.topics.live() {
+        for (name, inc, _) in self.world.workload.topics.all_live() {
             if !listed.iter().any(|t| t.name == name && t.id == inc) {
                 let detail =
                     format!("acknowledged topic {name}#{} missing from n{node}'s list", inc.0);

@@ -161,6 +161,9 @@ impl Simulation {
         };
         let mut world = world;
         world.checker.queue_visibility(cfg.workload.queue_visibility_ms);
+        if cfg.workload.queue_max_deliveries.is_some() {
+            world.checker.dead_letter_topic(crate::workload::DEAD_LETTER_TOPIC);
+        }
         Simulation {
             seed,
             cfg,
@@ -480,7 +483,13 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
     config.retention_check_ms = cfg.sizes.retention_check_ms;
     config.retention_bytes_divisor = cfg.sizes.retention_bytes_divisor;
     config.consumer_journal_compact_bytes = cfg.sizes.consumer_journal_compact_bytes;
-    config.queue_visibility_ms = cfg.workload.queue_visibility_ms;
+    // With the lease set on the topics, the nodes' default is the shortest there is: a node
+    // that ignored a topic's lease would lease for less than the checker allows.
+    config.queue_visibility_ms = if cfg.workload.queue_topic_lease {
+        narad_core::api::MIN_VISIBILITY_TIMEOUT_MS
+    } else {
+        cfg.workload.queue_visibility_ms
+    };
     config
 }
 

@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use narad_core::{
-    ClientOp, ClientReply, DiskOp, FileId, Instant, IoToken, NodeEvent, RequestId, codec,
+    ClientOp, ClientReply, DiskOp, FileId, Instant, IoToken, NodeEvent, PartitionKey, RequestId,
+    codec,
 };
 use narad_sim_runtime::{
     EventQueue, Fate, FaultClass, FaultHits, FileMatch, HostRuntime, Link, SimDisk, SimNetwork,
@@ -152,6 +153,33 @@ impl World {
         }
     }
 
+    /// Whether node `node`'s WAL holds, durably, a dead-letter copy of the message at
+    /// `key`@`offset`. `None` when it cannot be judged: the checker does not know which message
+    /// that is, or the copy is in a file whose fsync lied (the node rightly believes it
+    /// durable; the damage is the disk's, reported at the power loss).
+    fn dead_letter_copy_durable(&self, node: u32, key: PartitionKey, offset: u64) -> Option<bool> {
+        let id = self.checker.message_at(key, offset)?;
+        let holds_copy = |data: &[u8]| {
+            codec::scan(data).frames.iter().any(|frame| {
+                narad_core::wal::WalRecord::decode(frame.body(data)).is_some_and(|record| {
+                    self.checker.is_dead_letter_topic(record.topic_id)
+                        && parse_id(&record.payload) == Some(id)
+                })
+            })
+        };
+        let wal = self.disks[node as usize]
+            .files()
+            .filter(|(file, _)| matches!(file, FileId::WalSegment { .. }));
+        let mut lied = false;
+        for (_, f) in wal {
+            if holds_copy(&f.durable_data()) {
+                return Some(true);
+            }
+            lied |= f.lied && holds_copy(f.data());
+        }
+        (!lied).then_some(false)
+    }
+
     /// Wakes `client` after `delay` microseconds.
     pub fn wake_client(&mut self, client: usize, delay: u64) {
         self.queue.push_after(delay, Event::ClientWake { client: client as u32 });
@@ -280,6 +308,10 @@ impl HostRuntime for World {
             }
             // Not traced (the core logs topic changes); only the checker needs it.
             NodeEvent::TopicApplied { .. } => return self.checker.on_event(node, &event),
+            NodeEvent::DeadLettered { key, offset } => {
+                let durable = self.dead_letter_copy_durable(node, *key, *offset);
+                return self.checker.dead_lettered(node, *key, *offset, durable);
+            }
             NodeEvent::SegmentDeleted { key, trimmed, .. } => What::SegmentDeleted {
                 key: *key,
                 log_start: trimmed.log_start_offset,

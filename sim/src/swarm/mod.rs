@@ -14,7 +14,7 @@ use rand_chacha::ChaCha8Rng;
 use narad_sim_runtime::{Component, component_rng};
 
 pub use cluster::NetPlan;
-pub(crate) use queue::draw_queue;
+pub(crate) use queue::{draw_queue, draw_queue_settings};
 
 /// How many nodes a run has.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -200,8 +200,30 @@ pub struct WorkloadConfig {
     pub queue_workers: u32,
     /// The lease a receive gives (`Config::queue_visibility_ms`), short so leases expire.
     pub queue_visibility_ms: u64,
+    /// The workload's topics carry that lease as their own `visibility_timeout_ms` (the
+    /// nodes' default is then the shortest allowed).
+    pub queue_topic_lease: bool,
+    /// The workload's topics send a message to the dead-letter topic after this many
+    /// deliveries (`None`: they have no dead-letter topic).
+    pub queue_max_deliveries: Option<u32>,
     /// Probability that a reader's consume is a long-poll (`wait_ms` > 0; 0 = never).
     pub long_poll_prob: f64,
+}
+
+impl WorkloadConfig {
+    /// The queue settings of the topics the workload creates (the dead-letter topic's own are
+    /// the default).
+    pub fn queue_settings(&self) -> narad_core::api::QueueSettings {
+        narad_core::api::QueueSettings {
+            visibility_timeout_ms: self.queue_topic_lease.then_some(self.queue_visibility_ms),
+            dead_letter: self.queue_max_deliveries.map(|max_deliveries| {
+                narad_core::api::DeadLetter {
+                    max_deliveries,
+                    topic: crate::workload::DEAD_LETTER_TOPIC.to_string(),
+                }
+            }),
+        }
+    }
 }
 
 impl Default for WorkloadConfig {
@@ -230,6 +252,8 @@ impl Default for WorkloadConfig {
             create_retention_bytes: None,
             queue_workers: 0,
             queue_visibility_ms: narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
+            queue_topic_lease: false,
+            queue_max_deliveries: None,
             long_poll_prob: 0.0,
         }
     }
@@ -347,6 +371,7 @@ impl SwarmConfig {
         draw_retention(&mut rng, &mut workload, &mut sizes);
         draw_queue(&mut rng, &mut workload, &mut sizes, &mut faults);
         draw_long_poll(&mut rng, &mut workload);
+        draw_queue_settings(&mut rng, &mut workload);
         SwarmConfig {
             nodes: 1,
             faults,
@@ -426,6 +451,8 @@ pub(crate) fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         create_retention_bytes: None,
         queue_workers: 0, // drawn last of all (`draw_queue`)
         queue_visibility_ms: narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
+        queue_topic_lease: false, // drawn after everything (`draw_queue_settings`)
+        queue_max_deliveries: None,
         long_poll_prob: 0.0, // drawn after everything (`draw_long_poll`)
     }
 }

@@ -31,6 +31,24 @@ pub(crate) fn draw_queue(
     }
 }
 
+/// The topics' queue settings of a seed with queue workers, drawn after everything else (so
+/// every earlier draw of a seed stays what it was): on half of them the topics carry the lease
+/// themselves (`visibility_timeout_ms`, at least the 100 ms a topic may set); on 40 % they
+/// send a message to the dead-letter topic after 1 to 3 deliveries.
+pub(crate) fn draw_queue_settings(rng: &mut ChaCha8Rng, w: &mut WorkloadConfig) {
+    if w.queue_workers == 0 {
+        return;
+    }
+    if rng.random_bool(0.5) {
+        w.queue_topic_lease = true;
+        w.queue_visibility_ms =
+            w.queue_visibility_ms.max(narad_core::api::MIN_VISIBILITY_TIMEOUT_MS);
+    }
+    if rng.random_bool(0.4) {
+        w.queue_max_deliveries = Some(rng.random_range(1..=3));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use crate::swarm::{RunOptions, SwarmConfig};
@@ -46,5 +64,11 @@ mod tests {
         let compacting = queue.iter().filter(|c| c.sizes.consumer_journal_compact_bytes < 1 << 20);
         assert!(compacting.count() > 100);
         assert!(cfgs.iter().all(|c| c.workload.queue_workers > 0 || c.faults.journal_shots == 0));
+        let dead_letters = queue.iter().filter(|c| c.workload.queue_max_deliveries.is_some());
+        assert!((60..220).contains(&dead_letters.count()));
+        let own_lease = queue.iter().filter(|c| c.workload.queue_topic_lease).count();
+        assert!((100..250).contains(&own_lease));
+        assert!(cfgs.iter().all(|c| c.workload.queue_workers > 0
+            || (c.workload.queue_max_deliveries.is_none() && !c.workload.queue_topic_lease)));
     }
 }

@@ -17,7 +17,7 @@ use rand_chacha::ChaCha8Rng;
 use crate::checker::{AdminAsk, Checker, LongPollSent};
 use crate::payload::payload;
 use crate::swarm::WorkloadConfig;
-pub use topics::{TopicModel, TopicState};
+pub use topics::{DEAD_LETTER_TOPIC, TopicModel, TopicState};
 
 /// What a client does when it wakes.
 #[derive(Clone, Debug)]
@@ -91,11 +91,22 @@ impl Pending {
                 messages: messages.clone(),
                 batch: *batch,
             },
+            // The dead-letter topic keeps its copies (the checker wants to find them all).
+            Pending::Create { name, partitions } if name == DEAD_LETTER_TOPIC => {
+                ClientOp::CreateTopic {
+                    name: name.clone(),
+                    partitions: Some(*partitions),
+                    retention_ms: None,
+                    retention_bytes: None,
+                    queue: Default::default(),
+                }
+            }
             Pending::Create { name, partitions } => ClientOp::CreateTopic {
                 name: name.clone(),
                 partitions: Some(*partitions),
                 retention_ms: cfg.create_retention_ms,
                 retention_bytes: cfg.create_retention_bytes,
+                queue: cfg.queue_settings(),
             },
             Pending::Lookup { name } => ClientOp::GetTopic { name: name.clone() },
             Pending::Delete { name, .. } => ClientOp::DeleteTopic { name: name.clone() },
@@ -347,6 +358,18 @@ impl Workload {
     }
 
     fn admin_next(&mut self) -> Result<Pending, Wake> {
+        // The dead-letter topic first: a topic naming it can only be created once it exists.
+        if self.cfg.queue_max_deliveries.is_some() {
+            match self.topics.get(DEAD_LETTER_TOPIC) {
+                None | Some(TopicState::Gone) => {
+                    return Ok(self.create_pending(Some(DEAD_LETTER_TOPIC.to_string())));
+                }
+                Some(TopicState::Creating { .. }) => {
+                    return Ok(Pending::Lookup { name: DEAD_LETTER_TOPIC.to_string() });
+                }
+                Some(_) => {}
+            }
+        }
         if self.initial_created < self.cfg.initial_topics {
             self.initial_created += 1;
             return Ok(self.create_pending(None));

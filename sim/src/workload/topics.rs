@@ -6,6 +6,10 @@ use std::collections::{BTreeMap, BTreeSet};
 
 use narad_core::TopicId;
 
+/// The topic queue topics send their dead letters to, when a seed gives them one. Clients never
+/// produce to it, read it, consume it or delete it; only the final read reads it.
+pub const DEAD_LETTER_TOPIC: &str = "dead-letters";
+
 /// What the workload believes about one topic name.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum TopicState {
@@ -54,8 +58,16 @@ impl TopicModel {
         format!("t{}", self.next_name)
     }
 
-    /// Live topics as (name, id, partitions), in name order.
+    /// Live topics as (name, id, partitions), in name order: the ones clients work on (not
+    /// the dead-letter topic).
     pub fn live(&self) -> Vec<(String, TopicId, u32)> {
+        let mut live = self.all_live();
+        live.retain(|(name, ..)| name != DEAD_LETTER_TOPIC);
+        live
+    }
+
+    /// Every live topic, the dead-letter topic included (the final read's list).
+    pub fn all_live(&self) -> Vec<(String, TopicId, u32)> {
         self.topics
             .iter()
             .filter_map(|(name, state)| match state {
@@ -67,7 +79,9 @@ impl TopicModel {
 
     /// Names whose topics are gone (candidates for re-creation under the same name).
     pub fn gone(&self) -> Vec<String> {
-        self.names_where(|s| matches!(s, TopicState::Gone))
+        let mut gone = self.names_where(|s| matches!(s, TopicState::Gone));
+        gone.retain(|name| name != DEAD_LETTER_TOPIC);
+        gone
     }
 
     /// Names with a create or delete still unanswered.

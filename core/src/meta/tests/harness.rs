@@ -399,7 +399,9 @@ impl Host {
                 self.files.remove(file);
                 self.synced.remove(file);
             }
-            DiskOp::Read { .. } => unreachable!("the metastore never reads"),
+            DiskOp::Read { .. } | DiskOp::ReadUpTo { .. } => {
+                unreachable!("the metastore never reads")
+            }
         }
     }
 }
@@ -422,5 +424,6 @@ pub fn create(name: &str, partitions: u32) -> MetaCommand {
         retention_bytes: None,
         now_ms: 1,
         seen_next_id: u64::MAX,
+        queue: Default::default(),
     }
 }

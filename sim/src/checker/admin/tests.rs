@@ -16,6 +16,7 @@ fn info(name: &str, id: u64, partitions: u32) -> TopicInfo {
         retention_ms: None,
         retention_bytes: None,
         created_ms: 7,
+        queue: Default::default(),
     }
 }
 
