@@ -6,7 +6,7 @@
 //! 6. a message leaves its topic only once its copy is durable (when the move completes the
 //!    copy is in the WAL's durable bytes, or committed in the dead-letter topic);
 //! 7. a moved message is never delivered again from its topic (no delivery asked for after the
-//!    move completed);
+//!    move completed), and no message is delivered more than `max_deliveries` times;
 //! 8. after the final read every moved message is in the dead-letter topic (and the final
 //!    drain's invariant 4 counts a message as settled without an ack only if a copy is).
 //!
@@ -23,8 +23,9 @@ use super::{Checker, inv};
 /// What the checker knows about the dead-letter topic.
 #[derive(Clone, Debug, Default)]
 pub(super) struct DeadLetterHistory {
-    /// Its name, when the workload's topics have one.
+    /// Its name, when the workload's topics have one, and their `max_deliveries`.
     pub(super) name: Option<String>,
+    max_deliveries: u32,
     /// Its incarnations.
     pub(super) ids: BTreeSet<TopicId>,
     /// Messages moved to it: when their first move completed.
@@ -32,9 +33,21 @@ pub(super) struct DeadLetterHistory {
 }
 
 impl Checker {
-    /// The workload's queue topics send their dead letters to the topic `name`.
-    pub fn dead_letter_topic(&mut self, name: &str) {
+    /// The workload's queue topics send their dead letters to the topic `name` after
+    /// `max_deliveries` deliveries.
+    pub fn dead_letter_topic(&mut self, name: &str, max_deliveries: u32) {
         self.dead_letter.name = Some(name.to_string());
+        self.dead_letter.max_deliveries = max_deliveries;
+    }
+
+    /// Invariant 7: a delivery beyond the topics' `max_deliveries` (they are moved instead).
+    pub(super) fn check_delivery_count(&mut self, at: (PartitionKey, u64), count: u32) {
+        let max = self.dead_letter.max_deliveries;
+        if self.dead_letter.name.is_some() && count > max {
+            let detail =
+                format!("{}@{}: delivered as count {count}, past max_deliveries {max}", at.0, at.1);
+            self.queue_violation(inv::QUEUE_DEAD_LETTER, detail);
+        }
     }
 
     /// True for an incarnation of the dead-letter topic.

@@ -235,6 +235,7 @@ impl Checker {
         self.check_same_record(at, id);
         let owner = self.owners.get(&key).copied();
         let count = leased.delivery_count;
+        self.check_delivery_count(at, count);
         let delivery = Delivery {
             count,
             sent,

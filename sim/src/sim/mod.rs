@@ -161,8 +161,8 @@ impl Simulation {
         };
         let mut world = world;
         world.checker.queue_visibility(cfg.workload.queue_visibility_ms);
-        if cfg.workload.queue_max_deliveries.is_some() {
-            world.checker.dead_letter_topic(crate::workload::DEAD_LETTER_TOPIC);
+        if let Some(max) = cfg.workload.queue_max_deliveries {
+            world.checker.dead_letter_topic(crate::workload::DEAD_LETTER_TOPIC, max);
         }
         Simulation {
             seed,
