@@ -44,8 +44,10 @@ pub enum ClientOp {
     /// The cluster's members as this node's metastore replica sees them.
     Members,
     /// Queue consume: lease up to `max` (1-100) available messages of the topic (of one
-    /// `partition` if given) for the topic's visibility timeout.
-    Receive { topic: String, partition: Option<u32>, max: u32 },
+    /// `partition` if given) for the topic's visibility timeout. With `wait_ms` > 0 (at most
+    /// `MAX_CONSUME_WAIT_MS`) a receive that finds nothing waits until a message becomes
+    /// available or the wait ends (then it is answered empty).
+    Receive { topic: String, partition: Option<u32>, max: u32, wait_ms: u64 },
     /// Settle the leases `handles` name (receipt handles as the client sent them). `batch`:
     /// the batch form (one result per handle); otherwise exactly one handle.
     Settle { topic: String, handles: Vec<String>, action: SettleAction, batch: bool },

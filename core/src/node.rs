@@ -653,6 +653,7 @@ impl Node {
             return;
         }
         self.drain_metastore();
+        self.wake_available_receives();
         self.wal.pump(self.now, self.shutting_down);
         if self.wal_read_retry_at.is_none() {
             let room = self.dispatcher.room() as u64;

@@ -18,7 +18,7 @@ mod queue_wire;
 pub use queue_wire::WireLeased;
 
 /// Version of the node protocol. Bump it when a message's layout changes (3: a topic in an
-/// admin result carries its queue settings).
+/// admin result carries its queue settings, and a queue receive its wait).
 pub const PROTOCOL_VERSION: u8 = 3;
 
 /// One record in a commit batch sent to a partition's owner.
@@ -70,8 +70,9 @@ pub enum PeerMessage {
     TopicStats { id: u64, topic: TopicId },
     /// The numbers of each partition of the topic the sender owns or holds.
     TopicStatsReply { id: u64, partitions: Vec<(u32, PartitionNumbers)> },
-    /// Queue receive on a partition the receiver owns: lease up to `max` messages.
-    Receive { id: u64, target: PartitionKey, max: u32 },
+    /// Queue receive on a partition the receiver owns: lease up to `max` messages, waiting up
+    /// to `wait_ms` (parked on the owner) if none is available.
+    Receive { id: u64, target: PartitionKey, max: u32, wait_ms: u64 },
     /// The owner's answer: what it leased (empty: nothing available).
     ReceiveReply { id: u64, result: Result<Vec<WireLeased>, WireError> },
     /// Settle these leases of the receiver's partitions of `topic`.
@@ -605,11 +606,12 @@ mod tests {
 
     fn arb_queue_message() -> impl Strategy<Value = PeerMessage> {
         prop_oneof![
-            (any::<u64>(), any::<u64>(), any::<u32>(), any::<u32>()).prop_map(
-                |(id, t, partition, max)| PeerMessage::Receive {
+            (any::<u64>(), any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()).prop_map(
+                |(id, t, partition, max, wait_ms)| PeerMessage::Receive {
                     id,
                     target: PartitionKey { topic: TopicId(t), partition },
-                    max
+                    max,
+                    wait_ms,
                 }
             ),
             (any::<u64>(), prop::collection::vec((any::<u64>(), any::<u32>(), arb_record()), 0..4))

@@ -72,7 +72,12 @@ fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage>
         },
         8 => PeerMessage::ConsumeReply { id, result: consume_result(u)? },
         9 => PeerMessage::TopicStats { id, topic: TopicId(u.arbitrary()?) },
-        10 => PeerMessage::Receive { id, target: target(u)?, max: u.arbitrary()? },
+        10 => PeerMessage::Receive {
+            id,
+            target: target(u)?,
+            max: u.arbitrary()?,
+            wait_ms: u.arbitrary()?,
+        },
         11 => PeerMessage::ReceiveReply { id, result: receive_result(u)? },
         12 => PeerMessage::Settle {
             id,

@@ -1,7 +1,7 @@
 //! `narad sub TOPIC`: a queue worker on the command line. It leases messages (a consume without
 //! an offset), prints each as one JSON line, then acks it (or, with `--nack`, gives it back: a
-//! dry run that leaves the queue as it was). Nothing available: it waits a moment and asks
-//! again. Ctrl-C (or SIGTERM) stops it after the message in hand, with a line saying how many
+//! dry run that leaves the queue as it was). Nothing available: each receive long-polls for up
+//! to a second (woken by the first message that becomes available), then asks again. Ctrl-C (or SIGTERM) stops it after the message in hand, with a line saying how many
 //! were settled.
 
 use std::sync::atomic::Ordering;
@@ -12,8 +12,9 @@ use serde_json::Value;
 
 use crate::cli::SubArgs;
 
-/// Pause before asking again when nothing was available.
-const EMPTY_PAUSE: Duration = Duration::from_millis(250);
+/// How long one receive waits on the server for a message (short, so Ctrl-C and `--idle` are
+/// honoured within about a second).
+const RECEIVE_WAIT: &str = "1s";
 /// A client never waits longer than this for one answer.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -28,7 +29,8 @@ pub fn run(args: SubArgs) -> anyhow::Result<()> {
         .into();
     let base = args.target.url.trim_end_matches('/');
     let topic = crate::client::segment(&args.topic);
-    let mut receive = format!("{base}/v1/topics/{topic}/consume?max={}", args.max);
+    let mut receive =
+        format!("{base}/v1/topics/{topic}/consume?max={}&wait={RECEIVE_WAIT}", args.max);
     if let Some(partition) = args.partition {
         receive.push_str(&format!("&partition={partition}"));
     }
@@ -40,7 +42,6 @@ pub fn run(args: SubArgs) -> anyhow::Result<()> {
             if args.idle.is_some_and(|idle| idle_since.elapsed() >= idle) {
                 break;
             }
-            std::thread::sleep(EMPTY_PAUSE);
             continue;
         }
         idle_since = Instant::now();

@@ -194,6 +194,38 @@ fn a_topic_sets_its_lease_and_dead_letter_topic() {
     assert_eq!(client.read_partition("dlq", 0).len(), 1, "moved once");
 }
 
+/// A waiting receive (`wait`) is answered by the produce that brings a message, long before
+/// its wait ends; a wait with nothing to lease answers 204 when it ends.
+#[test]
+fn a_waiting_receive_is_answered_when_a_message_arrives() {
+    let (_tmp, dir) = data_dir();
+    let node = TestNode::start(&dir);
+    let client = node.client();
+    client.create_topic("jobs", 2);
+    let waiting = {
+        let client = node.client();
+        thread::spawn(move || {
+            let started = Instant::now();
+            let answer = client.get("/v1/topics/jobs/consume?wait=20s");
+            (answer, started.elapsed())
+        })
+    };
+    // The receive is parked before the produce (the node counts it).
+    let parked =
+        wait_until(Duration::from_secs(30), || client.metric("narad_consumes_parked") >= 1.0);
+    assert!(parked, "the receive parks");
+    assert_eq!(client.post("/v1/topics/jobs/produce", b"late work").0, 202);
+    let ((status, body), took) = waiting.join().expect("the waiting client");
+    assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(common::payload_bytes(&json(&body)), b"late work");
+    assert!(
+        took < Duration::from_secs(19),
+        "answered by the produce, not the wait's end: {took:?}"
+    );
+    let (status, _) = client.get("/v1/topics/jobs/consume?wait=200ms");
+    assert_eq!(status, 204, "nothing else: the wait ends empty");
+}
+
 #[test]
 fn workers_ack_every_acknowledged_produce_through_an_owner_kill() {
     let mut cluster = TestCluster::start(3);

@@ -66,8 +66,8 @@ impl Node {
                 let members = self.member_views();
                 self.reply(request, ClientReply::Members(members));
             }
-            ClientOp::Receive { topic, partition, max } => {
-                self.receive(request, &topic, partition, max);
+            ClientOp::Receive { topic, partition, max, wait_ms } => {
+                self.receive(request, &topic, partition, (max, wait_ms));
             }
             ClientOp::Settle { topic, handles, action, batch } => {
                 if !batch && handles.len() != 1 {

@@ -170,7 +170,9 @@ impl Node {
             PeerMessage::TopicStatsReply { id, partitions } => {
                 self.on_topic_stats(from, id, &partitions);
             }
-            PeerMessage::Receive { id, target, max } => self.on_peer_receive(from, id, target, max),
+            PeerMessage::Receive { id, target, max, wait_ms } => {
+                self.on_peer_receive(from, id, target, (max, wait_ms));
+            }
             PeerMessage::ReceiveReply { id, result } => {
                 if let Some((Forwarded::Receive { pending }, _, _)) =
                     self.remote.forwards.remove(&id)

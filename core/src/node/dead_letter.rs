@@ -31,8 +31,9 @@ impl Node {
     }
 
     /// Starts the moves of `records`, offsets of our partition `key` reserved by a receive and
-    /// delivered `max_deliveries` times already; an offset whose copy cannot be staged now is
-    /// released. True if some move started.
+    /// delivered `max_deliveries` times already; an offset whose copy cannot be staged now (the
+    /// WAL is full, latched or shutting down) is released, and waits for a later receive. True
+    /// if some move started.
     pub(super) fn move_to_dead_letter(
         &mut self,
         key: PartitionKey,
@@ -47,6 +48,7 @@ impl Node {
                 queue.begin_move(record.offset);
                 started = true;
             } else {
+                // Nothing changed for anyone else (no wake: a parked receive would spin on it).
                 queue.release(record.offset);
             }
         }
@@ -87,7 +89,9 @@ impl Node {
     pub(super) fn on_dead_letter_staged(&mut self, key: PartitionKey, offset: u64, ok: bool) {
         let Some(queue) = self.consumers.queues.get_mut(&key) else { return };
         if !ok {
-            return queue.move_failed(offset);
+            queue.move_failed(offset);
+            self.consumers.available_again.insert(key);
+            return;
         }
         if !queue.moved(offset) {
             return; // retention removed the offset meanwhile
@@ -104,7 +108,9 @@ impl Node {
     pub(super) fn on_dead_letter_settled(&mut self, key: PartitionKey, offset: u64, ok: bool) {
         let Some(queue) = self.consumers.queues.get_mut(&key) else { return };
         if !ok {
-            return queue.on_ack_failed(offset);
+            queue.on_ack_failed(offset);
+            self.consumers.available_again.insert(key);
+            return;
         }
         queue.on_acked(offset);
         self.consumers.drop_read_ahead(key, offset);

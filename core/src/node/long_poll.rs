@@ -3,6 +3,8 @@
 //! past its offset wakes it, and it is then served like a consume without a wait (a read of the
 //! log). The node's timer answers it empty at its deadline; a deleted topic answers 404; a
 //! partition this node no longer owns, or a shutdown, answers empty (docs/design.md §4.9).
+//! Queue receives park here too (`node/queue.rs` parks them): woken by the high watermark, by a
+//! message becoming available again, and by the expiry of a lease they watch.
 
 use super::Node;
 use super::parked::{Entry, Waiter};
@@ -23,6 +25,9 @@ impl Node {
         let watch = match &waiter {
             Waiter::Client { key, offset, .. } | Waiter::Peer { key, offset, .. } => {
                 (*key, *offset)
+            }
+            Waiter::Receive { .. } | Waiter::PeerReceive { .. } => {
+                unreachable!("queue receives park through `park_receive`")
             }
         };
         let deadline = self.now.plus_millis(wait_ms);
@@ -46,7 +51,8 @@ impl Node {
         }
     }
 
-    /// A woken consume is read now, as one without a wait (it does not park again).
+    /// A woken consume is read now, as one without a wait (it does not park again); a woken
+    /// queue receive tries again, and parks again if it still finds nothing before its end.
     fn serve_woken(&mut self, entry: Entry) {
         match entry.waiter {
             Waiter::Client { request, topic, key, offset, max } => {
@@ -55,13 +61,34 @@ impl Node {
             Waiter::Peer { from, id, key, offset, max } => {
                 self.on_forwarded_consume(from, id, key, offset, max, 0);
             }
+            Waiter::Receive { id, .. } => self.resume_receive(id),
+            Waiter::PeerReceive { from, id, key, max, until } => {
+                self.resume_peer_receive(from, id, key, max, until);
+            }
         }
     }
 
-    /// Answers every parked consume whose wait is over: nothing became visible in time.
+    /// Answers every parked consume whose wait is over: nothing became visible in time. A
+    /// queue receive parked only until a lease it watches expires tries again instead.
     pub(super) fn expire_parked(&mut self) {
         for entry in self.parked.take_expired(self.now) {
-            self.answer_waiter(entry.waiter, Ok(()));
+            let until = match entry.waiter {
+                Waiter::Receive { until, .. } | Waiter::PeerReceive { until, .. } => until,
+                Waiter::Client { .. } | Waiter::Peer { .. } => self.now,
+            };
+            if until > self.now {
+                self.serve_woken(entry);
+            } else {
+                self.answer_waiter(entry.waiter, Ok(()));
+            }
+        }
+    }
+
+    /// A message of `key` became available again without the high watermark moving (a nack, a
+    /// failed ack, delivery or move): the queue receives watching it try again.
+    pub(super) fn wake_receives(&mut self, key: PartitionKey) {
+        for entry in self.parked.take_receives(key) {
+            self.serve_woken(entry);
         }
     }
 
@@ -99,8 +126,13 @@ impl Node {
     }
 
     /// Answers a waiter without reading: `Ok` is the empty answer (204), `Err` the error.
-    fn answer_waiter(&mut self, waiter: Waiter, result: Result<(), ClientError>) {
+    pub(super) fn answer_waiter(&mut self, waiter: Waiter, result: Result<(), ClientError>) {
         match waiter {
+            Waiter::Receive { id, .. } => self.answer_receive_empty(id, result),
+            Waiter::PeerReceive { from, id, .. } => {
+                let result = result.map(|()| Vec::new()).map_err(|e| WireError::from_client(&e));
+                self.send(from, &PeerMessage::ReceiveReply { id, result });
+            }
             Waiter::Client { request, .. } => {
                 let reply = match result {
                     Ok(()) => ClientReply::Records(Vec::new()),

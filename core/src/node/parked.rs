@@ -23,6 +23,19 @@ pub(super) enum Waiter {
     Client { request: RequestId, topic: String, key: PartitionKey, offset: u64, max: u32 },
     /// A replay consume another node forwarded to us (the owner) for its client.
     Peer { from: NodeId, id: u64, key: PartitionKey, offset: u64, max: u32 },
+    /// A client's queue receive (`Consumers::client_receives`), watching the partitions of it
+    /// this node owns, until `until`.
+    Receive { id: u64, until: Instant },
+    /// A queue receive another node forwarded to us (the owner of `key`) for its client.
+    PeerReceive { from: NodeId, id: u64, key: PartitionKey, max: u32, until: Instant },
+}
+
+impl Waiter {
+    /// True for a queue receive (woken by a message becoming available, not only by the high
+    /// watermark).
+    pub fn is_receive(&self) -> bool {
+        matches!(self, Waiter::Receive { .. } | Waiter::PeerReceive { .. })
+    }
 }
 
 /// One parked request.
@@ -81,6 +94,18 @@ impl Parked {
     pub fn take_key(&mut self, key: PartitionKey) -> Vec<Entry> {
         let Some(set) = self.by_key.get(&key) else { return Vec::new() };
         let ids: Vec<u64> = set.iter().map(|&(_, id)| id).collect();
+        self.take_ids(ids)
+    }
+
+    /// Removes and returns the queue receives watching `key`: a message there became available
+    /// again (a nack, a failed ack or move), which the high watermark does not show.
+    pub fn take_receives(&mut self, key: PartitionKey) -> Vec<Entry> {
+        let Some(set) = self.by_key.get(&key) else { return Vec::new() };
+        let ids: Vec<u64> = set
+            .iter()
+            .map(|&(_, id)| id)
+            .filter(|id| self.entries.get(id).is_some_and(|e| e.waiter.is_receive()))
+            .collect();
         self.take_ids(ids)
     }
 
@@ -207,9 +232,23 @@ mod tests {
             .iter()
             .map(|e| match &e.waiter {
                 Waiter::Client { request, .. } => request.0,
-                Waiter::Peer { id, .. } => *id,
+                Waiter::Peer { id, .. }
+                | Waiter::Receive { id, .. }
+                | Waiter::PeerReceive { id, .. } => *id,
             })
             .collect()
+    }
+
+    #[test]
+    fn a_queue_wake_takes_only_the_receives() {
+        let mut parked = Parked::default();
+        parked.park(client(1, 4), vec![(key(0), 4)], Instant(100)).expect("room");
+        let receive = Waiter::Receive { id: 2, until: Instant(100) };
+        parked.park(receive, vec![(key(0), 4), (key(1), 0)], Instant(50)).expect("room");
+        assert_eq!(requests(&parked.take_receives(key(0))), vec![2], "the replay stays parked");
+        assert_eq!(parked.len(), 1);
+        parked.check().expect("consistent");
+        assert_eq!(requests(&parked.take_passed(key(0), 5)), vec![1]);
     }
 
     #[test]

@@ -9,10 +9,13 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use super::cluster::Forwarded;
+use super::parked::Waiter;
 use super::{IoPurpose, Node};
 use crate::api::{ClientError, ClientReply, ConsumedRecord, LeasedRecord, SettleAction};
-use crate::constants::{MAX_CONSUME_BYTES, MAX_RECEIVE_MESSAGES, MAX_SETTLE_HANDLES};
-use crate::ids::{NodeId, PartitionKey, RequestId, TopicId};
+use crate::constants::{
+    MAX_CONSUME_BYTES, MAX_CONSUME_WAIT_MS, MAX_RECEIVE_MESSAGES, MAX_SETTLE_HANDLES,
+};
+use crate::ids::{Instant, NodeId, PartitionKey, RequestId, TopicId};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 use crate::partition::ReadPlan;
 use crate::peer::{PeerMessage, WireConsumed, WireError, WireLeased};
@@ -46,8 +49,8 @@ enum Pass {
 enum ReceiveAsker {
     /// A client receive of this node (`Consumers::client_receives`).
     Client(u64),
-    /// Another node, for its client.
-    Peer { from: NodeId, id: u64 },
+    /// Another node, for its client; it waits on this node until `until` if given.
+    Peer { from: NodeId, id: u64, max: u32, until: Option<Instant> },
 }
 
 /// A receive served by one of our partition queues: reading, then journaling.
@@ -74,6 +77,12 @@ struct ClientReceive {
     partitions: Vec<u32>,
     next: usize,
     max: u32,
+    /// A long-poll: a round that finds nothing parks until then (`node/long_poll.rs`).
+    until: Option<Instant>,
+    /// Partitions of this round that failed (5xx), and the first failure: a round where every
+    /// partition failed answers it, not "nothing available".
+    failed: usize,
+    failure: Option<ClientError>,
 }
 
 /// Who waits for a settle's results.
@@ -106,6 +115,10 @@ pub(super) struct Consumers {
     secret: u64,
     /// Records read ahead of the receives, per partition (`ReadAhead`).
     read_ahead: BTreeMap<PartitionKey, ReadAhead>,
+    /// Partitions where a message became available again since the node last looked (a
+    /// nack, a released reservation, a failed delivery, ack or move): their parked receives
+    /// try again at the next pump.
+    pub(super) available_again: BTreeSet<PartitionKey>,
     pub(super) counters: QueueCounters,
 }
 
@@ -157,6 +170,7 @@ impl Consumers {
             cursors: BTreeMap::new(),
             secret,
             read_ahead: BTreeMap::new(),
+            available_again: BTreeSet::new(),
             counters: QueueCounters::default(),
         }
     }
@@ -240,6 +254,11 @@ impl ReadAhead {
     }
 }
 
+/// The answer of a receive that would park past `PARKED_MAX` (503: back off and retry).
+fn parked_full(parked: usize) -> ClientError {
+    ClientError::Overloaded(format!("{parked} long-polls are parked on this node; retry later"))
+}
+
 fn stale(what: &str) -> ClientError {
     ClientError::StaleHandle(format!("receipt handle {what}; do not retry"))
 }
@@ -251,7 +270,7 @@ impl Node {
         request: RequestId,
         topic: &str,
         partition: Option<u32>,
-        max: u32,
+        (max, wait_ms): (u32, u64),
     ) {
         let Some(info) = self.meta.topic(topic) else {
             let error = self.unknown_topic(topic);
@@ -278,8 +297,19 @@ impl Node {
             }
         };
         let id = self.consumers.next_id();
-        let pending =
-            ClientReceive { request, topic: topic.to_string(), topic_id, partitions, next: 0, max };
+        let until = (wait_ms > 0).then(|| self.now.plus_millis(wait_ms.min(MAX_CONSUME_WAIT_MS)));
+        let topic = topic.to_string();
+        let pending = ClientReceive {
+            request,
+            topic,
+            topic_id,
+            partitions,
+            next: 0,
+            max,
+            until,
+            failed: 0,
+            failure: None,
+        };
         self.consumers.client_receives.insert(id, pending);
         self.next_partition(id);
     }
@@ -289,8 +319,15 @@ impl Node {
         loop {
             let Some(pending) = self.consumers.client_receives.get_mut(&id) else { return };
             let Some(&partition) = pending.partitions.get(pending.next) else {
-                let done = self.consumers.client_receives.remove(&id).expect("present above");
-                return self.reply(done.request, ClientReply::Leased(Vec::new()));
+                if pending.failed == pending.partitions.len()
+                    && let Some(error) = pending.failure.take()
+                {
+                    return self.answer_receive_empty(id, Err(error));
+                }
+                return match pending.until.filter(|&until| until > self.now) {
+                    Some(until) => self.park_receive(id, until),
+                    None => self.answer_receive_empty(id, Ok(())),
+                };
             };
             pending.next += 1;
             let (key, max) = (PartitionKey { topic: pending.topic_id, partition }, pending.max);
@@ -300,11 +337,21 @@ impl Node {
                     return self.lease_local(ReceiveAsker::Client(id), key, max);
                 }
                 Some(owner) if self.meta.is_alive(owner) => {
+                    // One partition: its owner does the waiting. Several: each is asked
+                    // without (this node waits on the ones it owns).
+                    let wait_ms = match pending.until.filter(|_| single) {
+                        Some(until) => until.0.saturating_sub(self.now.0) / 1_000,
+                        None => 0,
+                    };
+                    if single {
+                        pending.until = None;
+                    }
                     let kind = Forwarded::Receive { pending: id };
                     return self.forward(owner, kind, |fid| PeerMessage::Receive {
                         id: fid,
                         target: key,
                         max,
+                        wait_ms,
                     });
                 }
                 owner if single => {
@@ -329,6 +376,10 @@ impl Node {
             Ok(leased) if leased.is_empty() => self.next_partition(id),
             Err(error) if !single && error.http_status() >= 500 => {
                 tracing::debug!(%error, "a partition of a queue receive failed; trying the next");
+                if let Some(pending) = self.consumers.client_receives.get_mut(&id) {
+                    pending.failed += 1;
+                    pending.failure.get_or_insert(error);
+                }
                 self.next_partition(id);
             }
             result => {
@@ -385,6 +436,8 @@ impl Node {
             _ => None,
         };
         let Some(plan) = plan else {
+            // Not readable now: nobody else could lease them either (no wake, or a parked
+            // receive would spin on them).
             for offset in reserved {
                 queue.release(offset);
             }
@@ -412,6 +465,9 @@ impl Node {
         let decoded = match self.decode_consume(key, plan, result) {
             Ok(decoded) => decoded,
             Err(error) => {
+                // A failed read makes nothing newly available (no wake: a damaged record would
+                // have parked receives read it in a loop); a waiting receive retries after the
+                // failure back-off instead (`park_receive`).
                 if let Some(queue) = self.consumers.queues.get_mut(&key) {
                     for &offset in &receive.reserved {
                         queue.release(offset);
@@ -471,6 +527,7 @@ impl Node {
         }
         for offset in reserved {
             queue.release(offset);
+            self.consumers.available_again.insert(key);
         }
         let moved = match dead_letter {
             Some(dead) => self.move_to_dead_letter(key, &moves, &dead),
@@ -501,6 +558,9 @@ impl Node {
             JournalWaiter::Ack { batch, slot, key, offset } => {
                 if let Some(queue) = self.consumers.queues.get_mut(&key) {
                     if ok { queue.on_acked(offset) } else { queue.on_ack_failed(offset) }
+                }
+                if !ok {
+                    self.consumers.available_again.insert(key);
                 }
                 if ok {
                     self.consumers.drop_read_ahead(key, offset);
@@ -535,6 +595,7 @@ impl Node {
                     leased.push(granted);
                 } else {
                     queue.on_delivery_failed(offset, granted.count);
+                    self.consumers.available_again.insert(key);
                 }
             }
         }
@@ -564,7 +625,13 @@ impl Node {
                 });
                 self.on_partition_leased(id, leased);
             }
-            ReceiveAsker::Peer { from, id } => {
+            ReceiveAsker::Peer { from, id, max, until } => {
+                if let (Ok(granted), Some(until)) = (&result, until)
+                    && granted.is_empty()
+                    && until > self.now
+                {
+                    return self.park_peer_receive(from, id, key, max, until);
+                }
                 let result = result
                     .map(|granted| {
                         granted
@@ -582,24 +649,122 @@ impl Node {
         }
     }
 
-    /// A peer asks one of our partitions for messages.
+    /// A peer asks one of our partitions for messages, waiting up to `wait_ms` for some.
     pub(super) fn on_peer_receive(
         &mut self,
         from: NodeId,
         id: u64,
         target: PartitionKey,
-        max: u32,
+        (max, wait_ms): (u32, u64),
     ) {
         if self.meta.owner(target) != Some(self.config.node_id) {
             let error = ClientError::Unavailable("this node does not own that partition".into());
             let result = Err(WireError::from_client(&error));
             return self.send(from, &PeerMessage::ReceiveReply { id, result });
         }
-        self.lease_local(
-            ReceiveAsker::Peer { from, id },
-            target,
-            max.clamp(1, MAX_RECEIVE_MESSAGES),
-        );
+        let until = (wait_ms > 0).then(|| self.now.plus_millis(wait_ms.min(MAX_CONSUME_WAIT_MS)));
+        let max = max.clamp(1, MAX_RECEIVE_MESSAGES);
+        self.lease_local(ReceiveAsker::Peer { from, id, max, until }, target, max);
+    }
+
+    /// A client receive's round found nothing and it may wait until `until`: it parks on the
+    /// partitions of it this node owns, woken by their high watermarks, by a message becoming
+    /// available again, or by the next expiry of a lease among them. With none (a topic-wide
+    /// receive in a cluster whose partitions are all elsewhere), or while the node shuts down,
+    /// it is answered empty now.
+    fn park_receive(&mut self, id: u64, until: Instant) {
+        let Some(pending) = self.consumers.client_receives.get(&id) else { return };
+        let me = self.config.node_id;
+        let keys: Vec<PartitionKey> = pending
+            .partitions
+            .iter()
+            .map(|&partition| PartitionKey { topic: pending.topic_id, partition })
+            .filter(|&key| self.meta.owner(key) == Some(me))
+            .collect();
+        if keys.is_empty() || self.shutting_down {
+            return self.answer_receive_empty(id, Ok(()));
+        }
+        let (watches, mut deadline) = self.receive_watches(&keys, until);
+        if pending.failed > 0 {
+            // Some partition failed this round: try again after the usual back-off.
+            deadline = deadline.min(self.now.plus_millis(crate::constants::FAILURE_BACKOFF_MS));
+        }
+        if let Err(waiter) = self.parked.park(Waiter::Receive { id, until }, watches, deadline) {
+            self.answer_waiter(waiter, Err(parked_full(self.parked.len())));
+        }
+    }
+
+    /// A forwarded receive found nothing on our partition `key`: it parks like a client's.
+    fn park_peer_receive(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        key: PartitionKey,
+        max: u32,
+        until: Instant,
+    ) {
+        let waiter = Waiter::PeerReceive { from, id, key, max, until };
+        if self.shutting_down {
+            return self.answer_waiter(waiter, Ok(()));
+        }
+        let (watches, deadline) = self.receive_watches(&[key], until);
+        if let Err(waiter) = self.parked.park(waiter, watches, deadline) {
+            self.answer_waiter(waiter, Err(parked_full(self.parked.len())));
+        }
+    }
+
+    /// What a parked receive watches on our partitions `keys` (each past its high watermark
+    /// now), and when it wakes at the latest: `until`, or the next expiry of a lease there.
+    fn receive_watches(
+        &self,
+        keys: &[PartitionKey],
+        until: Instant,
+    ) -> (Vec<(PartitionKey, u64)>, Instant) {
+        let mut deadline = until;
+        let mut watches = Vec::with_capacity(keys.len());
+        for &key in keys {
+            let high_watermark = self.partitions.get(&key).map_or(0, |log| log.high_watermark());
+            watches.push((key, high_watermark));
+            if let Some(expiry) =
+                self.consumers.queues.get(&key).and_then(|q| q.next_expiry(self.now))
+            {
+                deadline = deadline.min(expiry);
+            }
+        }
+        (watches, deadline)
+    }
+
+    /// A parked client receive woke: it goes through its partitions again.
+    pub(super) fn resume_receive(&mut self, id: u64) {
+        if let Some(pending) = self.consumers.client_receives.get_mut(&id) {
+            (pending.next, pending.failed, pending.failure) = (0, 0, None);
+            self.next_partition(id);
+        }
+    }
+
+    /// A parked forwarded receive woke: our partition is asked again (parking again if it still
+    /// has nothing before `until`).
+    pub(super) fn resume_peer_receive(
+        &mut self,
+        from: NodeId,
+        id: u64,
+        key: PartitionKey,
+        max: u32,
+        until: Instant,
+    ) {
+        if self.meta.owner(key) != Some(self.config.node_id) {
+            return self.answer_waiter(Waiter::PeerReceive { from, id, key, max, until }, Ok(()));
+        }
+        self.lease_local(ReceiveAsker::Peer { from, id, max, until: Some(until) }, key, max);
+    }
+
+    /// Answers a client receive with nothing (`Ok`: 204) or its error.
+    pub(super) fn answer_receive_empty(&mut self, id: u64, result: Result<(), ClientError>) {
+        if let Some(done) = self.consumers.client_receives.remove(&id) {
+            let reply =
+                result.map_or_else(ClientReply::Error, |()| ClientReply::Leased(Vec::new()));
+            self.reply(done.request, reply);
+        }
     }
 
     /// An owner answered a client receive's partition.
@@ -731,9 +896,21 @@ impl Node {
                 }
             },
         };
+        if action == SettleAction::Nack && result.is_ok() {
+            self.consumers.available_again.insert(key);
+        }
         let result = result
             .map_err(|_| stale("matches no lease: it expired, was settled or was delivered again"));
         self.fill_settle(batch, slot, result);
+    }
+
+    /// The parked receives of every partition where a message became available again try
+    /// again (`Consumers::available_again`). What the woken receives release on the way is for the next pump: a receive that woke,
+    /// released what it reserved and parked again must not wake itself in a loop.
+    pub(super) fn wake_available_receives(&mut self) {
+        for key in std::mem::take(&mut self.consumers.available_again) {
+            self.wake_receives(key);
+        }
     }
 
     fn fill_settle(&mut self, batch: u64, slot: usize, result: Result<(), ClientError>) {

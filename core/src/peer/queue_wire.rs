@@ -24,9 +24,10 @@ pub struct WireLeased {
 /// `SettleReply`) to `out`.
 pub(super) fn encode(message: &PeerMessage, out: &mut Vec<u8>) {
     match message {
-        PeerMessage::Receive { id, target, max } => {
+        PeerMessage::Receive { id, target, max, wait_ms } => {
             out.push(super::TAG_RECEIVE);
             encode_receive(out, *id, *target, *max);
+            put_u64s(out, &[*wait_ms]);
         }
         PeerMessage::ReceiveReply { id, result } => {
             out.push(super::TAG_RECEIVE_REPLY);
@@ -53,7 +54,7 @@ fn encode_receive(out: &mut Vec<u8>, id: u64, target: PartitionKey, max: u32) {
 pub(super) fn decode_receive(reader: &mut Reader<'_>) -> Option<PeerMessage> {
     let (id, topic) = (reader.u64()?, TopicId(reader.u64()?));
     let target = PartitionKey { topic, partition: reader.u32()? };
-    Some(PeerMessage::Receive { id, target, max: reader.u32()? })
+    Some(PeerMessage::Receive { id, target, max: reader.u32()?, wait_ms: reader.u64()? })
 }
 
 fn encode_receive_reply(out: &mut Vec<u8>, id: u64, result: &Result<Vec<WireLeased>, WireError>) {

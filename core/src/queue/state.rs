@@ -96,6 +96,15 @@ impl PartitionQueue {
             .count()
     }
 
+    /// When the next held lease expires after `now` (its message is available again then).
+    pub fn next_expiry(&self, now: Instant) -> Option<Instant> {
+        self.leases
+            .values()
+            .filter(|l| l.state == LeaseState::Held && l.expires > now)
+            .map(|l| l.expires)
+            .min()
+    }
+
     /// True if `offset` (at or above the frontier) is settled.
     pub fn is_acked(&self, offset: u64) -> bool {
         self.durable.acked.contains(&offset)

@@ -37,7 +37,7 @@ fn produce(name: &str, count: usize) -> ClientOp {
 }
 
 fn receive(name: &str, max: u32) -> ClientOp {
-    ClientOp::Receive { topic: name.into(), partition: None, max }
+    ClientOp::Receive { topic: name.into(), partition: None, max, wait_ms: 0 }
 }
 
 fn settle(name: &str, handles: &[&str], action: SettleAction) -> ClientOp {
@@ -335,4 +335,62 @@ fn a_receive_that_only_moved_messages_goes_on_to_the_next_available_one() {
     assert_eq!(offsets(&next), [(1, 1)], "offset 0 is moved, and offset 1 is offered");
     h.run();
     assert_eq!(replay(&mut h, "dlq"), [Bytes::from("m0")]);
+}
+
+fn receive_waiting(name: &str, wait_ms: u64) -> ClientOp {
+    ClientOp::Receive { topic: name.into(), partition: None, max: 1, wait_ms }
+}
+
+#[test]
+fn a_waiting_receive_is_answered_by_the_commit_that_brings_a_message() {
+    let mut h = Harness::new();
+    assert!(matches!(h.call(create("q", 2)), ClientReply::TopicCreated(_)));
+    let parked = h.submit(receive_waiting("q", 10_000));
+    h.run(); // 3 s: nothing to lease yet
+    assert!(!h.replies.contains_key(&parked), "it waits");
+    assert_eq!(h.node.stats().consumes_parked, 1);
+    let before = h.now;
+    assert!(matches!(h.call(produce("q", 1)), ClientReply::Produced { .. }));
+    let leased = leased(h.replies.remove(&parked).expect("answered by the commit"));
+    assert_eq!(offsets(&leased), [(0, 1)]);
+    assert!(h.now.micros_since(before) < 3_100_000, "within the produce's own run, not at 10 s");
+    let ended = h.submit(receive_waiting("q", 2_000));
+    h.run();
+    assert!(leased_of(h.replies.remove(&ended)).is_empty(), "a wait that ends answers empty");
+}
+
+#[test]
+fn a_nack_or_an_expired_lease_wakes_a_waiting_receive() {
+    let mut h = Harness::new();
+    let queue = QueueSettings { visibility_timeout_ms: Some(1_000), dead_letter: None };
+    assert!(matches!(h.call(create_with("q", queue)), ClientReply::TopicCreated(_)));
+    assert!(matches!(h.call(produce("q", 1)), ClientReply::Produced { .. }));
+    h.run();
+    // No time passes between these requests (`run_io_only`): the 1 s lease holds.
+    let now = |h: &mut Harness, op: ClientOp| {
+        let request = h.submit(op);
+        h.run_io_only();
+        h.replies.remove(&request)
+    };
+    let first = leased_of(now(&mut h, receive("q", 1)));
+    assert_eq!(offsets(&first), [(0, 1)]);
+    let waiting = h.submit(receive_waiting("q", 20_000));
+    h.run_io_only();
+    assert!(!h.replies.contains_key(&waiting), "nothing available: it parks");
+    let nack = settle("q", &[first[0].receipt_handle.as_str()], SettleAction::Nack);
+    assert_eq!(results(now(&mut h, nack).expect("answered")), [Ok(())]);
+    assert_eq!(offsets(&leased_of(h.replies.remove(&waiting))), [(0, 2)], "woken by the nack");
+    // The lease of delivery 2 runs for 1 s; a receive waiting 20 s gets the message once it
+    // expires.
+    let waiting = h.submit(receive_waiting("q", 20_000));
+    h.run_io_only();
+    assert!(!h.replies.contains_key(&waiting), "leased: it parks");
+    let before = h.now;
+    h.run();
+    assert_eq!(offsets(&leased_of(h.replies.remove(&waiting))), [(0, 3)], "woken by the expiry");
+    assert!(h.now.micros_since(before) <= 3_000_000);
+}
+
+fn leased_of(reply: Option<ClientReply>) -> Vec<LeasedRecord> {
+    leased(reply.expect("answered"))
 }

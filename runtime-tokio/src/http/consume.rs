@@ -24,11 +24,17 @@ pub async fn consume(
     uri: Uri,
 ) -> Result<Response, ApiError> {
     let params = consume_params(uri.query())?;
-    let (Some(partition), Some(offset)) = (params.partition, params.offset) else {
-        return super::queue::receive(&node, topic, params.partition, params.max).await;
-    };
     let asked = params.wait_ms.unwrap_or(0);
     let wait_ms = asked.min(MAX_CONSUME_WAIT_MS);
+    let (Some(partition), Some(offset)) = (params.partition, params.offset) else {
+        let mut response =
+            super::queue::receive(&node, topic, params.partition, params.max, wait_ms).await?;
+        if asked > wait_ms {
+            let used = HeaderValue::from_str(&format_wait(wait_ms)).expect("invariant: ASCII");
+            response.headers_mut().insert(WAIT_CLAMPED, used);
+        }
+        return Ok(response);
+    };
     let max = params.max.unwrap_or(1);
     let op = ClientOp::Consume { topic, partition, offset, max, wait_ms };
     let records = match call(&node, op).await? {

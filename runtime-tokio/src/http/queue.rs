@@ -22,14 +22,16 @@ use crate::payload_json::write_record;
 /// Largest body of a batch ack.
 const MAX_SETTLE_BODY_BYTES: usize = 64 * 1024;
 
-/// Leases up to `max` messages (one, in the single-message shape, without `max`).
+/// Leases up to `max` messages (one, in the single-message shape, without `max`), waiting up to
+/// `wait_ms` (already clamped) for one to become available.
 pub async fn receive(
     node: &NodeHandle,
     topic: String,
     partition: Option<u32>,
     max: Option<u32>,
+    wait_ms: u64,
 ) -> Result<Response, ApiError> {
-    let op = ClientOp::Receive { topic, partition, max: max.unwrap_or(1) };
+    let op = ClientOp::Receive { topic, partition, max: max.unwrap_or(1), wait_ms };
     let leased = match call(node, op).await? {
         ClientReply::Leased(leased) => leased,
         other => return Err(ApiError::unexpected(&other)),

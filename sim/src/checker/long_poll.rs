@@ -70,7 +70,27 @@ impl Checker {
         let epoch = (state.disturbances_open == 0).then_some(state.disturbance_epoch);
         LongPollSent { at: self.now, epoch }
     }
+}
 
+impl LongPollState {
+    /// True when no clogged link or paused node was open at `sent`, and none began or ended
+    /// since.
+    pub(super) fn undisturbed_since(&self, sent: LongPollSent) -> bool {
+        sent.epoch == Some(self.disturbance_epoch)
+    }
+
+    /// When a record at `key`@`offset` was first reported visible (`None`: not yet, or the
+    /// partition's timeline is not trusted).
+    pub(super) fn visible_at(&self, key: PartitionKey, offset: u64) -> Option<Instant> {
+        if self.amnesic.contains(&key) {
+            return None;
+        }
+        let timeline = self.visible.get(&key)?;
+        timeline.iter().find(|&&(hwm, _)| hwm > offset).map(|&(_, at)| at)
+    }
+}
+
+impl Checker {
     /// `key`'s watermark is `hwm` from now on (a commit, or a restart's recovery).
     pub(super) fn note_visible(&mut self, key: PartitionKey, hwm: u64) {
         let now = self.now;

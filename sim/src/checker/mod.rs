@@ -19,6 +19,7 @@ mod dead_letter;
 mod events;
 mod long_poll;
 mod queue;
+mod queue_wait;
 mod reads;
 mod retention;
 mod verdict;
@@ -74,6 +75,9 @@ pub mod inv {
     /// was durable, is missing from the dead-letter topic at the end, or was delivered again
     /// after it was moved.
     pub const QUEUE_DEAD_LETTER: &str = "queue-dead-letter";
+    /// A waiting queue receive answered empty although a message had been available for long
+    /// (`queue_wait.rs`).
+    pub const QUEUE_WAIT: &str = "queue-wait-slept";
     /// A long-poll consume answered empty although a record at its offset had been visible
     /// for longer than the wake bound (`long_poll.rs`): it slept through its wake.
     pub const LONG_POLL: &str = "long-poll-slept";
@@ -237,6 +241,9 @@ pub struct Checker {
     queue: queue::QueueHistory,
     /// The dead-letter topic and the messages moved to it (`dead_letter.rs`).
     dead_letter: dead_letter::DeadLetterHistory,
+    /// Empty answers to waiting queue receives (`queue_wait.rs`), and whether they are judged.
+    queue_waits: Vec<queue_wait::EmptyWait>,
+    read_faults: bool,
     /// Counters for the report.
     pub counters: Counters,
     /// A corruption-class fault hit (damage may be detected loudly).

@@ -156,6 +156,21 @@ pub(super) struct QueueHistory {
 }
 
 impl QueueHistory {
+    /// The messages of incarnation `inc` (of one `partition` if given) some client was
+    /// delivered, each with its first known delivery (count, asked at).
+    pub(super) fn msgs_of(
+        &self,
+        inc: TopicId,
+        partition: Option<u32>,
+    ) -> impl Iterator<Item = ((PartitionKey, u64), Option<(u32, Instant)>)> + '_ {
+        self.msgs
+            .iter()
+            .filter(move |((key, _), _)| {
+                key.topic == inc && partition.is_none_or(|p| p == key.partition)
+            })
+            .map(|(at, msg)| (*at, msg.deliveries.values().next().map(|d| (d.count, d.sent))))
+    }
+
     /// True if the process of `owner` (any node's, if unknown) died or started within
     /// `from..=to`: a lease granted then may have been voided.
     fn restarted_between(&self, owner: Option<u32>, from: Instant, to: Instant) -> bool {
@@ -446,6 +461,7 @@ impl Checker {
         if read_complete {
             self.check_dead_letters();
         }
+        self.check_queue_waits();
         self.check_delivered_records();
     }
 

@@ -81,6 +81,7 @@ impl Simulation {
                 topic: drain.name.clone(),
                 partition: Some(drain.partition),
                 max: 10,
+                wait_ms: 0,
             };
             let sent = self.world.queue.now();
             match self.call(via, op) {

@@ -161,6 +161,9 @@ impl Simulation {
         };
         let mut world = world;
         world.checker.queue_visibility(cfg.workload.queue_visibility_ms);
+        if cfg.faults.read_error_rate > 0.0 || cfg.faults.read_corruption_rate > 0.0 {
+            world.checker.queue_waits_unjudged();
+        }
         if let Some(max) = cfg.workload.queue_max_deliveries {
             world.checker.dead_letter_topic(crate::workload::DEAD_LETTER_TOPIC, max);
         }

@@ -1,5 +1,7 @@
 //! Queue workers (docs/design.md §4.8): clients that receive from live topics (topic-wide or one
-//! partition, 1 to 10 messages, through whichever node the simulation picks) and then, per
+//! partition, 1 to 10 messages, through whichever node the simulation picks; half of the
+//! receives of a worker holding no lease long-poll, `wait` up to half the request timeout) and
+//! then, per
 //! lease, ack it, nack it, extend it and ack later, ack it only after it expired (a slow
 //! worker: its handle is stale by then), or drop it (the worker crashed mid-lease: never
 //! settled, the lease expires). A settle whose answer is ambiguous (a 5xx, a 503, a lost reply)
@@ -44,16 +46,19 @@ pub(super) struct Held {
 /// A queue request in flight (kept whole so it can be retried).
 #[derive(Clone, Debug)]
 pub(super) enum QueueOp {
-    Receive { name: String, inc: TopicId, partition: Option<u32>, max: u32 },
+    Receive { name: String, inc: TopicId, partition: Option<u32>, max: u32, wait_ms: u64 },
     Settle { name: String, action: SettleAction, batch: bool, items: Vec<Held> },
 }
 
 impl QueueOp {
     pub(super) fn op(&self) -> ClientOp {
         match self {
-            QueueOp::Receive { name, partition, max, .. } => {
-                ClientOp::Receive { topic: name.clone(), partition: *partition, max: *max }
-            }
+            QueueOp::Receive { name, partition, max, wait_ms, .. } => ClientOp::Receive {
+                topic: name.clone(),
+                partition: *partition,
+                max: *max,
+                wait_ms: *wait_ms,
+            },
             QueueOp::Settle { name, action, batch, items } => ClientOp::Settle {
                 topic: name.clone(),
                 handles: items.iter().map(|h| h.handle.clone()).collect(),
@@ -70,8 +75,9 @@ pub(super) struct QueueWorker {
     held: Vec<Held>,
     /// Settles to send again first (their earlier attempt was ambiguous).
     retry: Vec<QueueOp>,
-    /// When the request in flight was sent.
+    /// When the request in flight was sent (and, for the long-poll check, how).
     sent: Instant,
+    wait_sent: Option<crate::checker::LongPollSent>,
 }
 
 impl Workload {
@@ -102,7 +108,14 @@ impl Workload {
         let partition =
             self.queue_rng.random_bool(0.4).then(|| self.queue_rng.random_range(0..partitions));
         let max = self.queue_rng.random_range(1..=10);
-        Ok(Pending::Queue { worker: w, op: QueueOp::Receive { name, inc, partition, max } })
+        // A worker with nothing to settle may long-poll (well within its request timeout).
+        let wait_ms = if held.is_empty() && self.queue_rng.random_bool(0.5) {
+            self.queue_rng.random_range(20..=(self.cfg.request_timeout_ms / 2).max(20))
+        } else {
+            0
+        };
+        let op = QueueOp::Receive { name, inc, partition, max, wait_ms };
+        Ok(Pending::Queue { worker: w, op })
     }
 
     /// A settle of the leases that are due, all of one topic and one action.
@@ -135,6 +148,7 @@ impl Workload {
     /// The request of worker `w` reached a node now.
     pub(super) fn queue_sent(&mut self, w: usize, checker: &Checker) {
         self.workers[w].sent = checker.queue_now();
+        self.workers[w].wait_sent = Some(checker.long_poll_sent());
     }
 
     /// The answer to worker `w`'s `op` (`None`: lost or timed out).
@@ -147,9 +161,15 @@ impl Workload {
     ) -> Next {
         let sent = self.workers[w].sent;
         match op {
-            QueueOp::Receive { inc, .. } => match reply {
+            QueueOp::Receive { inc, partition, wait_ms, .. } => match reply {
                 Some(ClientReply::Leased(records)) => {
                     checker.queue_delivered(*inc, sent, records);
+                    if records.is_empty()
+                        && *wait_ms > 0
+                        && let Some(sent) = self.workers[w].wait_sent
+                    {
+                        checker.queue_wait_empty(*inc, *partition, sent);
+                    }
                     self.hold(w, op, records, checker.queue_now());
                 }
                 Some(ClientReply::Error(e)) if e.http_status() == 400 && !self.cluster => {
