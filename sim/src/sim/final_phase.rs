@@ -62,8 +62,14 @@ impl Simulation {
         if self.cfg.workload.queue_max_deliveries.is_some() && !self.aborted {
             // The drain's receives moved messages too: once dispatch has taken their copies to
             // the dead-letter topic, read it again.
+            // (The last moves' copies may still be in a group commit when the drain ends:
+            // settle as before the first read, so that no commit races the read.)
+            let now = self.world.queue.now();
+            self.run_to(Instant(now.0 + SETTLE_MICROS));
             let now = self.world.queue.now();
             self.run_until(Instant(now.0 + limit), every, |s| s.drained());
+            let now = self.world.queue.now();
+            self.run_to(Instant(now.0 + SETTLE_MICROS));
             self.reread_dead_letters();
         }
         if self.cfg.faults.final_power_loss && self.lost_nodes == 0 {
