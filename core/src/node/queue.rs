@@ -905,8 +905,9 @@ impl Node {
     }
 
     /// The parked receives of every partition where a message became available again try
-    /// again (`Consumers::available_again`). What the woken receives release on the way is for the next pump: a receive that woke,
-    /// released what it reserved and parked again must not wake itself in a loop.
+    /// again (`Consumers::available_again`). What the woken receives release on the way is for
+    /// the next pump: a receive that woke, released what it reserved and parked again must not
+    /// wake itself in a loop.
     pub(super) fn wake_available_receives(&mut self) {
         for key in std::mem::take(&mut self.consumers.available_again) {
             self.wake_receives(key);
