@@ -46,6 +46,10 @@ pub const REROUTE_AFTER_FAILED_PASSES: u32 = 3;
 pub const COMMIT_TIMEOUT_MS: u64 = 30_000;
 /// A failing destination is retried after this long.
 pub const FAILURE_BACKOFF_MS: u64 = 1_000;
+/// A WAL read for dispatch whose bytes hold no valid record is read again after this long (a
+/// transient flip on the way clears at once; damage at rest is declared after ten such reads, so
+/// one damaged record holds dispatch back for about 100 ms, not ten back-offs).
+pub const DAMAGED_REREAD_MS: u64 = 10;
 /// At most this many commits are in flight at once.
 pub const COMMIT_FANOUT: usize = 16;
 /// A dirty checkpoint is made durable within this long.

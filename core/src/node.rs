@@ -249,9 +249,13 @@ pub struct Node {
     next_orphan_scan: Instant,
     /// When the next retention pass runs.
     next_retention_at: Instant,
-    /// Start-up syncs (and deletes of stale seal files) still running; nothing found on disk is
+    /// Start-up syncs (then deletes of stale files) still running; nothing found on disk is
     /// used before they are done.
     startup_syncs_left: usize,
+    /// Stale files start-up deletes once every start-up sync is done: an older consumer-journal
+    /// file may be deleted only once the newer one that replaces it is durable (a crash between
+    /// would leave neither).
+    startup_deletes: Vec<FileId>,
     /// Partition segments recovery adopted from their seal files, and segments it scanned.
     recovered_segments: (u64, u64),
     /// Inputs that arrived during the start-up syncs: client requests, and peer messages (at
@@ -416,6 +420,7 @@ impl Node {
             next_orphan_scan: now,
             next_retention_at: now,
             startup_syncs_left: 0,
+            startup_deletes: Vec::new(),
             recovered_segments: (0, 0),
             deferred: VecDeque::new(),
             fatal: None,

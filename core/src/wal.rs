@@ -71,6 +71,10 @@ pub enum CursorRead {
     Records(Vec<(WalRecord, u64)>),
     /// These sequences were damaged at rest and are lost; the cursor moved past them.
     Lost(std::ops::Range<u64>),
+    /// The read succeeded but holds no valid record where one must be: read the same bytes again
+    /// soon (a damaged read costs no back-off; only `DAMAGED_READS_BEFORE_SKIP` of them in a row
+    /// declare the records lost).
+    Damaged(String),
 }
 
 /// The outcome of a group commit, for the node to answer waiters with.
@@ -604,9 +608,9 @@ impl<W> Wal<W> {
     }
 
     /// Decodes a completed cursor read into records (from the cursor on). A failed read is an
-    /// error (retried later). Bytes with no valid record where one must be (damaged, or none:
-    /// the segment ends short of what the WAL wrote) are retried too (a read can return damaged
-    /// data once); after `DAMAGED_READS_BEFORE_SKIP` such reads the
+    /// error (retried after a back-off). Bytes with no valid record where one must be (damaged,
+    /// or none: the segment ends short of what the WAL wrote) are `Damaged`, read again soon (a
+    /// read can return damaged data once); after `DAMAGED_READS_BEFORE_SKIP` such reads the
     /// records there are declared lost (the only copy was damaged at rest) and the cursor moves
     /// past them, so one damaged record cannot hold back every record behind it.
     pub fn on_cursor_read(
@@ -632,7 +636,9 @@ impl<W> Wal<W> {
         self.damaged_reads += 1;
         let at = offset;
         if self.damaged_reads < damage::DAMAGED_READS_BEFORE_SKIP {
-            return Err(format!("WAL segment {segment}: no valid record at byte {at}"));
+            return Ok(CursorRead::Damaged(format!(
+                "WAL segment {segment}: no valid record at byte {at}"
+            )));
         }
         self.damaged_reads = 0;
         Ok(CursorRead::Lost(self.skip_damage(segment, offset, &bytes)))

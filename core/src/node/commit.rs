@@ -5,7 +5,7 @@
 
 use super::owner::ReplyTo;
 use super::{ClusterPlacement, Node};
-use crate::constants::FAILURE_BACKOFF_MS;
+use crate::constants::{DAMAGED_REREAD_MS, FAILURE_BACKOFF_MS};
 use crate::dispatch::CommitResult;
 use crate::io::NodeEvent;
 use crate::io::{DiskDone, DiskError};
@@ -83,6 +83,10 @@ impl Node {
                 );
                 self.dispatcher.skip_lost(lost.clone());
                 self.push_event(NodeEvent::RecordsLost { seqs: lost });
+            }
+            Ok(CursorRead::Damaged(reason)) => {
+                tracing::warn!(%reason, "WAL bytes read for dispatch are damaged; reading them again");
+                self.wal_read_retry_at = Some(self.now.plus_millis(DAMAGED_REREAD_MS));
             }
             Err(reason) => {
                 tracing::error!(%reason, "reading the WAL for dispatch failed; retrying in 1 s");

@@ -9,10 +9,10 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 
 use crate::PartitionKey;
-use crate::io::{DiskOp, FileId};
+use crate::io::FileId;
 use crate::partition::{PartitionLog, PartitionScan};
 
-use super::{IoPurpose, Node};
+use super::Node;
 
 /// See the module docs; made by `Node::begin_recovery`.
 pub struct Recovery {
@@ -46,8 +46,8 @@ impl Recovery {
     }
 
     /// The recovered node, with every partition log of the data directory in `partitions`.
-    /// Seal files no log adopted (stale, damaged, or with no segment) are deleted before the
-    /// node serves, with the start-up syncs.
+    /// Seal files no log adopted (stale, damaged, or with no segment) and stale consumer-journal
+    /// files are deleted before the node serves, once the start-up syncs are done.
     pub fn finish(self, partitions: Vec<PartitionLog>) -> Node {
         let Recovery { mut node, mut found, seals } = self;
         let mut stale: Vec<FileId> = seals
@@ -67,9 +67,9 @@ impl Recovery {
         }
         node.sync_found_files(found.iter());
         stale.append(&mut node.consumers.stale_files);
-        for file in stale {
-            node.startup_syncs_left += 1;
-            node.emit(IoPurpose::StartupDelete(file), DiskOp::Delete { file });
+        node.startup_deletes = stale;
+        if node.startup_syncs_left == 0 {
+            node.begin_startup_deletes();
         }
         node.pump();
         node

@@ -2,7 +2,7 @@
 
 use super::{Deferred, IoPurpose, Node};
 use crate::ids::{IoToken, PartitionKey};
-use crate::io::{DiskDone, DiskError, FileId, NodeEvent};
+use crate::io::{DiskDone, DiskError, DiskOp, FileId, NodeEvent};
 use crate::partition::PartIo;
 use crate::wal::WalIo;
 
@@ -31,7 +31,7 @@ impl Node {
             IoPurpose::StartupDelete(file) => {
                 if let Err(error) = &result {
                     let path = file.relative_path();
-                    tracing::warn!(%error, file = %path, "deleting a stale seal file failed; it stays, and the next start-up checks it again");
+                    tracing::warn!(%error, file = %path, "deleting a stale file failed; it stays, and the next start-up checks it again");
                 }
                 self.on_startup_sync(file, Ok(DiskDone::Done));
             }
@@ -106,12 +106,25 @@ impl Node {
         self.start_queued_commits();
     }
 
+    /// Deletes the stale files start-up found (after its syncs: see `Node::startup_deletes`).
+    pub(super) fn begin_startup_deletes(&mut self) {
+        for file in std::mem::take(&mut self.startup_deletes) {
+            self.startup_syncs_left += 1;
+            self.emit(IoPurpose::StartupDelete(file), DiskOp::Delete { file });
+        }
+    }
+
     fn on_startup_sync(&mut self, file: FileId, result: Result<DiskDone, DiskError>) {
         self.startup_syncs_left -= 1;
         if let Err(error) = result {
             let path = file.relative_path();
             tracing::error!(%error, file = %path, "start-up sync failed: what was read may not be durable");
             self.fatal.get_or_insert(format!("start-up sync of {path} failed: {error}"));
+        }
+        if self.startup_syncs_left == 0 && self.fatal.is_none() && !self.startup_deletes.is_empty()
+        {
+            self.begin_startup_deletes();
+            return;
         }
         if self.startup_syncs_left == 0 && self.fatal.is_none() {
             tracing::info!(deferred = self.deferred.len(), "start-up syncs done; serving");

@@ -277,6 +277,37 @@ fn a_max_size_record_is_dispatched_from_disk_after_restart() {
     assert_eq!(records[0].payload.len(), crate::constants::MAX_MESSAGE_BYTES);
 }
 
+/// Seed 0x4015: every WAL record damaged at rest held dispatch back for ten 1 s back-offs, so
+/// a WAL with a few damaged records left the healthy ones behind them undispatched for a minute.
+/// A damaged read is read again soon (10 ms); only an I/O error backs off.
+#[test]
+fn a_record_damaged_at_rest_in_the_wal_holds_dispatch_back_briefly() {
+    let mut h = Harness::new();
+    create(&mut h, "t", 1);
+    h.fault = Some(Box::new(|op| {
+        matches!(op, DiskOp::Sync { file: FileId::PartitionSegment { .. } })
+            .then(|| DiskError::Io("EIO".into()))
+    }));
+    // More records than the dispatcher holds: the ones past its window are read from the WAL.
+    let total = crate::constants::WINDOW_BASE_RECORDS + 200;
+    for batch in 0..total.div_ceil(1_000) {
+        let messages = (batch * 1_000..total.min(batch * 1_000 + 1_000))
+            .map(|i| message(&format!("m{i:06}"), None, None))
+            .collect();
+        assert!(matches!(produce(&mut h, "t", messages), ClientReply::Produced { .. }));
+    }
+    let damaged = format!("m{:06}", total - 100);
+    let wal = h.files.get_mut(&FileId::WalSegment { first_seq: 0 }).expect("the WAL segment");
+    let at = wal.windows(7).position(|w| w == damaged.as_bytes()).expect("the record's payload");
+    wal[at + 3] ^= 0xff;
+    h.fault = None;
+    h.run(); // 3 simulated seconds: ten 1 s back-offs would not fit
+    assert_eq!(h.node.stats().dispatch_backlog, 0, "the damaged record is declared lost");
+    let read = read_all(&mut h, "t", 1);
+    assert_eq!(read.len(), total - 1, "every other record is dispatched");
+    assert!(!read.iter().any(|(_, p)| *p == damaged));
+}
+
 #[test]
 fn shutdown_drains_dispatch_and_flushes_the_checkpoint() {
     let mut h = Harness::new();

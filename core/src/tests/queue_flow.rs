@@ -129,6 +129,38 @@ fn a_restart_voids_leases_but_keeps_acks_and_counts() {
     assert!(h.files.keys().any(|f| matches!(f, FileId::ConsumerJournal { .. })));
 }
 
+/// Seed 0x23d9: start-up deleted a stale journal file while the sync of the newer one (whose
+/// directory entry a crash had left unsynced) was in flight; a crash then left neither.
+#[test]
+fn a_stale_journal_file_is_deleted_only_after_the_start_up_syncs() {
+    let mut h = ready("q", 3);
+    let leases = leased(h.call(receive("q", 3)));
+    let acked = leases[1].receipt_handle.as_str();
+    assert_eq!(results(h.call(settle("q", &[acked], SettleAction::Ack))), [Ok(())]);
+    let (&current, bytes) = h
+        .files
+        .iter()
+        .find(|(f, _)| matches!(f, FileId::ConsumerJournal { .. }))
+        .expect("a journal file");
+    let FileId::ConsumerJournal { number } = current else { unreachable!() };
+    let newer = FileId::ConsumerJournal { number: number + 1 };
+    let bytes = bytes.clone();
+    h.files.insert(newer, bytes);
+    let mut h = h.restart();
+    assert!(h.ops.contains(&DiskOp::Sync { file: newer }), "the newer file is synced");
+    assert!(
+        !h.ops.iter().any(|op| matches!(op, DiskOp::Delete { .. })),
+        "nothing is deleted while the start-up syncs run: {:?}",
+        h.ops
+    );
+    h.run_io_only();
+    assert!(h.ops.contains(&DiskOp::Delete { file: current }), "the stale file is deleted after");
+    assert!(!h.files.contains_key(&current));
+    h.run();
+    let after = leased(h.call(receive("q", 10)));
+    assert_eq!(offsets(&after), [(0, 2), (2, 2)], "the ack and the counts held");
+}
+
 #[test]
 fn acks_submitted_together_share_one_journal_sync() {
     let mut h = ready("q", 50);

@@ -98,6 +98,7 @@ fn settle(wal: &mut Wal<u32>, disk: &mut Disk, now: Instant) -> Vec<u64> {
                 match wal.on_cursor_read(segment, offset, Ok(done)).expect("a sound read") {
                     CursorRead::Records(records) => records,
                     CursorRead::Lost(range) => panic!("nothing is damaged, lost {range:?}"),
+                    CursorRead::Damaged(reason) => panic!("nothing is damaged: {reason}"),
                 }
             }
             WalIo::Repair => {
@@ -207,7 +208,8 @@ fn drain_cursor(wal: &mut Wal<u32>, disk: &mut Disk) -> (Vec<u64>, Vec<std::ops:
                 seen.extend(records.iter().map(|(record, _)| record.seq));
             }
             Ok(CursorRead::Lost(range)) => lost.push(range),
-            Err(_) => refused += 1,
+            Ok(CursorRead::Damaged(_)) => refused += 1,
+            Err(reason) => panic!("the simulated read cannot fail: {reason}"),
         }
     }
 }
