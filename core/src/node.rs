@@ -394,7 +394,7 @@ impl Node {
             segments = recovered.segments.len(),
             "recovered ingress WAL"
         );
-        let consumers = queue::Consumers::recover(&files, &config)?;
+        let consumers = queue::Consumers::recover(&files, &config, now)?;
         let (files, seals) = split_seals(files);
         let id_base = incarnation_id_base(config.seed, now);
         let checkpoint = recovered.checkpoint;

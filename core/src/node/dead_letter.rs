@@ -97,7 +97,9 @@ impl Node {
             return; // retention removed the offset meanwhile
         }
         let waiter = JournalWaiter::DeadLettered { key, offset };
-        if self.consumers.journal.stage(&[JournalEntry::Acked { key, offset }], waiter).is_err() {
+        if let Err(waiter) =
+            self.consumers.journal.stage(&[JournalEntry::Acked { key, offset }], waiter)
+        {
             self.on_journal_waiter(waiter, false);
         }
         self.pump_journal();

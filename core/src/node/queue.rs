@@ -26,10 +26,13 @@ use crate::queue::{
 use crate::recovery_error::RecoveryError;
 
 /// What waits for a consumer-journal group commit.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub(super) enum JournalWaiter {
     /// The delivery entries of an owner receive.
     Receive(u64),
+    /// The delivery entries of a receive answered ahead of them (`PartitionQueue::grant_ahead`):
+    /// each `(offset, count)` becomes durable.
+    DeliveredAhead { key: PartitionKey, counts: Vec<(u64, u32)> },
     /// The ack entry of one handle of a settle.
     Ack { batch: u64, slot: usize, key: PartitionKey, offset: u64 },
     /// The ack entry of a message whose dead-letter copy is durable (`dead_letter.rs`).
@@ -111,7 +114,7 @@ pub(super) struct Consumers {
     next_id: u64,
     /// Where each topic's next receive starts, so receives spread over its partitions.
     cursors: BTreeMap<TopicId, u32>,
-    /// What this owner's nonces are derived from (drawn from the seed).
+    /// What this owner's nonces are derived from (the seed and the start instant).
     secret: u64,
     /// Records read ahead of the receives, per partition (`ReadAhead`).
     read_ahead: BTreeMap<PartitionKey, ReadAhead>,
@@ -136,6 +139,7 @@ impl Consumers {
     pub(super) fn recover(
         files: &BTreeMap<FileId, Bytes>,
         config: &super::Config,
+        started: Instant,
     ) -> Result<Consumers, RecoveryError> {
         let journal_files: BTreeMap<u64, Bytes> = files
             .iter()
@@ -145,7 +149,7 @@ impl Consumers {
             })
             .collect();
         let found = crate::queue::recover(&journal_files)?;
-        let secret = crate::queue::owner_secret(config.seed);
+        let secret = crate::queue::owner_secret(config.seed, started);
         Ok(Consumers::recovered(found, secret, config.consumer_journal_compact_bytes))
     }
 
@@ -509,18 +513,31 @@ impl Node {
             return Pass::Done;
         };
         let mut reserved: BTreeSet<u64> = receive.reserved.iter().copied().collect();
+        let spent = |queue: &PartitionQueue, offset: u64| {
+            dead_letter.as_ref().is_some_and(|d| queue.deliveries(offset) >= d.max_deliveries)
+        };
+        // Answered at once unless some message's previous count is not durable yet (then the
+        // whole receive waits for its entries, as a restart must not lose two counts in a row).
+        let ahead = self.consumers.journal.latched().is_none()
+            && records.iter().all(|r| {
+                !reserved.contains(&r.offset)
+                    || spent(queue, r.offset)
+                    || queue.may_grant_ahead(r.offset)
+            });
         let mut entries = Vec::new();
         let mut moves = Vec::new();
         for record in records {
             let offset = record.offset;
-            let spent =
-                dead_letter.as_ref().is_some_and(|d| queue.deliveries(offset) >= d.max_deliveries);
-            if spent && reserved.remove(&offset) {
+            if spent(queue, offset) && reserved.remove(&offset) {
                 moves.push(record);
             } else if reserved.remove(&offset) {
                 let count = queue.next_count(offset);
                 let nonce = nonce(secret, key, offset, count);
-                queue.grant(offset, nonce, count, expires);
+                if ahead {
+                    queue.grant_ahead(offset, nonce, count, expires);
+                } else {
+                    queue.grant(offset, nonce, count, expires);
+                }
                 entries.push(JournalEntry::Delivered { key, offset, count });
                 receive.granted.push(Granted { record, nonce, count });
             }
@@ -540,18 +557,43 @@ impl Node {
             self.finish_owner_receive(receive.asker, key, Ok(Vec::new()));
             return Pass::Done;
         }
+        if ahead {
+            self.grant_receive_ahead(receive, &entries);
+            return Pass::Done;
+        }
         self.consumers.owner_receives.insert(id, receive);
-        if self.consumers.journal.stage(&entries, JournalWaiter::Receive(id)).is_err() {
-            self.on_journal_waiter(JournalWaiter::Receive(id), false);
+        if let Err(waiter) = self.consumers.journal.stage(&entries, JournalWaiter::Receive(id)) {
+            self.on_journal_waiter(waiter, false);
         }
         self.pump_journal();
         Pass::Done
+    }
+
+    /// Answers a receive granted ahead of its delivery entries, which go to the journal's next
+    /// group commit with nobody waiting on them.
+    fn grant_receive_ahead(&mut self, receive: OwnerReceive, entries: &[JournalEntry]) {
+        let key = receive.key;
+        let counts = receive.granted.iter().map(|g| (g.record.offset, g.count)).collect();
+        let waiter = JournalWaiter::DeliveredAhead { key, counts };
+        let staged = self.consumers.journal.stage(entries, waiter);
+        assert!(staged.is_ok(), "invariant: the journal was not latched a moment ago");
+        self.consumers.counters.deliveries += receive.granted.len() as u64;
+        self.finish_owner_receive(receive.asker, key, Ok(receive.granted));
+        self.pump_journal();
     }
 
     /// A journal group commit ended for `waiter`: durable (`ok`) or never.
     pub(super) fn on_journal_waiter(&mut self, waiter: JournalWaiter, ok: bool) {
         match waiter {
             JournalWaiter::Receive(id) => self.on_receive_journaled(id, ok),
+            JournalWaiter::DeliveredAhead { key, counts } => {
+                // Failed: the journal latched; the counts stay in memory until a restart.
+                if let (true, Some(queue)) = (ok, self.consumers.queues.get_mut(&key)) {
+                    for (offset, count) in counts {
+                        queue.on_delivered(offset, count, self.now);
+                    }
+                }
+            }
             JournalWaiter::DeadLettered { key, offset } => {
                 self.on_dead_letter_settled(key, offset, ok);
             }
@@ -889,7 +931,7 @@ impl Node {
                 Ok(()) => {
                     let waiter = JournalWaiter::Ack { batch, slot, key, offset };
                     let entry = JournalEntry::Acked { key, offset };
-                    if self.consumers.journal.stage(&[entry], waiter).is_err() {
+                    if let Err(waiter) = self.consumers.journal.stage(&[entry], waiter) {
                         self.on_journal_waiter(waiter, false);
                     }
                     return;

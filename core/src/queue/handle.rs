@@ -51,9 +51,12 @@ pub fn nonce(secret: u64, key: PartitionKey, offset: u64, count: u32) -> u64 {
     h
 }
 
-/// The secret an owner derives its nonces from, drawn from the node's seed.
-pub fn owner_secret(seed: u64) -> u64 {
-    mix(mix(seed) ^ 0x7365_6372_6574_5f71)
+/// The secret an owner derives its nonces from, drawn from the node's seed and the instant the
+/// process started, so it differs at every start. It must: a delivery count granted ahead of its
+/// journal entry may be lost in a crash and given again after the restart, and under the same
+/// secret the new delivery would carry the old one's nonce (a stale handle would settle it).
+pub fn owner_secret(seed: u64, started: crate::ids::Instant) -> u64 {
+    mix(mix(seed) ^ mix(started.0) ^ 0x7365_6372_6574_5f71)
 }
 
 /// SplitMix64's finaliser: every input bit affects every output bit.

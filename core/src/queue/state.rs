@@ -7,7 +7,12 @@
 //! is durable. In memory only: the leases. A lease goes `Reading` (reserved while the records
 //! are read, so that concurrent receives take different offsets) → `Granting` (its delivery
 //! entry is in the journal's group commit) → `Held` (the client has its receipt handle, until
-//! `expires`) → `Settling` (its ack entry is in the group commit) → gone. Only a held lease
+//! `expires`) → `Settling` (its ack entry is in the group commit) → gone. A delivery whose
+//! message's previous count is durable is granted *ahead* of its entry: `Reading` → `Held` at
+//! once, its count kept in memory (`undurable`) until the entry is durable. So a receive costs
+//! no journal sync of its own, and a count, though it may repeat after an owner restart (the
+//! entry was lost), never decreases: a message whose last count is not durable yet is granted
+//! again only once its entry is. Only a held lease
 //! expires; an expired one may be leased again at once, with a new nonce. A message delivered
 //! `max_deliveries` times goes `Reading` → `Moving` (its copy is being produced to the
 //! dead-letter topic) → `Settling` (the copy is durable; the ack entry is in the group commit)
@@ -63,13 +68,15 @@ pub struct DurableQueue {
 pub struct PartitionQueue {
     durable: DurableQueue,
     leases: BTreeMap<u64, Lease>,
+    /// Counts granted ahead of their journal entry, until it is durable (see the module docs).
+    undurable: BTreeMap<u64, u32>,
 }
 
 impl PartitionQueue {
     /// A queue with the durable state the journal recorded (no leases: a restarted owner's
     /// leases are void, and their messages available at once).
     pub fn from_durable(durable: DurableQueue) -> PartitionQueue {
-        PartitionQueue { durable, leases: BTreeMap::new() }
+        PartitionQueue { durable, leases: BTreeMap::new(), undurable: BTreeMap::new() }
     }
 
     pub fn durable(&self) -> &DurableQueue {
@@ -128,6 +135,7 @@ impl PartitionQueue {
         self.durable.frontier = start;
         self.durable.acked = self.durable.acked.split_off(&start);
         self.durable.deliveries = self.durable.deliveries.split_off(&start);
+        self.undurable = self.undurable.split_off(&start);
         // Leases in flight below `start` finish on their own (their disk operations complete);
         // held ones are dropped: their records are gone.
         self.leases.retain(|&offset, lease| offset >= start || lease.state != LeaseState::Held);
@@ -175,12 +183,32 @@ impl PartitionQueue {
 
     /// The count a delivery of `offset` now would be.
     pub fn next_count(&self, offset: u64) -> u32 {
-        self.durable.deliveries.get(&offset).copied().unwrap_or(0).saturating_add(1)
+        self.deliveries(offset).saturating_add(1)
     }
 
-    /// Durable delivery count of `offset` so far (0 if never delivered).
+    /// Deliveries of `offset` so far (0 if never delivered): the durable count, or a count
+    /// granted ahead of its entry.
     pub fn deliveries(&self, offset: u64) -> u32 {
-        self.durable.deliveries.get(&offset).copied().unwrap_or(0)
+        let durable = self.durable.deliveries.get(&offset).copied().unwrap_or(0);
+        durable.max(self.undurable.get(&offset).copied().unwrap_or(0))
+    }
+
+    /// True if a delivery of `offset` may be granted ahead of its journal entry: its previous
+    /// count (if any) is durable, so a restart that loses the new entry repeats that count at
+    /// worst, never goes below it.
+    pub fn may_grant_ahead(&self, offset: u64) -> bool {
+        !self.undurable.contains_key(&offset)
+    }
+
+    /// A reserved offset is delivered as `count` (`next_count`) with `nonce` ahead of its
+    /// journal entry: held from now until `expires`; `on_delivered` follows once the entry is
+    /// durable.
+    pub fn grant_ahead(&mut self, offset: u64, nonce: u64, count: u32, expires: Instant) {
+        let lease = self.leases.get_mut(&offset).expect("invariant: granted offsets are reserved");
+        debug_assert_eq!(lease.state, LeaseState::Reading);
+        debug_assert!(!self.undurable.contains_key(&offset), "one count ahead at a time");
+        *lease = Lease { state: LeaseState::Held, nonce, count, expires };
+        self.undurable.insert(offset, count);
     }
 
     /// A reserved offset is being delivered as `count` (`next_count`) with `nonce`: its
@@ -199,6 +227,9 @@ impl PartitionQueue {
         }
         let known = self.durable.deliveries.entry(offset).or_insert(0);
         *known = (*known).max(count);
+        if self.undurable.get(&offset).is_some_and(|&ahead| ahead <= count) {
+            self.undurable.remove(&offset);
+        }
         if let Some(lease) = self.leases.get_mut(&offset)
             && lease.state == LeaseState::Granting
             && lease.count == count
@@ -275,6 +306,7 @@ impl PartitionQueue {
             return;
         }
         self.durable.deliveries.remove(&offset);
+        self.undurable.remove(&offset);
         self.durable.acked.insert(offset);
         self.advance_frontier();
     }
@@ -310,6 +342,7 @@ impl PartitionQueue {
     fn advance_frontier(&mut self) {
         while self.durable.acked.remove(&self.durable.frontier) {
             self.durable.deliveries.remove(&self.durable.frontier);
+            self.undurable.remove(&self.durable.frontier);
             self.durable.frontier += 1;
         }
     }
@@ -333,6 +366,15 @@ impl PartitionQueue {
         }
         if let Some(offset) = self.leases.keys().find(|o| acked.contains(o)) {
             return Err(format!("offset {offset} is both leased and acked"));
+        }
+        if let Some((&offset, &count)) = self
+            .undurable
+            .iter()
+            .find(|(o, c)| **o < *frontier || **o >= window_end || acked.contains(o) || **c == 0)
+        {
+            return Err(format!(
+                "count {count} of {offset} ahead of the journal (frontier {frontier})"
+            ));
         }
         Ok(())
     }
@@ -471,5 +513,29 @@ mod tests {
         q.on_acked(0);
         assert_eq!(q.frontier(), 1, "a completed move settles it");
         q.check().expect("consistent");
+    }
+
+    #[test]
+    fn a_count_granted_ahead_is_held_at_once_and_never_followed_by_another_before_it_is_durable() {
+        let mut q = PartitionQueue::default();
+        let offset = q.reserve(T0, 0, 1, 1)[0];
+        assert!(q.may_grant_ahead(offset), "never delivered: nothing to lose");
+        q.grant_ahead(offset, 7, 1, at(30_000));
+        assert_eq!(q.lease(offset).map(|l| l.state), Some(LeaseState::Held));
+        assert_eq!(q.leased(T0), 1);
+        q.nack(T0, offset, 7).expect("held before its entry is durable");
+        assert_eq!(q.reserve(T0, 0, 1, 1), vec![offset], "available again");
+        assert_eq!(q.next_count(offset), 2, "the count granted ahead counts");
+        assert!(!q.may_grant_ahead(offset), "count 1 is not durable: count 2 must wait");
+        q.on_delivered(offset, 1, T0);
+        assert!(q.may_grant_ahead(offset), "now it may");
+        assert_eq!(q.durable().deliveries.get(&offset), Some(&1));
+        q.grant_ahead(offset, 8, 2, at(30_000));
+        q.begin_ack(T0, offset, 8).expect("held");
+        q.on_acked(offset);
+        assert_eq!(q.frontier(), 1);
+        q.on_delivered(offset, 2, T0); // the entry lands after the ack's: nothing to do
+        q.check().expect("consistent");
+        assert!(q.may_grant_ahead(offset));
     }
 }

@@ -129,6 +129,30 @@ fn a_restart_voids_leases_but_keeps_acks_and_counts() {
     assert!(h.files.keys().any(|f| matches!(f, FileId::ConsumerJournal { .. })));
 }
 
+/// A receive is answered without waiting for its delivery count's journal sync (the count of
+/// a message delivered before is durable): the journal failing under it does not take back the
+/// lease; it latches the journal, and what follows answers 500.
+#[test]
+fn a_receive_is_answered_ahead_of_its_journal_sync() {
+    let mut h = ready("q", 2);
+    h.fault = Some(Box::new(|op| {
+        matches!(op, DiskOp::Sync { file: FileId::ConsumerJournal { .. } })
+            .then(|| crate::io::DiskError::Io("EIO".into()))
+    }));
+    let first = leased(h.call(receive("q", 1)));
+    assert_eq!(offsets(&first), [(0, 1)], "answered ahead of the failed sync");
+    let reply = h.call(receive("q", 1));
+    assert!(matches!(reply, ClientReply::Error(ClientError::Internal(_))), "{reply:?}");
+    let handle = first[0].receipt_handle.as_str();
+    let acked = results(h.call(settle("q", &[handle], SettleAction::Ack)));
+    assert!(matches!(acked[..], [Err(ClientError::Internal(_))]), "{acked:?}");
+    h.fault = None;
+    let mut h = h.restart();
+    h.run();
+    let again = leased(h.call(receive("q", 1)));
+    assert_eq!(offsets(&again), [(0, 1)], "the count was never durable: it repeats, never less");
+}
+
 /// Seed 0x23d9: start-up deleted a stale journal file while the sync of the newer one (whose
 /// directory entry a crash had left unsynced) was in flight; a crash then left neither.
 #[test]

@@ -69,6 +69,8 @@ pub mod inv {
     pub const QUEUE_ACKED_REDELIVERED: &str = "queue-acked-redelivered";
     pub const QUEUE_DOUBLE_LEASE: &str = "queue-double-lease";
     pub const QUEUE_COUNT: &str = "queue-delivery-count";
+    /// Two deliveries carried the same receipt handle: a stale handle could settle the later.
+    pub const QUEUE_HANDLE_REUSED: &str = "queue-handle-reused";
     pub const QUEUE_UNDELIVERED: &str = "queue-undelivered";
     pub const QUEUE_WRONG_RECORD: &str = "queue-wrong-record";
     /// Dead letters (`dead_letter.rs`): a message left its topic before its dead-letter copy
@@ -329,7 +331,8 @@ impl Checker {
         self.incarnations.get(&id).is_some_and(|inc| inc.unavailable)
     }
 
-    fn is_deleted(&self, id: TopicId) -> bool {
+    /// True once a delete of incarnation `id` was asked for (or it was never created).
+    pub fn is_deleted(&self, id: TopicId) -> bool {
         self.incarnations.get(&id).is_none_or(|inc| inc.delete_requested)
     }
 

@@ -11,11 +11,15 @@
 //!    its send time (in a cluster also one answered 410: a duplicated forwarded settle is
 //!    applied once and refused once, and the refusal may arrive first); a restart of the
 //!    owner's process since the lease was asked for voids it;
-//! 3. delivery counts strictly grow: no two deliveries share a count, and a delivery answered
-//!    before another was asked for has the lower count;
+//! 3. delivery counts never decrease and grow between restarts: no two deliveries share a count
+//!    unless the owner's process restarted between them and it is the highest count given (an
+//!    owner answers a receive ahead of its count's journal entry when the previous count is
+//!    durable, so a restart may lose that one count, which is then given again), and a delivery
+//!    answered before another was asked for has the lower count;
 //! 4. after the final drain, every acknowledged produce the final read finds was delivered, and
 //!    acked (the drain acks all it receives: a message the queue stopped offering shows);
-//! 5. a delivery carries what was produced at its offset, byte for byte.
+//! 5. a delivery carries what was produced at its offset, byte for byte;
+//! 6. no two deliveries carry the same receipt handle (a stale one would settle the later).
 //!
 //! Redeliveries (count > 1) are counted by cause: the previous lease expired, was nacked, was
 //! voided by an owner restart, or was never seen (its answer was lost). What a corruption-class
@@ -57,6 +61,8 @@ pub struct QueueVerdict {
     pub redelivered_nack: u64,
     pub redelivered_restart: u64,
     pub redelivered_lost_reply: u64,
+    /// Of the restart redeliveries, those that repeated the count an owner restart lost.
+    pub repeated_count: u64,
     /// Acks answered 204.
     pub acks: u64,
     /// Settles answered 410.
@@ -83,6 +89,7 @@ impl QueueVerdict {
         self.redelivered_nack += o.redelivered_nack;
         self.redelivered_restart += o.redelivered_restart;
         self.redelivered_lost_reply += o.redelivered_lost_reply;
+        self.repeated_count += o.repeated_count;
         self.acks += o.acks;
         self.stale += o.stale;
         self.drain_required += o.drain_required;
@@ -100,6 +107,7 @@ impl QueueVerdict {
             "redelivered_nack": self.redelivered_nack,
             "redelivered_restart": self.redelivered_restart,
             "redelivered_lost_reply": self.redelivered_lost_reply,
+            "repeated_count_after_restart": self.repeated_count,
             "acks": self.acks,
             "stale_settles": self.stale,
             "drain_required": self.drain_required,
@@ -130,6 +138,9 @@ struct QueueMsg {
     id: Option<u64>,
     /// By delivery count.
     deliveries: BTreeMap<u32, Delivery>,
+    /// Deliveries whose count an owner restart lost: a later delivery repeated it (and took
+    /// its place in `deliveries`).
+    voided: Vec<Delivery>,
     /// An ack answered 204: (answer time, count of the acked lease).
     acked: Option<(Instant, u32)>,
     /// Its owner reported it moved to the dead-letter topic then.
@@ -254,17 +265,41 @@ impl Checker {
         let delivery = Delivery {
             count,
             sent,
-            answered: self.now,
+            // The drain reads the event queue's clock, which may be ahead of the checker's.
+            answered: self.now.max(sent),
             owner,
             end: self.queue.lease_end(sent),
             freed: None,
         };
-        self.queue.handles.insert(leased.receipt_handle.clone(), (at, count));
+        let reused = self.queue.handles.insert(leased.receipt_handle.clone(), (at, count));
+        if let Some((before, before_count)) = reused {
+            let detail = format!(
+                "{key}@{}: delivery {count} carries handle {} of {}@{} delivery {before_count}",
+                record.offset, leased.receipt_handle, before.0, before.1
+            );
+            self.queue_violation(inv::QUEUE_HANDLE_REUSED, detail);
+        }
+        let earlier = self.queue.msgs.get(&at).and_then(|m| {
+            let highest = m.deliveries.keys().next_back() == Some(&count);
+            m.deliveries.get(&count).map(|d| (*d, highest))
+        });
+        // The restart that lost the earlier count came after it was granted (after its request)
+        // and before this one was granted (before its answer, now).
+        let answered = self.now.max(sent);
+        let repeat_excused = earlier
+            .map(|(d, highest)| highest && self.queue.restarted_between(d.owner, d.sent, answered));
         let known = self.queue.msgs.entry(at).or_default();
         known.id.get_or_insert(id);
-        if known.deliveries.contains_key(&count) {
-            let detail = format!("{key}@{}: delivery count {count} given twice", record.offset);
-            return self.queue_violation(inv::QUEUE_COUNT, detail);
+        match (earlier, repeat_excused) {
+            (Some((voided, _)), Some(true)) => {
+                known.voided.push(voided);
+                self.queue.verdict.repeated_count += 1;
+            }
+            (Some(_), _) => {
+                let detail = format!("{key}@{}: delivery count {count} given twice", record.offset);
+                return self.queue_violation(inv::QUEUE_COUNT, detail);
+            }
+            (None, _) => {}
         }
         known.deliveries.insert(count, delivery);
         self.check_acked(at);
@@ -284,6 +319,8 @@ impl Checker {
         let history = &self.queue;
         let msg = &history.msgs[&at];
         let mut v = history.verdict;
+        v.redeliveries += msg.voided.len() as u64;
+        v.redelivered_restart += msg.voided.len() as u64;
         for this in msg.deliveries.values().filter(|d| d.count > 1) {
             v.redeliveries += 1;
             match msg.deliveries.get(&(this.count - 1)) {
@@ -351,7 +388,10 @@ impl Checker {
     /// at the end: a nack answered at the same instant as the next delivery may be seen after
     /// it).
     fn check_leases(&mut self, at: (PartitionKey, u64)) {
-        let deliveries: Vec<Delivery> = self.queue.msgs[&at].deliveries.values().copied().collect();
+        let msg = &self.queue.msgs[&at];
+        let mut deliveries: Vec<Delivery> =
+            msg.deliveries.values().chain(&msg.voided).copied().collect();
+        deliveries.sort_by_key(|d| (d.count, d.answered));
         let mut problems = Vec::new();
         for pair in deliveries.windows(2) {
             let (old, new) = (pair[0], pair[1]);
@@ -375,7 +415,13 @@ impl Checker {
             }
         }
         for a in &deliveries {
-            if let Some(b) = deliveries.iter().find(|b| a.answered < b.sent && a.count >= b.count) {
+            let out_of_order = |b: &&Delivery| {
+                a.answered < b.sent
+                    && (a.count > b.count
+                        || (a.count == b.count
+                            && !self.queue.restarted_between(a.owner, a.sent, b.answered)))
+            };
+            if let Some(b) = deliveries.iter().find(out_of_order) {
                 problems.push((inv::QUEUE_COUNT, format!(
                     "{}@{}: delivery count {} answered before a delivery with count {} was asked",
                     at.0, at.1, a.count, b.count
