@@ -107,6 +107,8 @@ pub const MAX_RECEIVE_MESSAGES: u32 = 100;
 pub const MAX_SETTLE_HANDLES: usize = 100;
 /// Size past which the consumer journal is compacted into a new file.
 pub const CONSUMER_JOURNAL_COMPACT_BYTES: u64 = 4 * 1024 * 1024;
+/// Longest a consumer-journal group commit smaller than the last one waits for more entries.
+pub const CONSUMER_JOURNAL_LINGER_MAX_US: u64 = 1_000;
 
 /// Longest a consume may wait for a record (`wait`, long-poll): longer asks are cut to it and
 /// the HTTP answer says so (`X-Narad-Wait-Clamped`). Below every timeout between a client and

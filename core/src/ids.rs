@@ -15,6 +15,11 @@ impl Instant {
         Instant(self.0.saturating_add(millis.saturating_mul(1_000)))
     }
 
+    /// The instant `micros` microseconds after this one.
+    pub fn plus_micros(self, micros: u64) -> Instant {
+        Instant(self.0.saturating_add(micros))
+    }
+
     /// Milliseconds since the Unix epoch (record timestamps are stored in milliseconds).
     pub fn as_millis(self) -> u64 {
         self.0 / 1_000

@@ -82,6 +82,9 @@ pub struct Config {
     /// Size past which the consumer journal is compacted into a new file
     /// (`CONSUMER_JOURNAL_COMPACT_BYTES`); the simulator makes it small.
     pub consumer_journal_compact_bytes: u64,
+    /// A consumer-journal commit smaller than the last one waits briefly for more entries
+    /// (`ConsumerJournal`'s linger rule). On by default; the simulator draws it both ways.
+    pub consumer_journal_linger: bool,
     /// The lease a queue receive gives when its topic sets none
     /// (`DEFAULT_VISIBILITY_TIMEOUT_MS`); the simulator makes it short so that leases expire
     /// within a run.
@@ -114,6 +117,7 @@ impl Config {
             retention_check_ms: crate::constants::RETENTION_CHECK_MS,
             retention_bytes_divisor: 1,
             consumer_journal_compact_bytes: crate::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
+            consumer_journal_linger: true,
             queue_visibility_ms: crate::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
         }
     }
@@ -517,6 +521,7 @@ impl Node {
             self.wal_read_retry_at,
             self.remote.next_deadline(),
             self.parked.next_deadline(),
+            self.consumers.journal.linger_until(),
             (self.is_serving() && !self.partitions.is_empty()).then_some(self.next_retention_at),
         ]
         .into_iter()

@@ -98,7 +98,7 @@ impl Node {
         }
         let waiter = JournalWaiter::DeadLettered { key, offset };
         if let Err(waiter) =
-            self.consumers.journal.stage(&[JournalEntry::Acked { key, offset }], waiter)
+            self.consumers.journal.stage(&[JournalEntry::Acked { key, offset }], waiter, self.now)
         {
             self.on_journal_waiter(waiter, false);
         }

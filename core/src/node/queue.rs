@@ -150,12 +150,17 @@ impl Consumers {
             .collect();
         let found = crate::queue::recover(&journal_files)?;
         let secret = crate::queue::owner_secret(config.seed, started);
-        Ok(Consumers::recovered(found, secret, config.consumer_journal_compact_bytes))
+        let journal = ConsumerJournal::recovered(&found, config.consumer_journal_compact_bytes)
+            .with_linger(config.consumer_journal_linger);
+        Ok(Consumers::recovered(found, journal, secret))
     }
 
     /// The consumer state start-up rebuilt from the journal files.
-    fn recovered(found: RecoveredJournal, secret: u64, compact_bytes: u64) -> Self {
-        let journal = ConsumerJournal::recovered(&found, compact_bytes);
+    fn recovered(
+        found: RecoveredJournal,
+        journal: ConsumerJournal<JournalWaiter>,
+        secret: u64,
+    ) -> Self {
         let stale_files =
             found.stale.iter().map(|&number| FileId::ConsumerJournal { number }).collect();
         let queues = found
@@ -562,7 +567,9 @@ impl Node {
             return Pass::Done;
         }
         self.consumers.owner_receives.insert(id, receive);
-        if let Err(waiter) = self.consumers.journal.stage(&entries, JournalWaiter::Receive(id)) {
+        if let Err(waiter) =
+            self.consumers.journal.stage(&entries, JournalWaiter::Receive(id), self.now)
+        {
             self.on_journal_waiter(waiter, false);
         }
         self.pump_journal();
@@ -575,7 +582,7 @@ impl Node {
         let key = receive.key;
         let counts = receive.granted.iter().map(|g| (g.record.offset, g.count)).collect();
         let waiter = JournalWaiter::DeliveredAhead { key, counts };
-        let staged = self.consumers.journal.stage(entries, waiter);
+        let staged = self.consumers.journal.stage(entries, waiter, self.now);
         assert!(staged.is_ok(), "invariant: the journal was not latched a moment ago");
         self.consumers.counters.deliveries += receive.granted.len() as u64;
         self.finish_owner_receive(receive.asker, key, Ok(receive.granted));
@@ -931,7 +938,7 @@ impl Node {
                 Ok(()) => {
                     let waiter = JournalWaiter::Ack { batch, slot, key, offset };
                     let entry = JournalEntry::Acked { key, offset };
-                    if let Err(waiter) = self.consumers.journal.stage(&[entry], waiter) {
+                    if let Err(waiter) = self.consumers.journal.stage(&[entry], waiter, self.now) {
                         self.on_journal_waiter(waiter, false);
                     }
                     return;
@@ -1043,7 +1050,7 @@ impl Node {
 
     /// A consumer-journal operation completed.
     pub(super) fn on_journal_io(&mut self, io: JournalIo, result: Result<DiskDone, DiskError>) {
-        let settled = self.consumers.journal.on_io(io, result);
+        let settled = self.consumers.journal.on_io(io, result, self.now);
         self.consumers.counters.journal_syncs += settled.synced;
         for waiter in settled.durable {
             self.on_journal_waiter(waiter, true);
@@ -1060,7 +1067,7 @@ impl Node {
             let image = self.journal_image();
             self.consumers.journal.begin_image(image);
         }
-        self.consumers.journal.pump();
+        self.consumers.journal.pump(self.now);
         while let Some((io, op)) = self.consumers.journal.poll_io() {
             self.emit(IoPurpose::Journal(io), op);
         }

@@ -4,7 +4,11 @@
 //!
 //! Group commit, like the ingress WAL: entries staged while a write is in flight go out
 //! together in the next write + `fdatasync`, and each waiter is answered when the write that
-//! holds its entries is durable, so acks cost one flush per batch, not one each. A failed write
+//! holds its entries is durable, so acks cost one flush per batch, not one each. With *linger*
+//! on, a commit that would start smaller than the last one waits for more entries, at most the
+//! last commit's duration (≤ `CONSUMER_JOURNAL_LINGER_MAX_US`) from its first entry: under load
+//! batches stay fat instead of alternating with one-entry commits; a lone consumer (last batch
+//! of one) never waits. A failed write
 //! or sync latches the journal (dirty pages cannot be trusted after a failed fsync): queue
 //! receives and settles answer 500 until a restart, and nothing else stops.
 //!
@@ -23,6 +27,8 @@ use bytes::Bytes;
 use super::entry::JournalEntry;
 use super::state::{DurableQueue, PartitionQueue};
 use crate::codec::{ScanEnd, put_frame, scan};
+use crate::constants::CONSUMER_JOURNAL_LINGER_MAX_US;
+use crate::ids::Instant;
 use crate::ids::PartitionKey;
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 use crate::recovery_error::RecoveryError;
@@ -59,6 +65,18 @@ struct Flight<W> {
     waiters: Vec<W>,
     ops_left: u32,
     error: Option<DiskError>,
+    started: Instant,
+}
+
+/// What the linger rule remembers (see the module docs).
+#[derive(Clone, Copy, Debug, Default)]
+struct Linger {
+    enabled: bool,
+    /// Waiters of the last completed commit, and how long it took.
+    last_batch: usize,
+    last_us: u64,
+    /// When the first entry of the staged batch was staged.
+    staged_since: Option<Instant>,
 }
 
 struct ImageWrite {
@@ -86,6 +104,7 @@ pub struct ConsumerJournal<W> {
     tidying: u32,
     latched: Option<String>,
     outbox: VecDeque<(JournalIo, DiskOp)>,
+    linger: Linger,
 }
 
 /// What start-up found in the journal files.
@@ -189,12 +208,19 @@ impl<W> ConsumerJournal<W> {
             tidying: 0,
             latched: None,
             outbox: VecDeque::new(),
+            linger: Linger::default(),
         };
         if let (Some(number), true) = (found.file, found.torn) {
             let op = DiskOp::Truncate { file: FileId::ConsumerJournal { number }, len: found.size };
             journal.tidy(op);
         }
         journal
+    }
+
+    /// Turns the linger rule on or off (`Config::consumer_journal_linger`).
+    pub fn with_linger(mut self, enabled: bool) -> Self {
+        self.linger.enabled = enabled;
+        self
     }
 
     fn tidy(&mut self, op: DiskOp) {
@@ -209,10 +235,11 @@ impl<W> ConsumerJournal<W> {
 
     /// Stages `entries` for the next group commit; `waiter` is answered when they are durable
     /// (or failed). Refused (waiter given back) once the journal latched.
-    pub fn stage(&mut self, entries: &[JournalEntry], waiter: W) -> Result<(), W> {
+    pub fn stage(&mut self, entries: &[JournalEntry], waiter: W, now: Instant) -> Result<(), W> {
         if self.latched.is_some() {
             return Err(waiter);
         }
+        self.linger.staged_since.get_or_insert(now);
         for entry in entries {
             put_frame(&mut self.staged, &entry.encode());
         }
@@ -254,8 +281,8 @@ impl<W> ConsumerJournal<W> {
         self.image = Some(ImageWrite { file: number, size, ops_left: 3, error: None });
     }
 
-    /// Starts the next group commit if one can start.
-    pub fn pump(&mut self) {
+    /// Starts the next group commit if one can start (and need not linger at `now`).
+    pub fn pump(&mut self, now: Instant) {
         if self.latched.is_some() || self.flight.is_some() || self.image.is_some() {
             return;
         }
@@ -263,6 +290,10 @@ impl<W> ConsumerJournal<W> {
         if self.staged_waiters.is_empty() || self.past_bound() {
             return;
         }
+        if self.linger_until().is_some_and(|until| now < until) {
+            return;
+        }
+        self.linger.staged_since = None;
         let file = FileId::ConsumerJournal { number };
         let data = Bytes::from(std::mem::take(&mut self.staged));
         let offset = self.size;
@@ -270,7 +301,18 @@ impl<W> ConsumerJournal<W> {
         self.outbox.push_back((JournalIo::Append, DiskOp::Write { file, offset, data }));
         self.outbox.push_back((JournalIo::Append, DiskOp::Sync { file }));
         let waiters = std::mem::take(&mut self.staged_waiters);
-        self.flight = Some(Flight { waiters, ops_left: 2, error: None });
+        self.flight = Some(Flight { waiters, ops_left: 2, error: None, started: now });
+    }
+
+    /// While the staged batch lingers (a commit could start but waits for more entries), when
+    /// it stops waiting: the node wakes then.
+    pub fn linger_until(&self) -> Option<Instant> {
+        let Linger { enabled, last_batch, last_us, staged_since } = self.linger;
+        let idle = self.latched.is_none() && self.flight.is_none() && self.image.is_none();
+        if !enabled || !idle || self.staged_waiters.len() >= last_batch {
+            return None;
+        }
+        Some(staged_since?.plus_micros(last_us.min(CONSUMER_JOURNAL_LINGER_MAX_US)))
     }
 
     /// The next disk operation to issue.
@@ -279,9 +321,14 @@ impl<W> ConsumerJournal<W> {
     }
 
     /// A journal operation completed.
-    pub fn on_io(&mut self, io: JournalIo, result: Result<DiskDone, DiskError>) -> Settled<W> {
+    pub fn on_io(
+        &mut self,
+        io: JournalIo,
+        result: Result<DiskDone, DiskError>,
+        now: Instant,
+    ) -> Settled<W> {
         match io {
-            JournalIo::Append => self.on_append(result),
+            JournalIo::Append => self.on_append(result, now),
             JournalIo::Image => self.on_image(result),
             JournalIo::Tidy => {
                 self.tidying = self.tidying.saturating_sub(1);
@@ -293,7 +340,7 @@ impl<W> ConsumerJournal<W> {
         }
     }
 
-    fn on_append(&mut self, result: Result<DiskDone, DiskError>) -> Settled<W> {
+    fn on_append(&mut self, result: Result<DiskDone, DiskError>, now: Instant) -> Settled<W> {
         let flight = self.flight.as_mut().expect("invariant: an append completes a flight");
         flight.ops_left -= 1;
         if let Err(error) = result {
@@ -303,6 +350,8 @@ impl<W> ConsumerJournal<W> {
             return Settled::default();
         }
         let flight = self.flight.take().expect("checked above");
+        self.linger.last_batch = flight.waiters.len();
+        self.linger.last_us = now.micros_since(flight.started);
         match flight.error {
             None => Settled { durable: flight.waiters, failed: Vec::new(), synced: 1 },
             Some(error) => {

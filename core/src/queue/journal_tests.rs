@@ -8,6 +8,8 @@ use bytes::Bytes;
 use super::*;
 use crate::ids::TopicId;
 
+const T0: Instant = Instant(0);
+
 const KEY: PartitionKey = PartitionKey { topic: TopicId(3), partition: 1 };
 
 /// Files by journal number, written as the journal asks.
@@ -55,10 +57,10 @@ fn run(journal: &mut ConsumerJournal<u32>, disk: &mut Disk) -> Vec<u32> {
         if journal.wants_image() {
             journal.begin_image(Vec::new());
         }
-        journal.pump();
+        journal.pump(T0);
         let Some((io, op)) = journal.poll_io() else { break };
         disk.apply(&op);
-        let settled = journal.on_io(io, Ok(DiskDone::Done));
+        let settled = journal.on_io(io, Ok(DiskDone::Done), T0);
         assert!(settled.failed.is_empty());
         durable.extend(settled.durable);
     }
@@ -80,18 +82,18 @@ fn fresh(compact_bytes: u64) -> ConsumerJournal<u32> {
 #[test]
 fn entries_staged_together_share_one_write_and_one_sync() {
     let (mut journal, mut disk) = (fresh(1 << 20), Disk::default());
-    journal.stage(&[delivered(0, 1)], 1).expect("open");
+    journal.stage(&[delivered(0, 1)], 1, T0).expect("open");
     assert_eq!(run(&mut journal, &mut disk), vec![1], "the first image, then the entry");
     for waiter in 2..10 {
-        journal.stage(&[acked(u64::from(waiter))], waiter).expect("open");
+        journal.stage(&[acked(u64::from(waiter))], waiter, T0).expect("open");
     }
-    journal.pump();
+    journal.pump(T0);
     let ops: Vec<_> = std::iter::from_fn(|| journal.poll_io()).collect();
     assert_eq!(ops.len(), 2, "one write and one sync for eight waiters: {ops:?}");
     let mut durable = Vec::new();
     for (io, op) in ops {
         disk.apply(&op);
-        durable.extend(journal.on_io(io, Ok(DiskDone::Done)).durable);
+        durable.extend(journal.on_io(io, Ok(DiskDone::Done), T0).durable);
     }
     assert_eq!(durable, (2..10).collect::<Vec<_>>());
     let found = recover(&disk.files()).expect("recovers");
@@ -103,19 +105,19 @@ fn entries_staged_together_share_one_write_and_one_sync() {
 #[test]
 fn a_failed_sync_latches_and_fails_every_waiter() {
     let (mut journal, mut disk) = (fresh(1 << 20), Disk::default());
-    journal.stage(&[acked(0)], 1).expect("open");
+    journal.stage(&[acked(0)], 1, T0).expect("open");
     run(&mut journal, &mut disk);
-    journal.stage(&[acked(1)], 2).expect("open");
-    journal.pump();
-    journal.stage(&[acked(2)], 3).expect("staged behind the flight");
+    journal.stage(&[acked(1)], 2, T0).expect("open");
+    journal.pump(T0);
+    journal.stage(&[acked(2)], 3, T0).expect("staged behind the flight");
     let (write_io, write) = journal.poll_io().expect("write");
     disk.apply(&write);
-    assert!(journal.on_io(write_io, Ok(DiskDone::Done)).failed.is_empty());
+    assert!(journal.on_io(write_io, Ok(DiskDone::Done), T0).failed.is_empty());
     let (sync_io, _) = journal.poll_io().expect("sync");
-    let settled = journal.on_io(sync_io, Err(DiskError::Io("EIO".into())));
+    let settled = journal.on_io(sync_io, Err(DiskError::Io("EIO".into())), T0);
     assert_eq!((settled.durable, settled.failed), (vec![], vec![2, 3]));
     assert!(journal.latched().is_some());
-    assert_eq!(journal.stage(&[acked(3)], 4), Err(4), "refused once latched");
+    assert_eq!(journal.stage(&[acked(3)], 4, T0), Err(4), "refused once latched");
 }
 
 #[test]
@@ -123,7 +125,7 @@ fn compaction_writes_an_image_then_deletes_the_old_file() {
     let (mut journal, mut disk) = (fresh(200), Disk::default());
     let mut queue = PartitionQueue::default();
     for offset in 0..40 {
-        journal.stage(&[acked(offset)], offset as u32).expect("open");
+        journal.stage(&[acked(offset)], offset as u32, T0).expect("open");
         queue.on_acked(offset);
         // An image holds the caller's durable state.
         if journal.wants_image() {
@@ -151,16 +153,16 @@ fn an_image_larger_than_the_bound_still_lets_entries_through() {
     let big =
         JournalEntry::State { key: KEY, frontier: 0, acked: (1..40).collect(), deliveries: vec![] };
     for waiter in 0..5 {
-        journal.stage(&[acked(100 + u64::from(waiter))], waiter).expect("open");
+        journal.stage(&[acked(100 + u64::from(waiter))], waiter, T0).expect("open");
         let mut durable = Vec::new();
         for _ in 0..8 {
             if journal.wants_image() {
                 journal.begin_image(vec![big.clone()]);
             }
-            journal.pump();
+            journal.pump(T0);
             while let Some((io, op)) = journal.poll_io() {
                 disk.apply(&op);
-                durable.extend(journal.on_io(io, Ok(DiskDone::Done)).durable);
+                durable.extend(journal.on_io(io, Ok(DiskDone::Done), T0).durable);
             }
         }
         assert_eq!(durable, vec![waiter], "the entry is appended after at most one image");
@@ -171,7 +173,7 @@ fn an_image_larger_than_the_bound_still_lets_entries_through() {
 #[test]
 fn start_up_takes_the_newest_complete_image() {
     let (mut journal, mut disk) = (fresh(1 << 20), Disk::default());
-    journal.stage(&[delivered(5, 2)], 1).expect("open");
+    journal.stage(&[delivered(5, 2)], 1, T0).expect("open");
     run(&mut journal, &mut disk);
     // An interrupted compaction: file 1 has half an image.
     let mut half = Vec::new();
@@ -192,7 +194,7 @@ fn start_up_takes_the_newest_complete_image() {
 #[test]
 fn a_torn_tail_is_cut_and_damage_before_valid_entries_refuses() {
     let (mut journal, mut disk) = (fresh(1 << 20), Disk::default());
-    journal.stage(&[acked(0), acked(1)], 1).expect("open");
+    journal.stage(&[acked(0), acked(1)], 1, T0).expect("open");
     run(&mut journal, &mut disk);
     let whole = disk.0[&0].clone();
     let mut torn = whole.clone();
@@ -205,8 +207,8 @@ fn a_torn_tail_is_cut_and_damage_before_valid_entries_refuses() {
     let (io, op) = journal.poll_io().expect("the tail is cut first");
     assert!(matches!(op, DiskOp::Truncate { len, .. } if len == found.size), "{op:?}");
     disk.apply(&op);
-    journal.on_io(io, Ok(DiskDone::Done));
-    journal.stage(&[acked(1)], 2).expect("open");
+    journal.on_io(io, Ok(DiskDone::Done), T0);
+    journal.stage(&[acked(1)], 2, T0).expect("open");
     assert_eq!(run(&mut journal, &mut disk), vec![2]);
     assert_eq!(recover(&disk.files()).expect("recovers").queues[&KEY].frontier, 2);
     // Damage in the middle: the first entry after the image flips a bit.
@@ -219,4 +221,33 @@ fn a_torn_tail_is_cut_and_damage_before_valid_entries_refuses() {
     damaged[image_len + 9] ^= 0x10;
     disk.0.insert(0, damaged);
     assert!(recover(&disk.files()).is_err(), "damage followed by valid entries");
+}
+
+#[test]
+fn with_linger_a_commit_smaller_than_the_last_waits_at_most_the_last_ones_duration() {
+    let (mut journal, mut disk) = (fresh(1 << 20).with_linger(true), Disk::default());
+    journal.stage(&[acked(0)], 0, T0).expect("open");
+    assert_eq!(run(&mut journal, &mut disk), vec![0], "a lone waiter never lingers");
+    let at = |us: u64| T0.plus_micros(us);
+    for waiter in 1..4 {
+        journal.stage(&[acked(u64::from(waiter))], waiter, at(100)).expect("open");
+    }
+    journal.pump(at(100));
+    let ops: Vec<_> = std::iter::from_fn(|| journal.poll_io()).collect();
+    assert_eq!(ops.len(), 2, "three waiters, more than the last commit's one: no linger");
+    for (io, op) in ops {
+        disk.apply(&op);
+        journal.on_io(io, Ok(DiskDone::Done), at(500)); // this commit took 400 us
+    }
+    journal.stage(&[acked(4)], 4, at(1_000)).expect("open");
+    journal.pump(at(1_000));
+    assert!(journal.poll_io().is_none(), "one waiter after a commit of three lingers");
+    assert_eq!(journal.linger_until(), Some(at(1_400)), "for the last commit's 400 us");
+    journal.stage(&[acked(5)], 5, at(1_200)).expect("open");
+    journal.pump(at(1_399));
+    assert!(journal.poll_io().is_none());
+    journal.pump(at(1_400));
+    let ops: Vec<_> = std::iter::from_fn(|| journal.poll_io()).collect();
+    assert_eq!(ops.len(), 2, "the linger ends: both waiters in one commit");
+    assert_eq!(journal.linger_until(), None, "nothing lingers while a commit runs");
 }

@@ -294,6 +294,8 @@ pub struct NodeSizes {
     pub retention_bytes_divisor: u64,
     /// `Config::consumer_journal_compact_bytes`.
     pub consumer_journal_compact_bytes: u64,
+    /// `Config::consumer_journal_linger`.
+    pub consumer_journal_linger: bool,
 }
 
 impl Default for NodeSizes {
@@ -306,6 +308,7 @@ impl Default for NodeSizes {
             retention_check_ms: narad_core::constants::RETENTION_CHECK_MS,
             retention_bytes_divisor: 1,
             consumer_journal_compact_bytes: narad_core::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
+            consumer_journal_linger: true,
         }
     }
 }
@@ -371,7 +374,7 @@ impl SwarmConfig {
         draw_retention(&mut rng, &mut workload, &mut sizes);
         draw_queue(&mut rng, &mut workload, &mut sizes, &mut faults);
         draw_long_poll(&mut rng, &mut workload);
-        draw_queue_settings(&mut rng, &mut workload);
+        draw_queue_settings(&mut rng, &mut workload, &mut sizes);
         SwarmConfig {
             nodes: 1,
             faults,

@@ -34,8 +34,13 @@ pub(crate) fn draw_queue(
 /// The topics' queue settings of a seed with queue workers, drawn after everything else (so
 /// every earlier draw of a seed stays what it was): on half of them the topics carry the lease
 /// themselves (`visibility_timeout_ms`, at least the 100 ms a topic may set); on 40 % they
-/// send a message to the dead-letter topic after 1 to 3 deliveries.
-pub(crate) fn draw_queue_settings(rng: &mut ChaCha8Rng, w: &mut WorkloadConfig) {
+/// send a message to the dead-letter topic after 1 to 3 deliveries; on half the consumer
+/// journal's group commits linger (`Config::consumer_journal_linger`), on half they do not.
+pub(crate) fn draw_queue_settings(
+    rng: &mut ChaCha8Rng,
+    w: &mut WorkloadConfig,
+    sizes: &mut NodeSizes,
+) {
     if w.queue_workers == 0 {
         return;
     }
@@ -47,6 +52,8 @@ pub(crate) fn draw_queue_settings(rng: &mut ChaCha8Rng, w: &mut WorkloadConfig) 
     if rng.random_bool(0.4) {
         w.queue_max_deliveries = Some(rng.random_range(1..=3));
     }
+    // Last of all: half the seeds run without the journal's linger (commits start at once).
+    sizes.consumer_journal_linger = rng.random_bool(0.5);
 }
 
 #[cfg(test)]
