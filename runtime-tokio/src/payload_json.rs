@@ -15,7 +15,6 @@
 //! string's contents otherwise. The message carries `timestamp` in Unix seconds (the v1 shape)
 //! and `timestamp_ms` beside it.
 
-use std::io::Write;
 
 use base64::Engine;
 use base64::engine::DecodePaddingMode;
@@ -35,8 +34,10 @@ const LENIENT_BASE64: GeneralPurpose = GeneralPurpose::new(
 pub fn write_record(out: &mut Vec<u8>, record: &ConsumedRecord) {
     out.extend_from_slice(b"{\"topic\":");
     write_str(out, &record.topic);
-    write!(out, ",\"partition\":{},\"offset\":{}", record.partition, record.offset)
-        .expect("invariant: writing to a Vec cannot fail");
+    out.extend_from_slice(b",\"partition\":");
+    write_number(out, u64::from(record.partition));
+    out.extend_from_slice(b",\"offset\":");
+    write_number(out, record.offset);
     if let Some(key) = &record.key {
         out.extend_from_slice(b",\"key\":");
         if let Ok(text) = std::str::from_utf8(key) {
@@ -49,8 +50,16 @@ pub fn write_record(out: &mut Vec<u8>, record: &ConsumedRecord) {
     out.extend_from_slice(b",\"payload\":");
     write_payload(out, &record.payload);
     let ms = record.timestamp_ms;
-    write!(out, ",\"timestamp\":{},\"timestamp_ms\":{ms}}}", ms / 1000)
-        .expect("invariant: writing to a Vec cannot fail");
+    out.extend_from_slice(b",\"timestamp\":");
+    write_number(out, ms / 1000);
+    out.extend_from_slice(b",\"timestamp_ms\":");
+    write_number(out, ms);
+    out.push(b'}');
+}
+
+/// Appends `n` in decimal (`itoa`: formatting through `write!` was about 7 % of a replay's server CPU).
+fn write_number(out: &mut Vec<u8>, n: u64) {
+    out.extend_from_slice(itoa::Buffer::new().format(n).as_bytes());
 }
 
 /// Appends the payload as JSON, then (for a JSON string or binary) the `payload_encoding` member.
