@@ -15,7 +15,6 @@
 //! string's contents otherwise. The message carries `timestamp` in Unix seconds (the v1 shape)
 //! and `timestamp_ms` beside it.
 
-
 use base64::Engine;
 use base64::engine::DecodePaddingMode;
 use base64::engine::general_purpose::{GeneralPurpose, GeneralPurposeConfig, STANDARD};
