@@ -60,6 +60,8 @@ fn check_batch_produce(client: &Client) {
 fn check_topics_and_consume(client: &Client) {
     let again = json!({ "name": TOPIC, "partitions": 4 });
     assert_error(client.post_json("/v1/topics", &again), 409, "existing topic");
+    let shouted = json!({ "name": TOPIC.to_uppercase() });
+    assert_error(client.post_json("/v1/topics", &shouted), 409, "a name differing only in case");
     let bad_name = json!({ "name": "no/slash" });
     assert_error(client.post_json("/v1/topics", &bad_name), 400, "bad topic name");
     let extra = json!({ "name": "t2", "colour": "red" });

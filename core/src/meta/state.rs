@@ -194,6 +194,12 @@ impl MetaState {
         if self.topics.contains_key(&name) {
             return Err(ClientError::Conflict(format!("topic `{name}` already exists")));
         }
+        // Names that differ only in letter case are one name to a reader (the original's rule).
+        if let Some(other) = self.topics.keys().find(|k| k.eq_ignore_ascii_case(&name)) {
+            return Err(ClientError::Conflict(format!(
+                "topic `{name}` differs only in letter case from the existing topic `{other}`"
+            )));
+        }
         let mut owners: Vec<NodeId> = self.alive_members().collect();
         if owners.is_empty() {
             return Err(ClientError::Unavailable(
@@ -574,6 +580,11 @@ mod tests {
         assert!(matches!(state.apply(create("t", 4097)), Err(ClientError::BadRequest(_))));
         state.apply(create("t", 1)).unwrap();
         assert!(matches!(state.apply(create("t", 1)), Err(ClientError::Conflict(_))));
+        let upper = state.apply(create("T", 1));
+        assert!(
+            matches!(&upper, Err(ClientError::Conflict(m)) if m.contains("differs only in letter case")),
+            "{upper:?}"
+        );
         let gone = state.topic("t").unwrap().id;
         let delete = MetaCommand::DeleteTopic { name: "t".into(), id: gone };
         assert!(matches!(state.apply(delete.clone()), Ok(Applied::Deleted(_))));
