@@ -1,7 +1,7 @@
 # Idle CPU of N parked long-poll consumes: N connections loop on GET ...consume?wait=20s against
-# an empty partition of topic `idle`; prints the server process's CPU over 40 s (from /proc).
+# an empty partition of topic `idle` (created if missing); prints the server process's CPU over 40 s (from /proc).
 # Usage: python3 scripts/long-poll-idle.py PORT N SERVER_PID   (docs/benchmarks.md, long-poll)
-import asyncio, os, sys, time, json, urllib.request
+import asyncio, os, sys, time, json, urllib.error, urllib.request
 URL_HOST, PORT, N, PID = "127.0.0.1", int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
 REQ = b"GET /v1/topics/idle/consume?partition=0&offset=0&wait=20s HTTP/1.1\r\nHost: x\r\n\r\n"
 answers = 0
@@ -24,7 +24,17 @@ def ticks():
 def parked():
     t = urllib.request.urlopen(f"http://127.0.0.1:{PORT}/metrics").read().decode()
     return [l for l in t.splitlines() if l.startswith("narad_consumes_parked ")][0].split()[1]
+def create_topic():
+    # Topic `idle` with one partition; a 409 (it exists) is fine.
+    req = urllib.request.Request(f"http://127.0.0.1:{PORT}/v1/topics", method="POST",
+                                 data=b'{"name":"idle","partitions":1}',
+                                 headers={"Content-Type": "application/json"})
+    try:
+        urllib.request.urlopen(req).read()
+    except urllib.error.HTTPError as e:
+        assert e.code == 409, e
 async def main():
+    create_topic()
     tasks = [asyncio.create_task(one()) for _ in range(N)]
     await asyncio.sleep(8)
     print("parked", parked(), flush=True)
