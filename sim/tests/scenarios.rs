@@ -59,4 +59,5 @@ scenarios!(
     topic_deleted_while_a_node_is_cut_off,
     owner_killed_with_leases_outstanding,
     ack_whose_journal_fsync_fails,
+    counts_granted_ahead_lost_in_a_power_loss,
 );

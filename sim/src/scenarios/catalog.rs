@@ -27,5 +27,6 @@ pub fn all() -> Vec<Scenario> {
         cluster::topic_deleted_while_a_node_is_cut_off(),
         queue::owner_killed_with_leases_outstanding(),
         queue::ack_whose_journal_fsync_fails(),
+        queue::counts_granted_ahead_lost_in_a_power_loss(),
     ]
 }

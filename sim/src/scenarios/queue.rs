@@ -58,3 +58,28 @@ pub(super) fn ack_whose_journal_fsync_fails() -> Scenario {
         },
     }
 }
+
+pub(super) fn counts_granted_ahead_lost_in_a_power_loss() -> Scenario {
+    Scenario {
+        name: "counts_granted_ahead_lost_in_a_power_loss",
+        story: "receives are answered ahead of their delivery counts' journal entries; the disk turns slow (journal syncs take tens of ms, leases of 100 ms expire and are taken again meanwhile), then power fails, once a second: counts granted ahead are lost and given again after the restart, never a lower one, never under an old receipt handle",
+        seed: 43,
+        nodes: 1,
+        sizes: NodeSizes::default(),
+        net: NetPlan::default(),
+        workload: WorkloadConfig { queue_workers: 6, queue_visibility_ms: 100, ..queue_workload() },
+        faults: plan(),
+        schedule: std::iter::once(at(1_000, A::Slow(100)))
+            .chain(
+                (2..14u64)
+                    .flat_map(|s| [at(s * 1_000, A::PowerLoss), at(s * 1_000 + 50, A::Restart)]),
+            )
+            .collect(),
+        expect: |o| {
+            hit(o, FaultClass::PowerLoss)?;
+            let q = &o.verdict.queue;
+            check(q.acks > 0, "no ack answered 204")?;
+            check(q.repeated_count > 0, "no count granted ahead was lost and given again")
+        },
+    }
+}
