@@ -597,7 +597,7 @@ impl Node {
                 // Failed: the journal latched; the counts stay in memory until a restart.
                 if let (true, Some(queue)) = (ok, self.consumers.queues.get_mut(&key)) {
                     for (offset, count) in counts {
-                        queue.on_delivered(offset, count, self.now);
+                        queue.on_count_durable(offset, count);
                     }
                 }
             }

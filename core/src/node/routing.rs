@@ -121,21 +121,20 @@ impl Node {
             tracing::error!(%error, file = %path, "start-up sync failed: what was read may not be durable");
             self.fatal.get_or_insert(format!("start-up sync of {path} failed: {error}"));
         }
-        if self.startup_syncs_left == 0 && self.fatal.is_none() && !self.startup_deletes.is_empty()
-        {
-            self.begin_startup_deletes();
+        if self.startup_syncs_left > 0 || self.fatal.is_some() {
             return;
         }
-        if self.startup_syncs_left == 0 && self.fatal.is_none() {
-            tracing::info!(deferred = self.deferred.len(), "start-up syncs done; serving");
-            for log in self.partitions.values_mut() {
-                log.release_held_seals();
-            }
-            while let Some(deferred) = self.deferred.pop_front() {
-                match deferred {
-                    Deferred::Client(request, op) => self.handle_client(request, op),
-                    Deferred::Peer(from, bytes) => self.handle_peer(from, &bytes),
-                }
+        if !self.startup_deletes.is_empty() {
+            return self.begin_startup_deletes();
+        }
+        tracing::info!(deferred = self.deferred.len(), "start-up syncs done; serving");
+        for log in self.partitions.values_mut() {
+            log.release_held_seals();
+        }
+        while let Some(deferred) = self.deferred.pop_front() {
+            match deferred {
+                Deferred::Client(request, op) => self.handle_client(request, op),
+                Deferred::Peer(from, bytes) => self.handle_peer(from, &bytes),
             }
         }
     }

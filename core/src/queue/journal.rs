@@ -28,8 +28,7 @@ use super::entry::JournalEntry;
 use super::state::{DurableQueue, PartitionQueue};
 use crate::codec::{ScanEnd, put_frame, scan};
 use crate::constants::CONSUMER_JOURNAL_LINGER_MAX_US;
-use crate::ids::Instant;
-use crate::ids::PartitionKey;
+use crate::ids::{Instant, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 use crate::recovery_error::RecoveryError;
 
@@ -168,7 +167,7 @@ fn read_file(number: u64, bytes: &[u8]) -> Result<Option<FileState>, RecoveryErr
             }
             (true, JournalEntry::ImageEnd) => in_image = false,
             (false, JournalEntry::Delivered { key, offset, count }) => {
-                queues.entry(key).or_default().on_delivered(offset, count, crate::Instant(0));
+                queues.entry(key).or_default().on_count_durable(offset, count);
             }
             (false, JournalEntry::Acked { key, offset }) => {
                 queues.entry(key).or_default().on_acked(offset);

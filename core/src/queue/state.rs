@@ -222,13 +222,8 @@ impl PartitionQueue {
     /// The delivery entry of `offset` (count `count`) is durable: the count stands, and the
     /// lease (if it is still the one granted) is held from `now` until `expires`.
     pub fn on_delivered(&mut self, offset: u64, count: u32, expires: Instant) {
-        if offset < self.durable.frontier || self.durable.acked.contains(&offset) {
-            return; // retention removed it meanwhile
-        }
-        let known = self.durable.deliveries.entry(offset).or_insert(0);
-        *known = (*known).max(count);
-        if self.undurable.get(&offset).is_some_and(|&ahead| ahead <= count) {
-            self.undurable.remove(&offset);
+        if !self.on_count_durable(offset, count) {
+            return;
         }
         if let Some(lease) = self.leases.get_mut(&offset)
             && lease.state == LeaseState::Granting
@@ -237,6 +232,20 @@ impl PartitionQueue {
             lease.state = LeaseState::Held;
             lease.expires = expires;
         }
+    }
+
+    /// The delivery entry of `offset` (count `count`) is durable (one granted ahead, or one
+    /// start-up read): the count stands. False if `offset` is settled (or retention removed it).
+    pub fn on_count_durable(&mut self, offset: u64, count: u32) -> bool {
+        if offset < self.durable.frontier || self.durable.acked.contains(&offset) {
+            return false;
+        }
+        let known = self.durable.deliveries.entry(offset).or_insert(0);
+        *known = (*known).max(count);
+        if self.undurable.get(&offset).is_some_and(|&ahead| ahead <= count) {
+            self.undurable.remove(&offset);
+        }
+        true
     }
 
     /// A delivery entry could not be made durable: the lease is dropped (never answered).

@@ -262,15 +262,10 @@ impl Checker {
         let owner = self.owners.get(&key).copied();
         let count = leased.delivery_count;
         self.check_delivery_count(at, count);
-        let delivery = Delivery {
-            count,
-            sent,
-            // The drain reads the event queue's clock, which may be ahead of the checker's.
-            answered: self.now.max(sent),
-            owner,
-            end: self.queue.lease_end(sent),
-            freed: None,
-        };
+        // The drain reads the event queue's clock, which may be ahead of the checker's.
+        let answered = self.now.max(sent);
+        let delivery =
+            Delivery { count, sent, answered, owner, end: self.queue.lease_end(sent), freed: None };
         let reused = self.queue.handles.insert(leased.receipt_handle.clone(), (at, count));
         if let Some((before, before_count)) = reused {
             let detail = format!(
@@ -284,22 +279,22 @@ impl Checker {
             m.deliveries.get(&count).map(|d| (*d, highest))
         });
         // The restart that lost the earlier count came after it was granted (after its request)
-        // and before this one was granted (before its answer, now).
-        let answered = self.now.max(sent);
-        let repeat_excused = earlier
-            .map(|(d, highest)| highest && self.queue.restarted_between(d.owner, d.sent, answered));
+        // and before this one was granted (before its answer).
+        let excused = earlier.is_some_and(|(d, highest)| {
+            highest && self.queue.restarted_between(d.owner, d.sent, answered)
+        });
         let known = self.queue.msgs.entry(at).or_default();
         known.id.get_or_insert(id);
-        match (earlier, repeat_excused) {
-            (Some((voided, _)), Some(true)) => {
+        match earlier {
+            Some((voided, _)) if excused => {
                 known.voided.push(voided);
                 self.queue.verdict.repeated_count += 1;
             }
-            (Some(_), _) => {
+            Some(_) => {
                 let detail = format!("{key}@{}: delivery count {count} given twice", record.offset);
                 return self.queue_violation(inv::QUEUE_COUNT, detail);
             }
-            (None, _) => {}
+            None => {}
         }
         known.deliveries.insert(count, delivery);
         self.check_acked(at);
