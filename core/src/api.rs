@@ -186,6 +186,10 @@ pub struct PartitionNumbers {
     /// and messages leased now. Available = high watermark - log start - settled - leased.
     pub queue_settled: u64,
     pub queue_leased: u64,
+    /// The timestamp (ms) of the oldest unsettled message, by offset: what its age is told
+    /// from. `None` if every message is settled, or its owner has not read it yet (see
+    /// `node/oldest.rs`).
+    pub oldest_unsettled_ms: Option<u64>,
 }
 
 /// A cluster member as `GET /v1/cluster/members` shows it.

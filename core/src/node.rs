@@ -15,9 +15,11 @@ mod discard;
 mod invariants;
 mod long_poll;
 mod metastore;
+mod oldest;
 mod owner;
 mod parked;
 mod queue;
+mod receive_watch;
 mod recovery;
 mod retention;
 mod routing;
@@ -186,6 +188,11 @@ enum IoPurpose {
     /// The read of a queue receive served by one of our partitions.
     QueueRead {
         id: u64,
+        plan: ReadPlan,
+    },
+    /// The read of a partition's oldest unsettled record (`node/oldest.rs`).
+    OldestProbe {
+        key: PartitionKey,
         plan: ReadPlan,
     },
 }

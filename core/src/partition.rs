@@ -86,6 +86,8 @@ pub struct Landed {
     pub first_offset: u64,
     /// WAL sequence of each newly visible record, in offset order.
     pub origin_seqs: Vec<u64>,
+    /// Timestamp of the first newly visible record (`None` when none landed).
+    pub first_timestamp_ms: Option<u64>,
 }
 
 /// Operations of the persisting stage: write, sync, read-back.
@@ -107,6 +109,7 @@ struct WrittenPart {
     origin: NodeId,
     origin_seqs: Vec<u64>,
     fingerprints: Vec<u32>,
+    first_timestamp_ms: Option<u64>,
 }
 
 struct Commit {
@@ -400,8 +403,8 @@ impl PartitionLog {
                 })
                 .collect();
             if fresh.is_empty() && !shares_write {
-                let landed =
-                    Landed { first_offset: self.high_watermark(), origin_seqs: Vec::new() };
+                let first_offset = self.high_watermark();
+                let landed = Landed { first_offset, ..Landed::default() };
                 decided.push(CommitOutcome { id: part.id, result: Ok(landed) });
             } else {
                 fresh_parts.push((part.id, part.origin, fresh));
@@ -421,13 +424,14 @@ impl PartitionLog {
         for (id, origin, records) in fresh_parts {
             let origin_seqs = records.iter().map(|r| r.origin_seq).collect();
             let fingerprints = records.iter().map(PartitionRecord::fingerprint).collect();
+            let first_timestamp_ms = records.first().map(|r| r.timestamp_ms);
             for mut record in records {
                 newest_ms = newest_ms.max(record.timestamp_ms);
                 record.offset = self.high_watermark() + count;
                 record.encode_into(&mut data);
                 count += 1;
             }
-            parts.push(WrittenPart { id, origin, origin_seqs, fingerprints });
+            parts.push(WrittenPart { id, origin, origin_seqs, fingerprints, first_timestamp_ms });
         }
         let data = Bytes::from(data);
         let rolled = self.roll_if_full();
@@ -594,7 +598,8 @@ impl PartitionLog {
                 self.active_origins.insert(part.origin, seq, fingerprint);
             }
             let landed_count = part.origin_seqs.len() as u64;
-            let landed = Landed { first_offset, origin_seqs: part.origin_seqs };
+            let first_timestamp_ms = part.first_timestamp_ms;
+            let landed = Landed { first_offset, origin_seqs: part.origin_seqs, first_timestamp_ms };
             outcomes.push(CommitOutcome { id: part.id, result: Ok(landed) });
             first_offset += landed_count;
         }

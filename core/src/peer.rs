@@ -19,7 +19,7 @@ pub use queue_wire::WireLeased;
 
 /// Version of the node protocol. Bump it when a message's layout changes (3: a topic in an
 /// admin result carries its queue settings, and a queue receive its wait).
-pub const PROTOCOL_VERSION: u8 = 3;
+pub const PROTOCOL_VERSION: u8 = 4;
 
 /// One record in a commit batch sent to a partition's owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -79,6 +79,12 @@ pub enum PeerMessage {
     Settle { id: u64, topic: TopicId, action: SettleAction, handles: Vec<ReceiptHandle> },
     /// One result per handle of `Settle { id, .. }`, in order.
     SettleReply { id: u64, results: Vec<Result<(), WireError>> },
+    /// A topic-wide queue receive waits: answer once a message may be available on one of the
+    /// receiver's partitions of `topic` (at once if one is), or after `wait_ms`. Nothing is
+    /// leased: the sender asks again.
+    ReceiveWatch { id: u64, topic: TopicId, wait_ms: u64 },
+    /// The answer to `ReceiveWatch { id, .. }`: look again.
+    ReceiveWatchReply { id: u64 },
 }
 
 /// The outcome of a forwarded metastore command.
@@ -163,6 +169,8 @@ const TAG_SETTLE: u8 = 14;
 const TAG_SETTLE_REPLY: u8 = 15;
 /// A consume with a wait: the layout of `TAG_CONSUME` followed by `wait_ms` (never 0).
 const TAG_CONSUME_WAIT: u8 = 16;
+pub(crate) const TAG_RECEIVE_WATCH: u8 = 17;
+pub(crate) const TAG_RECEIVE_WATCH_REPLY: u8 = 18;
 
 const RESULT_COMMITTED: u8 = 0;
 const RESULT_FAILED: u8 = 1;
@@ -234,10 +242,8 @@ impl PeerMessage {
                 out.push(TAG_TOPIC_STATS_REPLY);
                 encode_topic_stats_reply(&mut out, *id, partitions);
             }
-            PeerMessage::Receive { .. }
-            | PeerMessage::ReceiveReply { .. }
-            | PeerMessage::Settle { .. }
-            | PeerMessage::SettleReply { .. } => queue_wire::encode(self, &mut out),
+            // Receives, watches and settles (queue consume).
+            _ => queue_wire::encode(self, &mut out),
         }
         Bytes::from(out)
     }
@@ -260,6 +266,7 @@ impl PeerMessage {
             TAG_PROPOSE_REPLY | TAG_CONSUME | TAG_CONSUME_REPLY => decode_small(tag, &mut reader),
             TAG_TOPIC_STATS | TAG_TOPIC_STATS_REPLY => decode_small(tag, &mut reader),
             TAG_CONSUME_WAIT => decode_small(tag, &mut reader),
+            TAG_RECEIVE_WATCH | TAG_RECEIVE_WATCH_REPLY => decode_small(tag, &mut reader),
             TAG_RECEIVE => queue_wire::decode_receive(&mut reader),
             TAG_RECEIVE_REPLY => queue_wire::decode_receive_reply(&mut reader),
             TAG_SETTLE => queue_wire::decode_settle(&mut reader),
@@ -292,15 +299,20 @@ impl PeerMessage {
             PeerMessage::ReceiveReply { .. } => "receive-reply",
             PeerMessage::Settle { .. } => "settle",
             PeerMessage::SettleReply { .. } => "settle-reply",
+            PeerMessage::ReceiveWatch { .. } => "receive-watch",
+            PeerMessage::ReceiveWatchReply { .. } => "receive-watch-reply",
         }
     }
 }
 
+/// Per partition: its number, then `PartitionNumbers` in field order (`u64::MAX`: no oldest
+/// unsettled message).
 fn encode_topic_stats_reply(out: &mut Vec<u8>, id: u64, partitions: &[(u32, PartitionNumbers)]) {
     put_u64s(out, &[id, partitions.len() as u64]);
     for (partition, n) in partitions {
         out.extend_from_slice(&partition.to_le_bytes());
-        let queue = [n.queue_settled, n.queue_leased];
+        let oldest = n.oldest_unsettled_ms.unwrap_or(u64::MAX);
+        let queue = [n.queue_settled, n.queue_leased, oldest];
         put_u64s(out, &[n.log_start_offset, n.high_watermark, n.segments, n.size_bytes]);
         put_u64s(out, &queue);
     }
@@ -337,9 +349,13 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
             PeerMessage::Consume { id, target, offset, max, wait_ms }
         }
         TAG_TOPIC_STATS => PeerMessage::TopicStats { id, topic: TopicId(reader.u64()?) },
+        TAG_RECEIVE_WATCH => {
+            PeerMessage::ReceiveWatch { id, topic: TopicId(reader.u64()?), wait_ms: reader.u64()? }
+        }
+        TAG_RECEIVE_WATCH_REPLY => PeerMessage::ReceiveWatchReply { id },
         TAG_TOPIC_STATS_REPLY => {
             let count = reader.u64()?;
-            let mut partitions = Vec::with_capacity(capacity_for(count, reader, 52));
+            let mut partitions = Vec::with_capacity(capacity_for(count, reader, 60));
             for _ in 0..count {
                 let partition = reader.u32()?;
                 let numbers = PartitionNumbers {
@@ -349,6 +365,7 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
                     size_bytes: reader.u64()?,
                     queue_settled: reader.u64()?,
                     queue_leased: reader.u64()?,
+                    oldest_unsettled_ms: Some(reader.u64()?).filter(|&ms| ms != u64::MAX),
                 };
                 partitions.push((partition, numbers));
             }

@@ -7,6 +7,7 @@ mod long_poll;
 mod node_flow;
 mod overload;
 mod queue_flow;
+mod queue_lag;
 mod retention;
 mod seal_flow;
 mod topic_update;

@@ -46,7 +46,7 @@ fn decoded_bytes_are_canonical(data: &[u8]) {
 /// A message of any kind with fields from the input.
 fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage> {
     let id = u64::arbitrary(u)?;
-    Ok(match u.int_in_range(0..=14u8)? {
+    Ok(match u.int_in_range(0..=16u8)? {
         0 => PeerMessage::Raft(bytes(u)?),
         1 => PeerMessage::CommitBatch {
             id,
@@ -86,13 +86,19 @@ fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage>
             handles: many(u, handle)?,
         },
         13 => PeerMessage::SettleReply { id, results: many(u, settle_result)? },
+        14 => PeerMessage::ReceiveWatch {
+            id,
+            topic: TopicId(u.arbitrary()?),
+            wait_ms: u.arbitrary()?,
+        },
+        15 => PeerMessage::ReceiveWatchReply { id },
         _ => PeerMessage::TopicStatsReply { id, partitions: stats(u)? },
     })
 }
 
 fn stats(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<(u32, PartitionNumbers)>> {
-    let raw: Vec<(u32, [u64; 6])> = u.arbitrary()?;
-    let numbers = |(partition, [a, b, c, d, e, f]): (u32, [u64; 6])| {
+    let raw: Vec<(u32, [u64; 7])> = u.arbitrary()?;
+    let numbers = |(partition, [a, b, c, d, e, f, g]): (u32, [u64; 7])| {
         let numbers = PartitionNumbers {
             log_start_offset: a,
             high_watermark: b,
@@ -100,6 +106,8 @@ fn stats(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<(u32, PartitionNumbe
             size_bytes: d,
             queue_settled: e,
             queue_leased: f,
+            // `u64::MAX` is the wire's spelling of none.
+            oldest_unsettled_ms: (g != u64::MAX).then_some(g),
         };
         (partition, numbers)
     };

@@ -137,6 +137,7 @@ fn peer_messages() -> Vec<Vec<u8>> {
                     size_bytes: 300,
                     queue_settled: 4,
                     queue_leased: 1,
+                    oldest_unsettled_ms: Some(1_764_000_000_000),
                 },
             )],
         },

@@ -7,6 +7,11 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use narad_core::Instant;
 
+/// Milliseconds since the Unix epoch on the wall clock (for what is shown, never for the core).
+pub fn unix_millis() -> u64 {
+    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+}
+
 /// A monotonic view of the wall clock, owned by the driver task.
 #[derive(Debug, Default)]
 pub struct Clock {

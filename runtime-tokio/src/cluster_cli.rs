@@ -233,10 +233,7 @@ pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
 }
 
 fn members_table(members: &[MemberJson]) -> String {
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or(0);
+    let now_ms = crate::clock::unix_millis();
     let mut out = format!(
         "{:<4} {:<6} {:<9} {:<22} {:<22} {:>10}  {}\n",
         "ID", "STATUS", "ROLE", "HTTP", "CLUSTER", "PARTITIONS", "LAST HEARTBEAT"

@@ -57,6 +57,8 @@ pub struct SweepReport {
     pub records_deleted: u64,
     pub seeds_with_deletions: u64,
     pub excused_by_retention: u64,
+    /// Partitions whose oldest unacked message the checker judged.
+    pub oldest_checks: u64,
     /// Queue consume over every seed (deliveries, redeliveries by cause), and the seeds that
     /// ran queue workers.
     pub queue: crate::checker::QueueVerdict,
@@ -84,6 +86,7 @@ impl SweepReport {
         self.remote_commits += outcome.totals.remote_commits;
         self.segments_deleted += outcome.counters.segments_deleted;
         self.records_deleted += outcome.counters.records_deleted;
+        self.oldest_checks += outcome.counters.oldest_checks;
         self.seeds_with_deletions += u64::from(outcome.counters.segments_deleted > 0);
         self.excused_by_retention += outcome.verdict.deleted_by_retention;
         self.queue.add(&outcome.verdict.queue);
@@ -158,6 +161,7 @@ impl SweepReport {
             "lost_to_corruption": self.lost_to_corruption,
             "segments_deleted": self.segments_deleted,
             "records_deleted": self.records_deleted,
+            "oldest_unacked_checks": self.oldest_checks,
             "seeds_with_deletions": self.seeds_with_deletions,
             "excused_by_retention": self.excused_by_retention,
             "queue": self.queue.to_json(),

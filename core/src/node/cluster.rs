@@ -181,6 +181,10 @@ impl Node {
                     self.on_peer_receive_reply(pending, key, result);
                 }
             }
+            PeerMessage::ReceiveWatch { id, topic, wait_ms } => {
+                self.on_receive_watch(from, id, topic, wait_ms);
+            }
+            PeerMessage::ReceiveWatchReply { id } => self.on_receive_watch_reply(id),
             PeerMessage::Settle { id, topic, action, handles } => {
                 self.on_peer_settle(from, id, topic, action, &handles);
             }

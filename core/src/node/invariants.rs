@@ -37,7 +37,16 @@ impl Node {
     fn check_consumers(&self, deep: bool) -> Result<(), String> {
         let journal_ios =
             self.io.values().filter(|purpose| matches!(purpose, IoPurpose::Journal(_))).count();
-        self.consumers.check(journal_ios, deep)
+        self.consumers.check(journal_ios, deep)?;
+        let probes: Vec<PartitionKey> = self
+            .io
+            .values()
+            .filter_map(|purpose| match purpose {
+                IoPurpose::OldestProbe { key, .. } => Some(*key),
+                _ => None,
+            })
+            .collect();
+        self.consumers.oldest.check(&probes, |key| self.first_unsettled(key))
     }
 
     /// `check_invariants` plus every partition log (watermark within its committed bytes, its
@@ -93,6 +102,7 @@ impl Node {
                 | IoPurpose::Consume { .. }
                 | IoPurpose::Journal(_)
                 | IoPurpose::QueueRead { .. }
+                | IoPurpose::OldestProbe { .. }
                 | IoPurpose::FileDelete => {}
             }
         }

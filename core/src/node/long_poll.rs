@@ -26,8 +26,8 @@ impl Node {
             Waiter::Client { key, offset, .. } | Waiter::Peer { key, offset, .. } => {
                 (*key, *offset)
             }
-            Waiter::Receive { .. } | Waiter::PeerReceive { .. } => {
-                unreachable!("queue receives park through `park_receive`")
+            Waiter::Receive { .. } | Waiter::PeerReceive { .. } | Waiter::PeerWatch { .. } => {
+                unreachable!("queue receives park through `park_receive` and `on_receive_watch`")
             }
         };
         let deadline = self.now.plus_millis(wait_ms);
@@ -65,6 +65,9 @@ impl Node {
             Waiter::PeerReceive { from, id, key, max, until } => {
                 self.resume_peer_receive(from, id, key, max, until);
             }
+            Waiter::PeerWatch { from, id } => {
+                self.send(from, &PeerMessage::ReceiveWatchReply { id });
+            }
         }
     }
 
@@ -74,7 +77,7 @@ impl Node {
         for entry in self.parked.take_expired(self.now) {
             let until = match entry.waiter {
                 Waiter::Receive { until, .. } | Waiter::PeerReceive { until, .. } => until,
-                Waiter::Client { .. } | Waiter::Peer { .. } => self.now,
+                Waiter::Client { .. } | Waiter::Peer { .. } | Waiter::PeerWatch { .. } => self.now,
             };
             if until > self.now {
                 self.serve_woken(entry);
@@ -143,6 +146,10 @@ impl Node {
             Waiter::Peer { from, id, .. } => {
                 let result = result.map(|()| Vec::new()).map_err(|e| WireError::from_client(&e));
                 self.send(from, &PeerMessage::ConsumeReply { id, result });
+            }
+            // Whatever ended it (a deletion, a move, a shutdown), the receive looks again.
+            Waiter::PeerWatch { from, id } => {
+                self.send(from, &PeerMessage::ReceiveWatchReply { id });
             }
         }
     }

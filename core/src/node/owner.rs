@@ -100,6 +100,9 @@ impl Node {
         let job = self.jobs.remove(&outcome.id).expect("invariant: outcomes belong to known jobs");
         let result = match outcome.result {
             Ok(landed) => {
+                if let Some(timestamp_ms) = landed.first_timestamp_ms {
+                    self.learn_oldest(job.key, landed.first_offset, timestamp_ms);
+                }
                 if !landed.origin_seqs.is_empty() {
                     let (first_offset, origins) = (landed.first_offset, landed.origin_seqs);
                     let origin = job.origin;

@@ -28,13 +28,19 @@ pub(super) enum Waiter {
     Receive { id: u64, until: Instant },
     /// A queue receive another node forwarded to us (the owner of `key`) for its client.
     PeerReceive { from: NodeId, id: u64, key: PartitionKey, max: u32, until: Instant },
+    /// Another node's topic-wide receive, watching our partitions of its topic: answered (look
+    /// again) at any wake or deadline (`node/receive_watch.rs`).
+    PeerWatch { from: NodeId, id: u64 },
 }
 
 impl Waiter {
     /// True for a queue receive (woken by a message becoming available, not only by the high
     /// watermark).
     pub fn is_receive(&self) -> bool {
-        matches!(self, Waiter::Receive { .. } | Waiter::PeerReceive { .. })
+        matches!(
+            self,
+            Waiter::Receive { .. } | Waiter::PeerReceive { .. } | Waiter::PeerWatch { .. }
+        )
     }
 }
 
@@ -61,14 +67,16 @@ pub(super) struct Parked {
 
 impl Parked {
     /// Parks `waiter` until one of `watches` is passed or `deadline`; past `PARKED_MAX` entries
-    /// the waiter is handed back (the caller answers it at once).
+    /// the waiter is handed back (the caller answers it at once). Only a client's queue receive
+    /// may watch nothing here (other owners watch its partitions: `node/receive_watch.rs`).
     pub fn park(
         &mut self,
         waiter: Waiter,
         watches: Vec<(PartitionKey, u64)>,
         deadline: Instant,
     ) -> Result<u64, Waiter> {
-        if self.entries.len() >= PARKED_MAX || watches.is_empty() {
+        let may_watch_nothing = matches!(waiter, Waiter::Receive { .. });
+        if self.entries.len() >= PARKED_MAX || (watches.is_empty() && !may_watch_nothing) {
             return Err(waiter);
         }
         self.next_id += 1;
@@ -125,6 +133,11 @@ impl Parked {
             .map(|&(_, id)| id)
             .collect();
         self.take_ids(ids)
+    }
+
+    /// Removes and returns entry `id` (a topic-wide receive a peer's watch woke).
+    pub fn take(&mut self, id: u64) -> Option<Entry> {
+        self.remove(id)
     }
 
     /// Removes and returns every entry (at shutdown), in the order they were parked.
@@ -196,7 +209,11 @@ impl Parked {
             watches += set.len();
         }
         let expected: usize = self.entries.values().map(|e| e.watches.len()).sum();
-        if watches != expected || self.entries.values().any(|e| e.watches.is_empty()) {
+        let unwatched = self
+            .entries
+            .values()
+            .any(|e| e.watches.is_empty() && !matches!(e.waiter, Waiter::Receive { .. }));
+        if watches != expected || unwatched {
             return Err(format!("parked: {watches} watches indexed, entries list {expected}"));
         }
         if self.entries.keys().next_back().is_some_and(|&id| id > self.next_id) {
@@ -234,7 +251,8 @@ mod tests {
                 Waiter::Client { request, .. } => request.0,
                 Waiter::Peer { id, .. }
                 | Waiter::Receive { id, .. }
-                | Waiter::PeerReceive { id, .. } => *id,
+                | Waiter::PeerReceive { id, .. }
+                | Waiter::PeerWatch { id, .. } => *id,
             })
             .collect()
     }

@@ -9,7 +9,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use bytes::Bytes;
 
 use super::cluster::Forwarded;
+use super::oldest::OldestProbes;
 use super::parked::Waiter;
+use super::receive_watch::ReceiveWatches;
 use super::{IoPurpose, Node};
 use crate::api::{ClientError, ClientReply, ConsumedRecord, LeasedRecord, SettleAction};
 use crate::constants::{
@@ -123,6 +125,10 @@ pub(super) struct Consumers {
     /// try again at the next pump.
     pub(super) available_again: BTreeSet<PartitionKey>,
     pub(super) counters: QueueCounters,
+    /// What is known of each partition's oldest unsettled message (`node/oldest.rs`).
+    pub(super) oldest: OldestProbes,
+    /// Other owners watching for our parked topic-wide receives (`node/receive_watch.rs`).
+    pub(super) watches: ReceiveWatches,
 }
 
 /// What `Stats` reports of queue consumers.
@@ -181,6 +187,8 @@ impl Consumers {
             read_ahead: BTreeMap::new(),
             available_again: BTreeSet::new(),
             counters: QueueCounters::default(),
+            oldest: OldestProbes::default(),
+            watches: ReceiveWatches::default(),
         }
     }
 
@@ -200,6 +208,13 @@ impl Consumers {
     pub(super) fn forget(&mut self, key: PartitionKey) {
         self.queues.remove(&key);
         self.read_ahead.remove(&key);
+        self.oldest.forget(key);
+    }
+
+    /// The timestamp of `key`@`offset` if its record is read ahead.
+    pub(super) fn read_ahead_timestamp(&self, key: PartitionKey, offset: u64) -> Option<u64> {
+        let ahead = self.read_ahead.get(&key)?;
+        ahead.records.get(&offset).map(|record| record.timestamp_ms)
     }
 
     /// Every partition queue's own consistency, and the journal's operations in flight
@@ -216,7 +231,7 @@ impl Consumers {
                 queue.check().map_err(|e| format!("queue of {key}: {e}"))?;
             }
         }
-        Ok(())
+        self.watches.check()
     }
 }
 
@@ -334,6 +349,8 @@ impl Node {
                     return self.answer_receive_empty(id, Err(error));
                 }
                 return match pending.until.filter(|&until| until > self.now) {
+                    // A watch answered during the round: it runs again instead of parking.
+                    Some(_) if self.consumers.watches.take_woken(id) => self.resume_receive(id),
                     Some(until) => self.park_receive(id, until),
                     None => self.answer_receive_empty(id, Ok(())),
                 };
@@ -393,6 +410,7 @@ impl Node {
             }
             result => {
                 let done = self.consumers.client_receives.remove(&id).expect("present above");
+                self.consumers.watches.forget(id);
                 let reply = result.map_or_else(ClientReply::Error, ClientReply::Leased);
                 self.reply(done.request, reply);
             }
@@ -533,6 +551,7 @@ impl Node {
         let mut moves = Vec::new();
         for record in records {
             let offset = record.offset;
+            queue.note_timestamp(offset, record.timestamp_ms);
             if spent(queue, offset) && reserved.remove(&offset) {
                 moves.push(record);
             } else if reserved.remove(&offset) {
@@ -718,19 +737,25 @@ impl Node {
 
     /// A client receive's round found nothing and it may wait until `until`: it parks on the
     /// partitions of it this node owns, woken by their high watermarks, by a message becoming
-    /// available again, or by the next expiry of a lease among them. With none (a topic-wide
-    /// receive in a cluster whose partitions are all elsewhere), or while the node shuts down,
-    /// it is answered empty now.
+    /// available again, or by the next expiry of a lease among them; the live owners of its
+    /// other partitions watch theirs for it (`node/receive_watch.rs`). With no partition owned
+    /// by a live node, or while the node shuts down, it is answered empty now.
     fn park_receive(&mut self, id: u64, until: Instant) {
         let Some(pending) = self.consumers.client_receives.get(&id) else { return };
-        let me = self.config.node_id;
-        let keys: Vec<PartitionKey> = pending
-            .partitions
-            .iter()
-            .map(|&partition| PartitionKey { topic: pending.topic_id, partition })
-            .filter(|&key| self.meta.owner(key) == Some(me))
-            .collect();
-        if keys.is_empty() || self.shutting_down {
+        let (me, topic) = (self.config.node_id, pending.topic_id);
+        let mut keys = Vec::new();
+        let mut owners = BTreeSet::new();
+        for &partition in &pending.partitions {
+            let key = PartitionKey { topic, partition };
+            match self.meta.owner(key) {
+                Some(owner) if owner == me => keys.push(key),
+                Some(owner) if self.meta.is_alive(owner) => {
+                    owners.insert(owner);
+                }
+                _ => {}
+            }
+        }
+        if (keys.is_empty() && owners.is_empty()) || self.shutting_down {
             return self.answer_receive_empty(id, Ok(()));
         }
         let (watches, mut deadline) = self.receive_watches(&keys, until);
@@ -738,8 +763,12 @@ impl Node {
             // Some partition failed this round: try again after the usual back-off.
             deadline = deadline.min(self.now.plus_millis(crate::constants::FAILURE_BACKOFF_MS));
         }
-        if let Err(waiter) = self.parked.park(Waiter::Receive { id, until }, watches, deadline) {
-            self.answer_waiter(waiter, Err(parked_full(self.parked.len())));
+        match self.parked.park(Waiter::Receive { id, until }, watches, deadline) {
+            Ok(entry) => {
+                self.consumers.watches.parked(id, entry);
+                self.watch_remote_owners(id, topic, &owners, until);
+            }
+            Err(waiter) => self.answer_waiter(waiter, Err(parked_full(self.parked.len()))),
         }
     }
 
@@ -764,7 +793,7 @@ impl Node {
 
     /// What a parked receive watches on our partitions `keys` (each past its high watermark
     /// now), and when it wakes at the latest: `until`, or the next expiry of a lease there.
-    fn receive_watches(
+    pub(super) fn receive_watches(
         &self,
         keys: &[PartitionKey],
         until: Instant,
@@ -785,6 +814,7 @@ impl Node {
 
     /// A parked client receive woke: it goes through its partitions again.
     pub(super) fn resume_receive(&mut self, id: u64) {
+        self.consumers.watches.unparked(id);
         if let Some(pending) = self.consumers.client_receives.get_mut(&id) {
             (pending.next, pending.failed, pending.failure) = (0, 0, None);
             self.next_partition(id);
@@ -810,6 +840,7 @@ impl Node {
     /// Answers a client receive with nothing (`Ok`: 204) or its error.
     pub(super) fn answer_receive_empty(&mut self, id: u64, result: Result<(), ClientError>) {
         if let Some(done) = self.consumers.client_receives.remove(&id) {
+            self.consumers.watches.forget(id);
             let reply =
                 result.map_or_else(ClientReply::Error, |()| ClientReply::Leased(Vec::new()));
             self.reply(done.request, reply);
@@ -1102,6 +1133,7 @@ impl Node {
             numbers.queue_settled = (below + ahead).min(numbers.high_watermark - start);
             numbers.queue_leased = queue.leased(self.now) as u64;
         }
+        numbers.oldest_unsettled_ms = self.oldest_unsettled_ms(key);
         numbers
     }
 

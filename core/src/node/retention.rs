@@ -30,6 +30,7 @@ impl Node {
             };
             log.start_retention(now_ms, policy);
         }
+        self.probe_oldest_unsettled();
     }
 
     /// Turns the deletions the log of `key` completed into events and counters (a deletion
@@ -51,6 +52,7 @@ impl Node {
                 "retention: deleted a sealed segment"
             );
             self.push_event(NodeEvent::SegmentDeleted { key, trimmed, now_ms });
+            self.probe_oldest(key);
         }
     }
 }

@@ -115,7 +115,11 @@ fn commit_becomes_visible_only_after_verified_read_back() {
         outcome,
         CommitOutcome {
             id: CommitId(1),
-            result: Ok(Landed { first_offset: 0, origin_seqs: vec![0, 1, 2] })
+            result: Ok(Landed {
+                first_offset: 0,
+                origin_seqs: vec![0, 1, 2],
+                first_timestamp_ms: Some(5)
+            })
         }
     );
     assert_eq!(log.high_watermark(), 3);
@@ -222,7 +226,8 @@ fn a_replayed_commit_lands_no_second_copy_even_after_restart() {
     // Seqs 1-2 again plus a new one: only seq 3 lands.
     begin(&mut log, 2, 1, records_from(1, 3)).unwrap();
     let landed = disk.run(&mut log).unwrap().result.unwrap();
-    assert_eq!(landed, Landed { first_offset: 3, origin_seqs: vec![3] });
+    let expected = Landed { first_offset: 3, origin_seqs: vec![3], first_timestamp_ms: Some(5) };
+    assert_eq!(landed, expected);
     let mut log = recover(&disk.file).unwrap();
     let done = begin(&mut log, 3, 1, records(4)).unwrap();
     assert_eq!(done.unwrap().result.unwrap().origin_seqs, Vec::<u64>::new(), "all known: no write");

@@ -24,6 +24,14 @@ pub struct WireLeased {
 /// `SettleReply`) to `out`.
 pub(super) fn encode(message: &PeerMessage, out: &mut Vec<u8>) {
     match message {
+        PeerMessage::ReceiveWatch { id, topic, wait_ms } => {
+            out.push(super::TAG_RECEIVE_WATCH);
+            put_u64s(out, &[*id, topic.0, *wait_ms]);
+        }
+        PeerMessage::ReceiveWatchReply { id } => {
+            out.push(super::TAG_RECEIVE_WATCH_REPLY);
+            put_u64s(out, &[*id]);
+        }
         PeerMessage::Receive { id, target, max, wait_ms } => {
             out.push(super::TAG_RECEIVE);
             encode_receive(out, *id, *target, *max);

@@ -48,6 +48,9 @@ pub struct Lease {
     pub count: u32,
     /// A held lease expires then (owner's clock).
     pub expires: Instant,
+    /// The message's timestamp, once its record was read (what the age of the oldest unsettled
+    /// message is told from without a read: see `node/oldest.rs`).
+    pub timestamp_ms: Option<u64>,
 }
 
 /// Why a settle was refused: the handle names no held, unexpired lease with that nonce (it
@@ -167,11 +170,44 @@ impl PartitionQueue {
             }
             offset += 1;
         }
-        let reading = Lease { state: LeaseState::Reading, nonce: 0, count: 0, expires: now };
         for &offset in &chosen {
+            // An expired lease leased again keeps what is known of its record.
+            let timestamp_ms = self.leases.get(&offset).and_then(|l| l.timestamp_ms);
+            let reading = Lease {
+                state: LeaseState::Reading,
+                nonce: 0,
+                count: 0,
+                expires: now,
+                timestamp_ms,
+            };
             self.leases.insert(offset, reading);
         }
         chosen
+    }
+
+    /// The record of the reserved (or leased) `offset` was read: its timestamp is `timestamp_ms`.
+    pub fn note_timestamp(&mut self, offset: u64, timestamp_ms: u64) {
+        if let Some(lease) = self.leases.get_mut(&offset) {
+            lease.timestamp_ms = Some(timestamp_ms);
+        }
+    }
+
+    /// The first offset at or above `start` (the log's start) that is not settled: the oldest
+    /// message a consumer still owes an ack, if it is below the high watermark.
+    pub fn first_unsettled(&self, start: u64) -> u64 {
+        let mut offset = self.durable.frontier.max(start);
+        let mut acked = self.durable.acked.range(offset..);
+        while acked.next() == Some(&offset) {
+            offset += 1;
+        }
+        offset
+    }
+
+    /// True if `reserve` would find an offset now (between `start` and `end`, in the window).
+    pub fn has_available(&self, now: Instant, start: u64, end: u64) -> bool {
+        let lower = self.durable.frontier.max(start);
+        let upper = end.min(self.durable.frontier.saturating_add(QUEUE_WINDOW_RECORDS));
+        (lower..upper).any(|offset| self.available(offset, now))
     }
 
     /// A reserved offset is not delivered after all (its read did not return it).
@@ -207,7 +243,7 @@ impl PartitionQueue {
         let lease = self.leases.get_mut(&offset).expect("invariant: granted offsets are reserved");
         debug_assert_eq!(lease.state, LeaseState::Reading);
         debug_assert!(!self.undurable.contains_key(&offset), "one count ahead at a time");
-        *lease = Lease { state: LeaseState::Held, nonce, count, expires };
+        *lease = Lease { state: LeaseState::Held, nonce, count, expires, ..*lease };
         self.undurable.insert(offset, count);
     }
 
@@ -216,7 +252,7 @@ impl PartitionQueue {
     pub fn grant(&mut self, offset: u64, nonce: u64, count: u32, expires: Instant) {
         let lease = self.leases.get_mut(&offset).expect("invariant: granted offsets are reserved");
         debug_assert_eq!(lease.state, LeaseState::Reading);
-        *lease = Lease { state: LeaseState::Granting, nonce, count, expires };
+        *lease = Lease { state: LeaseState::Granting, nonce, count, expires, ..*lease };
     }
 
     /// The delivery entry of `offset` (count `count`) is durable: the count stands, and the
@@ -451,6 +487,27 @@ mod tests {
         assert_eq!(q.extend(later, offset, 100, at(90_000)), Err(StaleHandle));
         assert_eq!(q.nack(later, offset, 100), Err(StaleHandle));
         q.begin_ack(later, offset, 200).expect("the new handle settles");
+    }
+
+    #[test]
+    fn the_first_unsettled_offset_skips_what_is_acked_and_leases_keep_timestamps() {
+        let mut q = PartitionQueue::default();
+        let (a, _) = deliver(&mut q, T0, 3, 1);
+        let (b, _) = deliver(&mut q, T0, 3, 2);
+        q.note_timestamp(a, 70);
+        q.note_timestamp(2, 99); // not reserved: nothing to keep it in
+        assert_eq!(q.lease(a).and_then(|l| l.timestamp_ms), Some(70));
+        assert!(q.lease(2).is_none());
+        q.begin_ack(T0, a, 1).expect("held");
+        q.on_acked(a);
+        assert_eq!(q.first_unsettled(0), b);
+        assert_eq!(q.first_unsettled(5), 5, "never below the log start");
+        // An expired lease leased again keeps its record's timestamp.
+        q.note_timestamp(b, 80);
+        assert_eq!(q.reserve(at(30_001), 0, 3, 1), vec![b]);
+        assert_eq!(q.lease(b).and_then(|l| l.timestamp_ms), Some(80));
+        q.grant(b, 3, 2, at(60_000));
+        assert_eq!(q.lease(b).and_then(|l| l.timestamp_ms), Some(80), "granting keeps it");
     }
 
     #[test]

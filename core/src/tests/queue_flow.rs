@@ -450,3 +450,50 @@ fn a_nack_or_an_expired_lease_wakes_a_waiting_receive() {
 fn leased_of(reply: Option<ClientReply>) -> Vec<LeasedRecord> {
     leased(reply.expect("answered"))
 }
+
+/// The owners of `topic`'s partitions, as cluster indexes (node ids are 1-based).
+fn owner_indexes(c: &mut Cluster, topic: &str) -> Vec<usize> {
+    match c.call(0, ClientOp::GetTopic { name: topic.into() }, 5_000) {
+        Some(ClientReply::Topic(_, stats)) => {
+            stats.iter().map(|p| p.owner_node as usize - 1).collect()
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+/// A topic-wide waiting receive through a node that owns none of the topic's partitions, or
+/// only another one: the owner of the partition a message lands on watches for it and wakes
+/// it, long before its wait ends.
+#[test]
+fn a_topic_wide_waiting_receive_is_woken_by_a_message_on_another_owner() {
+    let mut c = Cluster::new(3);
+    c.run_until(20_000, Cluster::all_ready);
+    for (name, partitions) in [("one", 1), ("two", 2)] {
+        let created = c.call(0, create(name, partitions), 10_000).expect("answered");
+        assert!(matches!(created, ClientReply::TopicCreated(_)), "{created:?}");
+    }
+    c.run_for(1_000);
+    let one = owner_indexes(&mut c, "one")[0];
+    let two = owner_indexes(&mut c, "two");
+    // "one": through a node that owns nothing of it. "two": through the owner of partition 0
+    // when the two partitions have different owners, the message going to partition 1.
+    let mut cases = vec![("one", (one + 1) % 3, 0)];
+    if two[0] != two[1] {
+        cases.push(("two", two[0], 1));
+    }
+    for (name, via, partition) in cases {
+        let waiting = c.submit(via, receive_waiting(name, 15_000));
+        c.run_for(1_000);
+        assert!(!c.replies.contains_key(&waiting), "{name}: nothing yet: it waits");
+        let message = ProduceMessage { key: None, partition: Some(partition), payload: "w".into() };
+        let op = ClientOp::Produce { topic: name.into(), messages: vec![message], batch: false };
+        assert!(matches!(c.call((via + 2) % 3, op, 5_000), Some(ClientReply::Produced { .. })));
+        let produced = c.now;
+        c.run_until(10_000, |c| c.replies.contains_key(&waiting));
+        let got = leased_of(c.replies.remove(&waiting));
+        assert_eq!(offsets(&got), [(0, 1)], "{name}: woken by the message");
+        assert_eq!(got[0].record.partition, partition);
+        let waited = c.now.micros_since(produced);
+        assert!(waited < 2_000_000, "{name}: answered {waited} µs after the produce's 202");
+    }
+}

@@ -18,7 +18,7 @@ const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Serves the node's counters.
 pub async fn metrics(State(node): State<NodeHandle>) -> Result<Response, ApiError> {
     let stats = node.stats().await.map_err(|_| ApiError::node_stopped())?;
-    let mut body = render(&stats);
+    let mut body = render(&stats, crate::clock::unix_millis());
     if let Some(dir) = node.data_dir() {
         render_free_space(&mut body, dir);
     }
@@ -29,8 +29,8 @@ pub async fn metrics(State(node): State<NodeHandle>) -> Result<Response, ApiErro
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response())
 }
 
-/// Renders every metric.
-pub fn render(stats: &Stats) -> String {
+/// Renders every metric (ages told at `now_ms`, this node's clock).
+pub fn render(stats: &Stats, now_ms: u64) -> String {
     let mut out = String::with_capacity(4096 + stats.partitions.len() * 160);
     for metric in &SCALARS {
         let (name, help, kind) = (metric.name, metric.help, metric.kind.as_str());
@@ -38,6 +38,7 @@ pub fn render(stats: &Stats) -> String {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} {kind}\n{name} {value}");
     }
     render_partitions(&mut out, stats);
+    render_oldest_unacked(&mut out, stats, now_ms);
     out
 }
 
@@ -337,6 +338,25 @@ fn render_partitions(out: &mut String, stats: &Stats) {
     }
 }
 
+/// The age of each partition's oldest unacked message: 0 when every message is acked, left
+/// out while its owner has not read it yet (after a restart, until the next retention pass).
+fn render_oldest_unacked(out: &mut String, stats: &Stats, now_ms: u64) {
+    let name = "narad_queue_oldest_unacked_age_seconds";
+    let help = "Age of the partition's oldest unacked message (by offset), on this node's clock.";
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge");
+    for (topic, partition, n) in &stats.partitions {
+        let unacked = n.high_watermark - n.log_start_offset > n.queue_settled;
+        let age_ms = match n.oldest_unsettled_ms {
+            Some(at) => now_ms.saturating_sub(at),
+            None if !unacked => 0,
+            None => continue,
+        };
+        let topic = escape_label(topic);
+        let seconds = age_ms as f64 / 1_000.0;
+        let _ = writeln!(out, "{name}{{topic=\"{topic}\",partition=\"{partition}\"}} {seconds}");
+    }
+}
+
 /// The data directory's filesystem: bytes free for this process and in all. Left out when
 /// `statvfs` fails (the gauge would lie).
 fn render_free_space(out: &mut String, dir: &std::path::Path) {
@@ -373,24 +393,40 @@ mod tests {
             wal_fsyncs: 3,
             dispatch_backlog: 9,
             records_lost: 2,
-            partitions: vec![(
-                "orders".to_string(),
-                1,
-                PartitionNumbers {
-                    log_start_offset: 7,
-                    high_watermark: 42,
-                    segments: 3,
-                    size_bytes: 4096,
-                    queue_settled: 30,
-                    queue_leased: 2,
-                },
-            )],
+            partitions: vec![
+                (
+                    "orders".to_string(),
+                    1,
+                    PartitionNumbers {
+                        log_start_offset: 7,
+                        high_watermark: 42,
+                        segments: 3,
+                        size_bytes: 4096,
+                        queue_settled: 30,
+                        queue_leased: 2,
+                        oldest_unsettled_ms: Some(1_700_000_000_000),
+                    },
+                ),
+                ("idle".to_string(), 0, PartitionNumbers::default()),
+                (
+                    "unread".to_string(),
+                    0,
+                    PartitionNumbers { high_watermark: 3, ..PartitionNumbers::default() },
+                ),
+            ],
             retention_segments_deleted: 5,
             partition_read_damaged: 6,
             ..Stats::default()
         };
-        let text = render(&stats);
+        let text = render(&stats, 1_700_000_002_250);
         assert!(text.contains("\nnarad_wal_fsyncs_total 3\n"), "{text}");
+        let age = "narad_queue_oldest_unacked_age_seconds";
+        assert!(
+            text.contains(&format!("{age}{{topic=\"orders\",partition=\"1\"}} 2.25\n")),
+            "{text}"
+        );
+        assert!(text.contains(&format!("{age}{{topic=\"idle\",partition=\"0\"}} 0\n")), "{text}");
+        assert!(!text.contains(&format!("{age}{{topic=\"unread\"")), "unknown ages are left out");
         assert!(
             text.contains("# TYPE narad_records_lost_total counter\nnarad_records_lost_total 2\n")
         );
@@ -437,7 +473,7 @@ mod tests {
             meta_snapshots_installed: 8,
             ..Stats::default()
         };
-        let text = render(&stats);
+        let text = render(&stats, 0);
         for line in [
             "# TYPE narad_meta_leader gauge\nnarad_meta_leader 1\n",
             "# TYPE narad_meta_messages_dropped_total counter\nnarad_meta_messages_dropped_total 4\n",

@@ -101,10 +101,25 @@ struct PartitionJson {
     /// commit starts at, is the high watermark (a commit in flight is not visible yet).
     oldest_offset: Option<u64>,
     next_offset: Option<u64>,
+    /// Lag in time: the timestamp of the oldest unacked message (by offset) and its age on
+    /// this node's clock; `null` when every message is acked, or while its owner has not read
+    /// it yet (at most a retention pass after a restart), or the owner did not report.
+    oldest_unacked_timestamp_ms: Option<u64>,
+    oldest_unacked_age_ms: Option<u64>,
 }
 
 impl<'a> TopicJson<'a> {
-    fn new(info: &'a TopicInfo, stats: Option<&[PartitionStats]>) -> TopicJson<'a> {
+    /// A topic as listed (no numbers).
+    fn new(info: &'a TopicInfo) -> TopicJson<'a> {
+        TopicJson::shown(info, None, 0)
+    }
+
+    /// A topic with its partitions' numbers, ages told at `now_ms` (this node's clock).
+    fn with_stats(info: &'a TopicInfo, stats: &[PartitionStats], now_ms: u64) -> TopicJson<'a> {
+        TopicJson::shown(info, Some(stats), now_ms)
+    }
+
+    fn shown(info: &'a TopicInfo, stats: Option<&[PartitionStats]>, now_ms: u64) -> TopicJson<'a> {
         let partition_stats = stats.map(|stats| {
             let json = |p: &PartitionStats| PartitionJson {
                 index: p.index,
@@ -122,6 +137,11 @@ impl<'a> TopicJson<'a> {
                 acked: p.numbers.map(|n| n.queue_settled),
                 oldest_offset: p.numbers.map(|n| n.log_start_offset),
                 next_offset: p.numbers.map(|n| n.high_watermark),
+                oldest_unacked_timestamp_ms: p.numbers.and_then(|n| n.oldest_unsettled_ms),
+                oldest_unacked_age_ms: p
+                    .numbers
+                    .and_then(|n| n.oldest_unsettled_ms)
+                    .map(|at| now_ms.saturating_sub(at)),
             };
             stats.iter().map(json).collect()
         });
@@ -167,9 +187,7 @@ pub async fn create(
         queue,
     };
     match call(&node, op).await? {
-        ClientReply::TopicCreated(info) => {
-            Ok(to_json(StatusCode::CREATED, &TopicJson::new(&info, None)))
-        }
+        ClientReply::TopicCreated(info) => Ok(to_json(StatusCode::CREATED, &TopicJson::new(&info))),
         other => Err(ApiError::unexpected(&other)),
     }
 }
@@ -178,8 +196,7 @@ pub async fn create(
 pub async fn list(State(node): State<NodeHandle>) -> Result<Response, ApiError> {
     match call(&node, ClientOp::ListTopics).await? {
         ClientReply::Topics(topics) => {
-            let topics: Vec<TopicJson<'_>> =
-                topics.iter().map(|t| TopicJson::new(t, None)).collect();
+            let topics: Vec<TopicJson<'_>> = topics.iter().map(TopicJson::new).collect();
             Ok(to_json(StatusCode::OK, &serde_json::json!({ "topics": topics })))
         }
         other => Err(ApiError::unexpected(&other)),
@@ -193,7 +210,8 @@ pub async fn get(
 ) -> Result<Response, ApiError> {
     match call(&node, ClientOp::GetTopic { name }).await? {
         ClientReply::Topic(info, stats) => {
-            Ok(to_json(StatusCode::OK, &TopicJson::new(&info, Some(&stats))))
+            let json = TopicJson::with_stats(&info, &stats, crate::clock::unix_millis());
+            Ok(to_json(StatusCode::OK, &json))
         }
         other => Err(ApiError::unexpected(&other)),
     }
@@ -218,9 +236,7 @@ pub async fn update(
     };
     let change = TopicChange { retention_ms, retention_bytes: request.retention_bytes };
     match call(&node, ClientOp::UpdateTopic { name, change }).await? {
-        ClientReply::TopicUpdated(info) => {
-            Ok(to_json(StatusCode::OK, &TopicJson::new(&info, None)))
-        }
+        ClientReply::TopicUpdated(info) => Ok(to_json(StatusCode::OK, &TopicJson::new(&info))),
         other => Err(ApiError::unexpected(&other)),
     }
 }
@@ -265,13 +281,16 @@ mod tests {
             high_watermark: 5,
             segments: 1,
             size_bytes: 9,
+            oldest_unsettled_ms: Some(1_700_000_000_000),
             ..PartitionNumbers::default()
         };
         let stats = [
             PartitionStats { index: 0, owner_node: 3, numbers: Some(numbers) },
             PartitionStats { index: 1, owner_node: 12, numbers: None },
         ];
-        let json = serde_json::to_value(TopicJson::new(&info, Some(&stats))).expect("JSON");
+        let now_ms = 1_700_000_004_500;
+        let json =
+            serde_json::to_value(TopicJson::with_stats(&info, &stats, now_ms)).expect("JSON");
         assert_eq!(json["created_at"], 1_700_000_000);
         assert_eq!(json["created_at_ms"], 1_700_000_000_999_u64);
         assert_eq!(json["retention_ms"], narad_core::constants::DEFAULT_RETENTION_MS);
@@ -287,7 +306,14 @@ mod tests {
         assert_eq!(json["partition_stats"][1]["status"], "owner_unavailable");
         assert!(json["partition_stats"][1]["oldest_offset"].is_null());
         assert_eq!(json["partial"], true);
-        let listed = serde_json::to_value(TopicJson::new(&info, None)).expect("JSON");
+        // Lag in time, on the answering node's clock.
+        assert_eq!(
+            json["partition_stats"][0]["oldest_unacked_timestamp_ms"],
+            1_700_000_000_000_u64
+        );
+        assert_eq!(json["partition_stats"][0]["oldest_unacked_age_ms"], 4_500);
+        assert!(json["partition_stats"][1]["oldest_unacked_age_ms"].is_null());
+        let listed = serde_json::to_value(TopicJson::new(&info)).expect("JSON");
         assert!(listed.get("partition_stats").is_none());
         assert!(listed.get("partial").is_none(), "absent unless a partition did not report");
         assert_eq!(listed["retention_ms"], narad_core::constants::DEFAULT_RETENTION_MS);

@@ -34,6 +34,10 @@ pub struct LongPollState {
     /// Clogged links and paused nodes now, and how many began or ended so far.
     disturbances_open: u32,
     disturbance_epoch: u64,
+    /// The same for what may lose a message between nodes: per-message drops, cut links,
+    /// crashed or restarted processes (`loss`).
+    losses_open: u32,
+    loss_epoch: u64,
     /// Long-poll answers judged, and empty ones among them.
     pub judged: u64,
     pub judged_empty: u64,
@@ -45,6 +49,8 @@ pub struct LongPollSent {
     pub at: Instant,
     /// `None`: sent while a link was clogged or a node paused (not judged).
     epoch: Option<u64>,
+    /// `None`: sent while messages between nodes could be lost.
+    loss_epoch: Option<u64>,
 }
 
 impl Checker {
@@ -64,11 +70,24 @@ impl Checker {
         }
     }
 
+    /// Something that may lose messages between nodes began (`open`) or ended; a crash or a
+    /// restart is both at once.
+    pub fn loss(&mut self, open: bool) {
+        let state = &mut self.long_poll;
+        state.loss_epoch += 1;
+        if open {
+            state.losses_open += 1;
+        } else {
+            state.losses_open = state.losses_open.saturating_sub(1);
+        }
+    }
+
     /// A long-poll is being sent now.
     pub fn long_poll_sent(&self) -> LongPollSent {
         let state = &self.long_poll;
         let epoch = (state.disturbances_open == 0).then_some(state.disturbance_epoch);
-        LongPollSent { at: self.now, epoch }
+        let loss_epoch = (state.losses_open == 0).then_some(state.loss_epoch);
+        LongPollSent { at: self.now, epoch, loss_epoch }
     }
 }
 
@@ -77,6 +96,16 @@ impl LongPollState {
     /// since.
     pub(super) fn undisturbed_since(&self, sent: LongPollSent) -> bool {
         sent.epoch == Some(self.disturbance_epoch)
+    }
+
+    /// True when nothing could lose a message between nodes at `sent` or since.
+    pub(super) fn lossless_since(&self, sent: LongPollSent) -> bool {
+        sent.loss_epoch == Some(self.loss_epoch)
+    }
+
+    /// The network's worst one-way delay (0 on one node).
+    pub(super) fn network_us(&self) -> u64 {
+        self.network_us
     }
 
     /// When a record at `key`@`offset` was first reported visible (`None`: not yet, or the

@@ -19,6 +19,7 @@ mod dead_letter;
 mod events;
 mod long_poll;
 mod queue;
+mod queue_lag;
 mod queue_wait;
 mod reads;
 mod retention;
@@ -73,6 +74,9 @@ pub mod inv {
     pub const QUEUE_HANDLE_REUSED: &str = "queue-handle-reused";
     pub const QUEUE_UNDELIVERED: &str = "queue-undelivered";
     pub const QUEUE_WRONG_RECORD: &str = "queue-wrong-record";
+    /// A partition reported another timestamp for its oldest unacked message than the first
+    /// unacked offset's, or none while a message was never acked (`queue_lag.rs`).
+    pub const QUEUE_OLDEST: &str = "queue-oldest-unacked";
     /// Dead letters (`dead_letter.rs`): a message left its topic before its dead-letter copy
     /// was durable, is missing from the dead-letter topic at the end, or was delivered again
     /// after it was moved.
@@ -209,6 +213,8 @@ pub struct Counters {
     /// Segments retention deleted, and the records they held.
     pub segments_deleted: u64,
     pub records_deleted: u64,
+    /// Partitions whose oldest unacked message was checked (`queue_lag.rs`).
+    pub oldest_checks: u64,
 }
 
 const MAX_VIOLATIONS: usize = 64;

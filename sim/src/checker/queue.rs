@@ -50,6 +50,17 @@ pub enum SettleSeen {
     Refused,
 }
 
+/// How settled one offset may be, as the clients saw it (`queue_lag.rs`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Settled {
+    /// An ack of it was answered 204.
+    Surely,
+    /// An ack may have settled it (answered ambiguously, a 410 in a cluster, or a move to the
+    /// dead-letter topic, reported or possible).
+    Maybe,
+    Not,
+}
+
 /// The queue's counters for the report.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct QueueVerdict {
@@ -336,6 +347,21 @@ impl Checker {
     /// The message the deliveries of `at` carried.
     pub(super) fn queue_message(&self, at: (PartitionKey, u64)) -> Option<u64> {
         self.queue.msgs.get(&at).and_then(|m| m.id)
+    }
+
+    /// How settled `at` may be (`queue_lag.rs`).
+    pub(super) fn queue_settled_state(&self, at: (PartitionKey, u64)) -> Settled {
+        let Some(msg) = self.queue.msgs.get(&at) else { return Settled::Not };
+        if msg.acked.is_some() {
+            return Settled::Surely;
+        }
+        // A move to the dead-letter topic may have settled any message delivered before: its
+        // ack entry can be durable though a crash hid the move's completion.
+        let may_move = self.dead_letter.name.is_some() && !msg.deliveries.is_empty();
+        let maybe = msg.moved.is_some()
+            || may_move
+            || msg.id.is_some_and(|id| self.queue.settled.contains(&id));
+        if maybe { Settled::Maybe } else { Settled::Not }
     }
 
     /// Its owner moved `at` to the dead-letter topic (now): invariant 7 from here on.

@@ -1,7 +1,9 @@
 //! Long-polling queue receives (docs/design.md §4.8): a receive that waits must be woken when a
-//! message becomes available, not sleep to its end. Judged on one node only (in a cluster a
-//! topic-wide receive waits on the partitions its node owns, and only those), for answers the
-//! simulation did not delay (no clogged link or paused node while it was out): an *empty*
+//! message becomes available, not sleep to its end (in a cluster, a topic-wide receive is woken
+//! through the other owners' watches: `core/src/node/receive_watch.rs`). Judged for answers the
+//! simulation did not delay (no clogged link or paused node while it was out) and, in a
+//! cluster, could not have lost a message for (no per-message drops, cut link, crash or
+//! restart while it was out; the bound grows by four network hops): an *empty*
 //! answer is a violation if some message of the receive's topic (of its partition, if it named
 //! one) was visible more than `BOUND_US` before the answer, and nobody had leased it by then:
 //! its first delivery any client saw has count 1 and was asked for after the empty answer (a
@@ -31,7 +33,8 @@ pub(super) struct EmptyWait {
 }
 
 impl Checker {
-    /// This run's disk fails or corrupts reads: waiting receives are not judged.
+    /// This run's disk fails or corrupts reads (or, in a cluster, a consumer journal failed):
+    /// waiting receives are not judged.
     pub fn queue_waits_unjudged(&mut self) {
         self.read_faults = true;
     }
@@ -41,9 +44,9 @@ impl Checker {
     pub fn queue_wait_empty(&mut self, inc: TopicId, partition: Option<u32>, sent: LongPollSent) {
         // A latched WAL takes no dead-letter copy: messages due for one then hold their place,
         // and a receive may find nothing behind them until the restart.
-        if self.cluster
+        if (self.cluster && !self.long_poll.lossless_since(sent))
             || self.read_faults
-            || self.is_latched(0)
+            || (0..self.nodes.len() as u32).any(|n| self.is_latched(n))
             || !self.long_poll.undisturbed_since(sent)
         {
             return;
@@ -54,6 +57,7 @@ impl Checker {
     /// Judges the empty answers (from `verdict`, once every delivery is known).
     pub(super) fn check_queue_waits(&mut self) {
         let mut late = Vec::new();
+        let bound = BOUND_US + 4 * self.long_poll.network_us();
         for wait in &self.queue_waits {
             if self.is_deleted(wait.inc) || self.corruption_hit {
                 continue;
@@ -63,7 +67,7 @@ impl Checker {
                 let (count, asked) = first;
                 let visible = self.long_poll.visible_at(at.0, at.1);
                 let available_long_before = visible
-                    .is_some_and(|v| v < wait.answered && wait.answered.micros_since(v) > BOUND_US);
+                    .is_some_and(|v| v < wait.answered && wait.answered.micros_since(v) > bound);
                 if count == 1 && asked > wait.answered && available_long_before {
                     late.push(format!(
                         "{}@{}: a waiting receive answered empty at t={}, the message was \

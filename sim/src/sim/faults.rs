@@ -113,6 +113,10 @@ impl Simulation {
         if let Some(node) = self.hosts[n].node() {
             self.world.totals.add(&node.stats());
         }
+        if was_up {
+            self.world.checker.loss(true);
+            self.down_for_loss |= 1 << n;
+        }
         self.hosts[n].crash();
         self.world.running[n] = None;
         self.world.disks[n].process_crash();
@@ -148,6 +152,10 @@ impl Simulation {
                     self.world.hit(FaultClass::PartitionSealAdopted);
                 }
                 self.world.running[n] = Some(self.hosts[n].epoch());
+                if self.down_for_loss & (1 << n) != 0 {
+                    self.down_for_loss &= !(1 << n);
+                    self.world.checker.loss(false);
+                }
                 // The checker learns the recovered watermarks when the node is ready
                 // (`HostRuntime::ready`): before its start-up syncs nothing it read is served.
                 self.world.record(n as u32, What::Started { ok: true });

@@ -1,7 +1,8 @@
 //! The end of a run: heal every fault (disks, network, processes), restart what is down or
 //! latched, let every node's dispatch backlog drain (liveness, bounded in simulated time), let
 //! the cluster settle, check each node's WAL disk bound, then read every partition of every live
-//! topic in full (`final_read`) and, in queue seeds, drain every topic (`final_queue`).
+//! topic in full (`final_read`), check each partition's oldest unacked message (`final_lag`)
+//! and, in queue seeds, drain every topic (`final_queue`).
 //! Optionally cut the power of one node once more and re-read: nothing that was visible may
 //! vanish or change.
 
@@ -58,6 +59,7 @@ impl Simulation {
         }
         self.world.record(0, What::Phase { name: "final-read" });
         self.final_read(ReadKind::Final);
+        self.check_oldest_unacked();
         self.queue_drain();
         if self.cfg.workload.queue_max_deliveries.is_some() && !self.aborted {
             // The drain's receives moved messages too: once dispatch has taken their copies to

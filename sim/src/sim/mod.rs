@@ -6,6 +6,7 @@
 
 mod cluster;
 mod faults;
+mod final_lag;
 mod final_phase;
 mod final_queue;
 mod final_read;
@@ -80,6 +81,9 @@ pub struct Simulation {
     hold_until: Instant,
     /// Nodes still down after the heal (their recovery refused a damaged disk), a bit each.
     lost_nodes: u32,
+    /// Nodes crashed and not started again, a bit each: the checker counts each as something
+    /// that may lose messages between nodes (`Checker::loss`).
+    down_for_loss: u32,
     pub batching: Batching,
 }
 
@@ -178,6 +182,7 @@ impl Simulation {
             aborted: false,
             hold_until,
             lost_nodes: 0,
+            down_for_loss: 0,
             batching,
         }
     }
@@ -347,6 +352,11 @@ impl Simulation {
         );
         self.collect_damage(n);
         self.note_partition_tail(&op);
+        if self.nodes() > 1 && result.is_err() && matches!(file, FileId::ConsumerJournal { .. }) {
+            // A latched journal makes its owner's partitions fail each round of a topic-wide
+            // receive, which then waits out its deadline on the others: not judged.
+            self.world.checker.queue_waits_unjudged();
+        }
         if let Some(armed) = self.world.armed_crash
             && armed.node == node
             && kind == armed.after
@@ -517,6 +527,9 @@ fn long_poll_checker(cluster: bool, net: &narad_sim_runtime::NetFaults) -> Check
     if cluster {
         let spike = if net.spike_rate > 0.0 { net.spike_max_us } else { 0 };
         checker.set_long_poll_network_bound(net.latency_max_us.max(net.latency_min_us) + spike);
+    }
+    if net.drop_rate > 0.0 {
+        checker.loss(true); // until the heal stops per-message faults
     }
     checker
 }

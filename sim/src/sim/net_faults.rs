@@ -52,6 +52,8 @@ impl Simulation {
     fn open_window(&mut self, id: u32, links: Vec<Link>, kind: WindowKind) {
         if matches!(kind, WindowKind::Clog) {
             self.world.checker.disturbance(true); // held messages have no delay bound
+        } else {
+            self.world.checker.loss(true); // a cut loses what is sent across it
         }
         for &link in &links {
             match kind {
@@ -67,6 +69,8 @@ impl Simulation {
         let Some(window) = self.world.windows.remove(&id) else { return };
         if matches!(window.kind, WindowKind::Clog) {
             self.world.checker.disturbance(false);
+        } else {
+            self.world.checker.loss(false);
         }
         for link in window.links {
             match window.kind {
@@ -87,7 +91,12 @@ impl Simulation {
         for window in windows.values() {
             if matches!(window.kind, WindowKind::Clog) {
                 self.world.checker.disturbance(false);
+            } else {
+                self.world.checker.loss(false);
             }
+        }
+        if self.cfg.net.faults.drop_rate > 0.0 {
+            self.world.checker.loss(false);
         }
         for (link, bytes, delay) in self.world.net.heal() {
             self.world.schedule_delivery(link, bytes, delay);
