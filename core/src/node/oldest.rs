@@ -27,15 +27,11 @@ pub(super) struct OldestProbes {
     seen: BTreeMap<PartitionKey, (u64, u64)>,
     /// Partitions with a probe read in flight.
     reading: BTreeSet<PartitionKey>,
-    /// The offset whose record a probe found damaged, per partition: not probed again (a
-    /// receive reports the damage, loudly, when it reads it).
-    damaged: BTreeMap<PartitionKey, u64>,
 }
 
 impl OldestProbes {
     pub(super) fn forget(&mut self, key: PartitionKey) {
         self.seen.remove(&key);
-        self.damaged.remove(&key);
     }
 
     /// Internal consistency (`Node::check_invariants`): the probes awaited are those in
@@ -143,10 +139,7 @@ impl Node {
         let Oldest::Unread { offset, .. } = self.oldest_of(key) else { return };
         let Some(log) = self.partitions.get(&key) else { return };
         let probes = &self.consumers.oldest;
-        if probes.reading.contains(&key)
-            || probes.damaged.get(&key) == Some(&offset)
-            || log.refuse_read(offset).is_some()
-        {
+        if probes.reading.contains(&key) || log.refuse_read(offset).is_some() {
             return;
         }
         let Some(plan) = log.read_plan(offset, 1, PROBE_BYTES) else { return };
@@ -156,8 +149,9 @@ impl Node {
     }
 
     /// A probe's read completed: keep what it found, if its message is still unsettled. A
-    /// failed read is tried again at the next pass; a damaged record is not (quietly: it is
-    /// not a client's read).
+    /// failed or damaged read is tried again at the next pass, quietly: it is not a client's
+    /// read (a receive reports damage, loudly, when it reads it; a read can be damaged on the
+    /// way only).
     pub(super) fn on_oldest_probe(
         &mut self,
         key: PartitionKey,
@@ -168,10 +162,7 @@ impl Node {
         let (Some(log), Ok(DiskDone::Data(bytes))) = (self.partitions.get(&key), result) else {
             return;
         };
-        let Ok(records) = log.decode_read(plan, &bytes) else {
-            self.consumers.oldest.damaged.insert(key, plan.first_offset);
-            return;
-        };
+        let Ok(records) = log.decode_read(plan, &bytes) else { return };
         let Some(record) = records.first().filter(|r| r.offset == plan.first_offset) else {
             return;
         };
