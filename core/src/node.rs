@@ -13,6 +13,7 @@ mod commit;
 mod dead_letter;
 mod discard;
 mod invariants;
+mod log_delete;
 mod long_poll;
 mod metastore;
 mod oldest;
@@ -177,7 +178,8 @@ enum IoPurpose {
         plan: ReadPlan,
         asker: ConsumeAsker,
     },
-    FileDelete,
+    /// A delete of a dropped partition's file (`node/log_delete.rs`).
+    FileDelete(PartitionKey),
     /// Start-up sync of a file found on disk (see `Node::sync_found_files`).
     StartupSync(FileId),
     /// Start-up delete of a seal file recovery did not adopt (stale, damaged or orphaned),
@@ -278,6 +280,8 @@ pub struct Node {
     counters: NodeCounters,
     /// Queue consumers: partition queues, the consumer journal, requests in progress.
     consumers: queue::Consumers,
+    /// Files of dropped partition logs still being deleted, in order.
+    log_deletes: log_delete::LogDeletes,
     /// Long-poll consumes waiting for a record to become visible.
     parked: parked::Parked,
 }
@@ -438,6 +442,7 @@ impl Node {
             shutting_down: false,
             counters: NodeCounters::default(),
             consumers,
+            log_deletes: log_delete::LogDeletes::default(),
             parked: parked::Parked::default(),
         };
         Ok(Recovery::new(node, files.into_keys().collect(), seals))

@@ -314,13 +314,14 @@ impl PartitionLog {
             .collect()
     }
 
-    /// Every file of the log: each segment, then its seal file (which may or may not exist: a
-    /// seal write may have failed). What deleting the log removes.
-    pub fn files(&self) -> Vec<FileId> {
+    /// Every file of the log, in the order deleting the log removes them: oldest segment first,
+    /// each segment's seal file (which may or may not exist: a seal write may have failed)
+    /// before the segment, as retention does.
+    pub fn files_oldest_first(&self) -> Vec<FileId> {
         let key = self.key;
         self.segment_bases()
             .flat_map(|base| {
-                [FileId::PartitionSegment { key, base }, FileId::PartitionSeal { key, base }]
+                [FileId::PartitionSeal { key, base }, FileId::PartitionSegment { key, base }]
             })
             .collect()
     }

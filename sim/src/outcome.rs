@@ -111,6 +111,7 @@ impl RunOutcome {
             "segments_deleted": self.counters.segments_deleted,
             "records_deleted": self.counters.records_deleted,
             "oldest_unacked_checks": self.counters.oldest_checks,
+            "oldest_unacked_excused": self.counters.oldest_excused,
             "duplicates": v.duplicates,
             "duplicate_rate": if v.acked == 0 { 0.0 } else { v.duplicates as f64 / v.acked as f64 },
             "duplicates_from_retries": v.duplicates_from_retries,

@@ -59,6 +59,7 @@ pub struct SweepReport {
     pub excused_by_retention: u64,
     /// Partitions whose oldest unacked message the checker judged.
     pub oldest_checks: u64,
+    pub oldest_excused: u64,
     /// Queue consume over every seed (deliveries, redeliveries by cause), and the seeds that
     /// ran queue workers.
     pub queue: crate::checker::QueueVerdict,
@@ -87,6 +88,7 @@ impl SweepReport {
         self.segments_deleted += outcome.counters.segments_deleted;
         self.records_deleted += outcome.counters.records_deleted;
         self.oldest_checks += outcome.counters.oldest_checks;
+        self.oldest_excused += outcome.counters.oldest_excused;
         self.seeds_with_deletions += u64::from(outcome.counters.segments_deleted > 0);
         self.excused_by_retention += outcome.verdict.deleted_by_retention;
         self.queue.add(&outcome.verdict.queue);
@@ -162,6 +164,7 @@ impl SweepReport {
             "segments_deleted": self.segments_deleted,
             "records_deleted": self.records_deleted,
             "oldest_unacked_checks": self.oldest_checks,
+            "oldest_unacked_excused": self.oldest_excused,
             "seeds_with_deletions": self.seeds_with_deletions,
             "excused_by_retention": self.excused_by_retention,
             "queue": self.queue.to_json(),

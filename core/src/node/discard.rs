@@ -5,9 +5,9 @@
 //! then re-reads its own state). Anything less keeps the records for a later pass.
 
 use super::cluster::Forwarded;
-use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
+use super::{ClusterPlacement, MetaWaiter, Node};
 use crate::ids::{PartitionKey, TopicId};
-use crate::io::{DiskOp, NodeEvent};
+use crate::io::NodeEvent;
 use crate::peer::PeerMessage;
 
 impl Node {
@@ -111,15 +111,6 @@ impl Node {
         self.release_parked_topic(topic);
         for partition in 0..partitions {
             self.delete_log_files(PartitionKey { topic, partition });
-        }
-    }
-
-    /// Forgets the log of `key`, if this node holds one, and deletes its segment files.
-    fn delete_log_files(&mut self, key: PartitionKey) {
-        self.consumers.forget(key);
-        let Some(log) = self.partitions.remove(&key) else { return };
-        for file in log.files() {
-            self.emit(IoPurpose::FileDelete, DiskOp::Delete { file });
         }
     }
 }

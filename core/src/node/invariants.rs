@@ -31,7 +31,20 @@ impl Node {
         self.check_commits()?;
         self.check_consumers(false)?;
         self.parked.check()?;
+        self.check_log_deletes()?;
         self.check_bounds()
+    }
+
+    fn check_log_deletes(&self) -> Result<(), String> {
+        let in_flight: Vec<PartitionKey> = self
+            .io
+            .values()
+            .filter_map(|purpose| match purpose {
+                IoPurpose::FileDelete(key) => Some(*key),
+                _ => None,
+            })
+            .collect();
+        self.log_deletes.check(&in_flight)
     }
 
     fn check_consumers(&self, deep: bool) -> Result<(), String> {
@@ -103,7 +116,7 @@ impl Node {
                 | IoPurpose::Journal(_)
                 | IoPurpose::QueueRead { .. }
                 | IoPurpose::OldestProbe { .. }
-                | IoPurpose::FileDelete => {}
+                | IoPurpose::FileDelete(_) => {}
             }
         }
         if wal != self.wal.outstanding_io() {

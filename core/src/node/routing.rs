@@ -38,11 +38,7 @@ impl Node {
             IoPurpose::Journal(io) => self.on_journal_io(io, result),
             IoPurpose::QueueRead { id, plan } => self.on_queue_read(id, plan, result),
             IoPurpose::OldestProbe { key, plan } => self.on_oldest_probe(key, plan, result),
-            IoPurpose::FileDelete => {
-                if let Err(error) = result {
-                    tracing::warn!(%error, "deleting a file failed; it stays as garbage");
-                }
-            }
+            IoPurpose::FileDelete(key) => self.on_file_delete(key, result),
         }
     }
 

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
-use crate::api::{ClientOp, ClientReply};
+use crate::api::{ClientOp, ClientReply, ConsumedRecord};
 use crate::ids::{Instant, RequestId};
 use crate::io::{DiskError, DiskOp, Effect, FileId, Input};
 use crate::node::{Config, Node};
@@ -24,8 +24,11 @@ pub struct Harness {
     next_request: u64,
     pub fault: Option<FaultFn>,
     config: Config,
-    /// Every disk operation executed, in order.
+    /// Every disk operation executed, in order, and the step (input or timeout fed, counted
+    /// from 1; 0: start-up) that emitted it.
     pub ops: Vec<DiskOp>,
+    pub op_steps: Vec<u64>,
+    steps: u64,
 }
 
 impl Harness {
@@ -70,6 +73,8 @@ impl Harness {
             fault,
             config,
             ops: Vec::new(),
+            op_steps: Vec::new(),
+            steps: 0,
         };
         harness.drain_effects();
         harness
@@ -87,16 +92,35 @@ impl Harness {
         self.replies.remove(&request).expect("every request is answered once idle")
     }
 
+    /// The first 100 records of `topic`'s partition 0.
+    pub fn read_partition_zero(&mut self, topic: &str) -> Vec<ConsumedRecord> {
+        let op = ClientOp::Consume {
+            topic: topic.into(),
+            partition: 0,
+            offset: 0,
+            max: 100,
+            wait_ms: 0,
+        };
+        match self.call(op) {
+            ClientReply::Records(records) => records,
+            other => panic!("{other:?}"),
+        }
+    }
+
     pub fn submit(&mut self, op: ClientOp) -> RequestId {
         let request = RequestId(self.next_request);
         self.next_request += 1;
-        self.node.handle_input(self.now, Input::Client { request, op });
-        self.drain_effects();
+        self.feed(Input::Client { request, op });
         request
     }
 
     /// Feeds one input and collects its effects (without running them).
     pub fn deliver(&mut self, input: Input) {
+        self.feed(input);
+    }
+
+    fn feed(&mut self, input: Input) {
+        self.steps += 1;
         self.node.handle_input(self.now, input);
         self.drain_effects();
     }
@@ -104,8 +128,7 @@ impl Harness {
     /// Completes disk operations without firing any timer (e.g. before a delayed checkpoint).
     pub fn run_io_only(&mut self) {
         while let Some(input) = self.pending.pop_front() {
-            self.node.handle_input(self.now, input);
-            self.drain_effects();
+            self.feed(input);
         }
     }
 
@@ -115,13 +138,13 @@ impl Harness {
         let horizon = self.now.plus_millis(3_000);
         for _ in 0..1_000_000 {
             if let Some(input) = self.pending.pop_front() {
-                self.node.handle_input(self.now, input);
-                self.drain_effects();
+                self.feed(input);
                 continue;
             }
             match self.node.poll_timeout() {
                 Some(at) if at < horizon => {
                     self.now = self.now.max(at);
+                    self.steps += 1;
                     self.node.handle_timeout(self.now);
                     self.drain_effects();
                 }
@@ -140,6 +163,7 @@ impl Harness {
                 }
                 Effect::Disk { token, op } => {
                     self.ops.push(op.clone());
+                    self.op_steps.push(self.steps);
                     let injected = self.fault.as_mut().and_then(|fault| fault(&op));
                     let result = match injected {
                         Some(error) => Err(error),

@@ -279,12 +279,7 @@ fn dead_letter_to(topic: &str, max_deliveries: u32) -> QueueSettings {
 
 /// The payloads of partition 0 of `topic` from offset 0.
 fn replay(h: &mut Harness, topic: &str) -> Vec<Bytes> {
-    let op =
-        ClientOp::Consume { topic: topic.into(), partition: 0, offset: 0, max: 100, wait_ms: 0 };
-    match h.call(op) {
-        ClientReply::Records(records) => records.into_iter().map(|r| r.payload).collect(),
-        other => panic!("{other:?}"),
-    }
+    h.read_partition_zero(topic).into_iter().map(|r| r.payload).collect()
 }
 
 /// Receives the one message of `q` and nacks it; its delivery count.

@@ -26,12 +26,7 @@ fn produce_one(h: &mut Harness, name: &str, payload: &str) {
 
 /// The timestamps of the partition's records, by offset (a replay).
 fn timestamps(h: &mut Harness, name: &str) -> Vec<u64> {
-    let op =
-        ClientOp::Consume { topic: name.into(), partition: 0, offset: 0, max: 100, wait_ms: 0 };
-    match h.call(op) {
-        ClientReply::Records(records) => records.iter().map(|r| r.timestamp_ms).collect(),
-        other => panic!("{other:?}"),
-    }
+    h.read_partition_zero(name).iter().map(|r| r.timestamp_ms).collect()
 }
 
 fn oldest(h: &mut Harness, name: &str) -> Option<u64> {

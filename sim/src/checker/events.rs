@@ -217,6 +217,20 @@ impl Checker {
         }
     }
 
+    /// The disk damaged segment `base` of `key`'s log: a recovery that scans it may cut the log.
+    pub fn segment_damaged(&mut self, key: PartitionKey, base: u64) {
+        self.damaged_segments.insert((key, base));
+        self.amnesia(key);
+    }
+
+    /// The disk damaged the seal of segment `base` of `key`'s log: the next recovery scans the
+    /// segment, and finds damage a recovery that adopted the seal did not read.
+    pub fn seal_damaged(&mut self, key: PartitionKey, base: u64) {
+        if self.damaged_segments.contains(&(key, base)) {
+            self.amnesia(key);
+        }
+    }
+
     /// Recovery refused to start.
     pub fn recovery_failed(&mut self, error: String) {
         if !self.corruption_hit {

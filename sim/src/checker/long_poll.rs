@@ -31,16 +31,33 @@ pub struct LongPollState {
     visible: BTreeMap<PartitionKey, Vec<(u64, Instant)>>,
     /// Partitions whose watermark may have gone back (a lying disk): not judged.
     amnesic: std::collections::BTreeSet<PartitionKey>,
-    /// Clogged links and paused nodes now, and how many began or ended so far.
-    disturbances_open: u32,
-    disturbance_epoch: u64,
-    /// The same for what may lose a message between nodes: per-message drops, cut links,
-    /// crashed or restarted processes (`loss`).
-    losses_open: u32,
-    loss_epoch: u64,
+    /// Clogged links and paused nodes (`disturbance`).
+    disturbances: Windows,
+    /// What may lose a message between nodes: per-message drops, cut links, crashed or
+    /// restarted processes (`loss`).
+    losses: Windows,
     /// Long-poll answers judged, and empty ones among them.
     pub judged: u64,
     pub judged_empty: u64,
+}
+
+/// One kind of fault window: how many are open now, and how many began or ended so far.
+#[derive(Default)]
+struct Windows {
+    open: u32,
+    epoch: u64,
+}
+
+impl Windows {
+    fn change(&mut self, open: bool) {
+        self.epoch += 1;
+        self.open = if open { self.open + 1 } else { self.open.saturating_sub(1) };
+    }
+
+    /// The epoch now, if no window is open (`None`: one is).
+    fn quiet_epoch(&self) -> Option<u64> {
+        (self.open == 0).then_some(self.epoch)
+    }
 }
 
 /// What the workload remembers of a long-poll it sent, to have it judged.
@@ -61,33 +78,23 @@ impl Checker {
 
     /// A clogged link or a paused node began (`open`) or ended.
     pub fn disturbance(&mut self, open: bool) {
-        let state = &mut self.long_poll;
-        state.disturbance_epoch += 1;
-        if open {
-            state.disturbances_open += 1;
-        } else {
-            state.disturbances_open = state.disturbances_open.saturating_sub(1);
-        }
+        self.long_poll.disturbances.change(open);
     }
 
     /// Something that may lose messages between nodes began (`open`) or ended; a crash or a
     /// restart is both at once.
     pub fn loss(&mut self, open: bool) {
-        let state = &mut self.long_poll;
-        state.loss_epoch += 1;
-        if open {
-            state.losses_open += 1;
-        } else {
-            state.losses_open = state.losses_open.saturating_sub(1);
-        }
+        self.long_poll.losses.change(open);
     }
 
     /// A long-poll is being sent now.
     pub fn long_poll_sent(&self) -> LongPollSent {
         let state = &self.long_poll;
-        let epoch = (state.disturbances_open == 0).then_some(state.disturbance_epoch);
-        let loss_epoch = (state.losses_open == 0).then_some(state.loss_epoch);
-        LongPollSent { at: self.now, epoch, loss_epoch }
+        LongPollSent {
+            at: self.now,
+            epoch: state.disturbances.quiet_epoch(),
+            loss_epoch: state.losses.quiet_epoch(),
+        }
     }
 }
 
@@ -95,12 +102,12 @@ impl LongPollState {
     /// True when no clogged link or paused node was open at `sent`, and none began or ended
     /// since.
     pub(super) fn undisturbed_since(&self, sent: LongPollSent) -> bool {
-        sent.epoch == Some(self.disturbance_epoch)
+        sent.epoch == Some(self.disturbances.epoch)
     }
 
     /// True when nothing could lose a message between nodes at `sent` or since.
     pub(super) fn lossless_since(&self, sent: LongPollSent) -> bool {
-        sent.loss_epoch == Some(self.loss_epoch)
+        sent.loss_epoch == Some(self.losses.epoch)
     }
 
     /// The network's worst one-way delay (0 on one node).
@@ -145,7 +152,7 @@ impl Checker {
         records: usize,
     ) {
         let state = &self.long_poll;
-        let undisturbed = sent.epoch == Some(state.disturbance_epoch);
+        let undisturbed = state.undisturbed_since(sent);
         // A name that had another incarnation may resolve to it on a lagging replica.
         let one_incarnation = self.by_name.get(name).is_none_or(|ids| ids.len() <= 1);
         let judged = undisturbed

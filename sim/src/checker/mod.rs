@@ -177,6 +177,8 @@ struct PartState {
     tail_written: bool,
     /// Offsets below it were deleted by retention (as deletions and restarts reported).
     log_start: u64,
+    /// When retention last deleted a segment of this log.
+    trimmed_at: Option<Instant>,
 }
 
 /// What the checker tracks per node.
@@ -213,8 +215,10 @@ pub struct Counters {
     /// Segments retention deleted, and the records they held.
     pub segments_deleted: u64,
     pub records_deleted: u64,
-    /// Partitions whose oldest unacked message was checked (`queue_lag.rs`).
+    /// Partitions whose oldest unacked message was checked (`queue_lag.rs`), and those whose
+    /// "not read yet" answer was excused by a deletion too recent for the probe to follow.
     pub oldest_checks: u64,
+    pub oldest_excused: u64,
 }
 
 const MAX_VIOLATIONS: usize = 64;
@@ -229,6 +233,8 @@ pub struct Checker {
     /// The node that committed to each partition (owners never move).
     owners: BTreeMap<PartitionKey, u32>,
     seen: BTreeMap<(PartitionKey, u64), u64>,
+    /// Segments the disk damaged (by base), ever: a damaged seal of one re-arms `amnesia`.
+    damaged_segments: std::collections::BTreeSet<(PartitionKey, u64)>,
     /// The message each (node, WAL sequence) staged last.
     by_origin: BTreeMap<(u32, u64), u64>,
     nodes: Vec<NodeCheck>,

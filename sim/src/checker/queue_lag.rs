@@ -10,19 +10,27 @@
 //! - a reported timestamp must be that of an offset past every surely settled one from the log
 //!   start and not past the first offset nothing may have settled;
 //! - no timestamp (none unacked) is allowed only when every offset from the log start to the
-//!   high watermark may have been settled.
+//!   high watermark may have been settled, or when retention deleted a segment of the
+//!   partition so recently (less than a pass before) that the owner's probe of the new
+//!   oldest record may not have landed: excused and counted (`oldest_excused`).
 //!
 //! Corruption-class faults may change what an offset holds: a mismatch is excused then.
 
-use narad_core::PartitionKey;
 use narad_core::api::PartitionNumbers;
+use narad_core::{Instant, PartitionKey};
 
 use super::queue::Settled;
 use super::{Checker, inv};
 
 impl Checker {
-    /// The owner of `key` reported `numbers` (the workload stopped a while ago).
-    pub fn queue_oldest_reported(&mut self, key: PartitionKey, numbers: &PartitionNumbers) {
+    /// The owner of `key` reported `numbers` (the workload stopped a while ago); a deletion
+    /// after `probed_since` may have left the new oldest message not read yet.
+    pub fn queue_oldest_reported(
+        &mut self,
+        key: PartitionKey,
+        numbers: &PartitionNumbers,
+        probed_since: Instant,
+    ) {
         if self.is_deleted(key.topic) {
             return;
         }
@@ -41,7 +49,13 @@ impl Checker {
                 }
             }
         }
+        let trimmed_at = self.parts.get(&key).and_then(|p| p.trimmed_at);
+        let probe_pending = trimmed_at.is_some_and(|at| at > probed_since);
         let problem = match (numbers.oldest_unsettled_ms, unsettled) {
+            (None, Some(_)) if probe_pending => {
+                self.counters.oldest_excused += 1;
+                None
+            }
             (None, Some(offset)) => Some(format!(
                 "{key}: offset {offset} (log {start}..{end}) was never acked, yet no oldest \
                  unacked message is reported"

@@ -101,7 +101,10 @@ impl Checker {
                 format!("{key}: n{node} deleted up to {start}, only {hwm} records were committed");
             self.violation(inv::RETENTION_EARLY, detail);
         }
-        self.parts.entry(key).or_default().log_start = start;
+        let now = self.now;
+        let state = self.parts.entry(key).or_default();
+        state.log_start = start;
+        state.trimmed_at = Some(now);
         self.judge_trimmed(node, key, before..start.min(hwm), now_ms, "deleted");
     }
 

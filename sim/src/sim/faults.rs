@@ -241,17 +241,19 @@ impl Simulation {
     /// Hands the disk's damage reports to the checker.
     pub(super) fn collect_damage(&mut self, n: usize) {
         for damage in self.world.disks[n].take_damage() {
-            if let FileId::PartitionSeal { .. } = damage.file {
+            if let FileId::PartitionSeal { key, base } = damage.file {
                 // A damaged seal is not trusted (its CRC, length and base are checked), so it
-                // costs a scan, never a record: the checker stays strict about what it causes.
+                // costs a scan, never a record: the checker stays strict about what it causes,
+                // unless its segment was damaged before (the scan now finds what the seal hid).
+                self.world.checker.seal_damaged(key, base);
                 continue;
             }
             let ids = ids_in(&damage.bytes);
             self.world.checker.damaged(&ids);
             // A damaged last frame looks exactly like a torn tail, and recovery truncates it: the
             // log may legitimately come back shorter.
-            if let FileId::PartitionSegment { key, .. } = damage.file {
-                self.world.checker.amnesia(key);
+            if let FileId::PartitionSegment { key, base } = damage.file {
+                self.world.checker.segment_damaged(key, base);
             }
         }
     }

@@ -29,7 +29,10 @@ fn a_completion_nobody_waits_for_is_caught() {
 #[test]
 fn a_token_that_was_never_issued_is_caught() {
     let mut node = fresh();
-    node.io.insert(IoToken(node.next_token + 3), IoPurpose::FileDelete);
+    node.io.insert(
+        IoToken(node.next_token + 3),
+        IoPurpose::FileDelete(PartitionKey { topic: TopicId(1), partition: 0 }),
+    );
     let failure = node.check_invariants().expect_err("a token from the future");
     assert!(failure.contains("past next token"), "{failure}");
 }
