@@ -74,6 +74,9 @@ pub struct Config {
     pub wal_segment_bytes: u64,
     /// Size past which a fully dispatched WAL segment is rotated (`WAL_ROTATE_DISPATCHED_BYTES`).
     pub wal_rotate_dispatched_bytes: u64,
+    /// Zeros pre-written past the active WAL segment's end at a time when idle
+    /// (`WAL_PREWRITE_CHUNK_BYTES`; 0 turns pre-writing off).
+    pub wal_prewrite_chunk_bytes: u64,
     /// Period of the retention pass (`RETENTION_CHECK_MS`): how late a segment past its topic's
     /// retention may be deleted, at most.
     pub retention_check_ms: u64,
@@ -117,6 +120,7 @@ impl Config {
             meta_snapshot_every_entries: crate::constants::META_SNAPSHOT_EVERY_ENTRIES,
             wal_segment_bytes: crate::constants::WAL_SEGMENT_BYTES,
             wal_rotate_dispatched_bytes: crate::constants::WAL_ROTATE_DISPATCHED_BYTES,
+            wal_prewrite_chunk_bytes: crate::constants::WAL_PREWRITE_CHUNK_BYTES,
             retention_check_ms: crate::constants::RETENTION_CHECK_MS,
             retention_bytes_divisor: 1,
             consumer_journal_compact_bytes: crate::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
@@ -139,6 +143,7 @@ impl Config {
         wal::WalSizes {
             segment_bytes: self.wal_segment_bytes,
             rotate_dispatched_bytes: self.wal_rotate_dispatched_bytes,
+            prewrite_chunk_bytes: self.wal_prewrite_chunk_bytes,
         }
     }
 }

@@ -21,6 +21,7 @@
 pub mod checkpoint;
 mod damage;
 pub mod invariants;
+mod prewrite;
 pub mod record;
 mod recovery;
 
@@ -29,10 +30,12 @@ use std::collections::{BTreeMap, VecDeque};
 use bytes::Bytes;
 
 use crate::constants::{
-    CHECKPOINT_SYNC_DELAY_MS, WAL_READ_CHUNK_BYTES, WAL_ROTATE_DISPATCHED_BYTES, WAL_SEGMENT_BYTES,
+    CHECKPOINT_SYNC_DELAY_MS, WAL_PREWRITE_CHUNK_BYTES, WAL_READ_CHUNK_BYTES,
+    WAL_ROTATE_DISPATCHED_BYTES, WAL_SEGMENT_BYTES,
 };
 use crate::ids::Instant;
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
+pub use prewrite::PrewriteDone;
 pub use record::WalRecord;
 pub use recovery::{RecoveredWal, recover};
 
@@ -51,6 +54,8 @@ pub enum WalIo {
     CursorRead { segment: u64, offset: u64 },
     /// Start-up repair (truncation of a torn tail and its sync).
     Repair,
+    /// Zeros written past the active segment's end, or their sync (`prewrite.rs`).
+    Prewrite,
 }
 
 /// A record as handed to `stage`: everything but the sequence number.
@@ -100,6 +105,9 @@ pub struct WalSizes {
     /// A fully dispatched active segment of at least this many bytes is sealed early (and then
     /// compacted away).
     pub rotate_dispatched_bytes: u64,
+    /// Zeros pre-written past the active segment's end at a time when idle (0: never); see
+    /// `prewrite.rs`.
+    pub prewrite_chunk_bytes: u64,
 }
 
 impl Default for WalSizes {
@@ -107,6 +115,7 @@ impl Default for WalSizes {
         WalSizes {
             segment_bytes: WAL_SEGMENT_BYTES,
             rotate_dispatched_bytes: WAL_ROTATE_DISPATCHED_BYTES,
+            prewrite_chunk_bytes: WAL_PREWRITE_CHUNK_BYTES,
         }
     }
 }
@@ -117,6 +126,20 @@ struct Segment {
     written: u64,
     /// Bytes known durable (synced, or found at recovery).
     durable: u64,
+    /// End of the zeros pre-written and synced past `written` (never below it).
+    prewritten: u64,
+}
+
+impl Segment {
+    /// A segment holding `len` durable bytes (found at recovery, or just created).
+    fn found(len: u64) -> Segment {
+        Segment { written: len, durable: len, prewritten: len }
+    }
+
+    fn append(&mut self, len: u64) {
+        self.written += len;
+        self.prewritten = self.prewritten.max(self.written);
+    }
 }
 
 struct InFlight<W> {
@@ -198,13 +221,16 @@ pub struct Wal<W> {
     outbox: VecDeque<(WalIo, DiskOp)>,
     counters: WalCounters,
     sizes: WalSizes,
+    prewrite: prewrite::Prewrite,
 }
 
 /// Counters the node exports.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct WalCounters {
     pub group_commits: u64,
+    /// Syncs of group commits (pre-write syncs are counted in `prewrite_syncs`).
     pub fsyncs: u64,
+    pub prewrite_syncs: u64,
     pub records_synced: u64,
     pub bytes_written: u64,
 }
@@ -220,11 +246,8 @@ impl<W> Wal<W> {
             outbox.push_back((WalIo::Repair, DiskOp::Sync { file }));
             repairs_left = 2;
         }
-        let segments = recovered
-            .segments
-            .iter()
-            .map(|(&first, &len)| (first, Segment { written: len, durable: len }))
-            .collect();
+        let segments =
+            recovered.segments.iter().map(|(&first, &len)| (first, Segment::found(len))).collect();
         let cursor = Cursor {
             seq: recovered.checkpoint,
             segment: recovered.cursor_segment,
@@ -251,6 +274,7 @@ impl<W> Wal<W> {
             outbox,
             counters: WalCounters::default(),
             sizes: WalSizes::default(),
+            prewrite: prewrite::Prewrite::default(),
         }
     }
 
@@ -260,6 +284,7 @@ impl<W> Wal<W> {
         self.sizes = WalSizes {
             segment_bytes: sizes.segment_bytes.max(1),
             rotate_dispatched_bytes: sizes.rotate_dispatched_bytes.max(1),
+            prewrite_chunk_bytes: sizes.prewrite_chunk_bytes,
         };
         self
     }
@@ -331,6 +356,7 @@ impl<W> Wal<W> {
         }
         self.maybe_write_checkpoint(now, flush_now);
         self.maybe_rotate_idle();
+        self.maybe_prewrite();
     }
 
     /// An idle, fully dispatched active segment past the rotate size is replaced by a fresh one so that
@@ -350,7 +376,7 @@ impl<W> Wal<W> {
         let first_seq = self.next_seq;
         let file = FileId::WalSegment { first_seq };
         self.outbox.push_back((WalIo::Delete, DiskOp::Create { file }));
-        self.segments.insert(first_seq, Segment { written: 0, durable: 0 });
+        self.segments.insert(first_seq, Segment::found(0));
         self.cursor = Cursor { seq: first_seq, segment: first_seq, offset: 0 };
         self.compact();
     }
@@ -362,7 +388,7 @@ impl<W> Wal<W> {
         if self.needs_new_segment() {
             let file = FileId::WalSegment { first_seq };
             self.outbox.push_back((WalIo::Batch, DiskOp::Create { file }));
-            self.segments.insert(first_seq, Segment { written: 0, durable: 0 });
+            self.segments.insert(first_seq, Segment::found(0));
             self.force_new_segment = false;
             ios += 1;
         }
@@ -373,7 +399,7 @@ impl<W> Wal<W> {
         let data = Bytes::from(staging.bytes);
         self.outbox.push_back((WalIo::Batch, DiskOp::Write { file, offset, data }));
         self.outbox.push_back((WalIo::Batch, DiskOp::Sync { file }));
-        self.segments.get_mut(&segment).expect("active segment").written += len;
+        self.segments.get_mut(&segment).expect("active segment").append(len);
         self.counters.group_commits += 1;
         self.counters.fsyncs += 1;
         self.counters.bytes_written += len;
@@ -665,6 +691,8 @@ impl<W> Wal<W> {
     }
 }
 
+#[cfg(test)]
+mod prewrite_tests;
 #[cfg(test)]
 mod tests;
 

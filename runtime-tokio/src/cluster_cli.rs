@@ -129,6 +129,10 @@ impl ClusterPlan {
         config.cluster_addr.clone_from(&self.cluster_addr);
         config.heartbeat_ms = self.heartbeat_ms;
         config.dead_after_ms = self.dead_after_ms;
+        // NARAD_WAL_PREFILL=0 turns WAL pre-writing off (for measuring what it buys).
+        if std::env::var("NARAD_WAL_PREFILL").is_ok_and(|v| v == "0") {
+            config.wal_prewrite_chunk_bytes = 0;
+        }
         config
     }
 

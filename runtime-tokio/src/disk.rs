@@ -27,15 +27,6 @@ const POOL_THREADS: usize = 2;
 const OPEN_FILES_PER_THREAD: usize = 256;
 /// Completions a disk thread holds back at most before sending them (see `Worker::run`).
 const MAX_HELD_COMPLETIONS: usize = 16;
-/// Zeros the WAL thread writes (and syncs) past the active segment's end in one idle moment.
-const PREFILL_CHUNK_BYTES: u64 = 256 * 1024;
-/// Pre-written space below which the WAL thread extends it when idle.
-const PREFILL_LOW_WATER_BYTES: u64 = 128 * 1024;
-/// The core seals a segment past 64 MiB; nothing is pre-written beyond that (plus one chunk).
-const PREFILL_LIMIT_BYTES: u64 = 64 * 1024 * 1024 + PREFILL_CHUNK_BYTES;
-
-/// A job that only wakes the WAL thread to pre-write (never executed, never answered).
-const NUDGE: IoToken = IoToken(u64::MAX);
 
 /// One operation queued on a disk thread.
 struct Job {
@@ -56,12 +47,9 @@ pub struct DiskExecutor {
 impl DiskExecutor {
     /// Starts the disk threads for files below `data_dir`; completions go to `done`.
     pub fn start(data_dir: &Path, done: UnboundedSender<Input>) -> io::Result<DiskExecutor> {
-        // NARAD_WAL_PREFILL=0 turns pre-writing off (for measuring what it buys).
-        let prefill = std::env::var("NARAD_WAL_PREFILL").map_or(true, |v| v != "0");
-        let (wal, wal_worker) =
-            spawn_worker("narad-disk-wal".to_string(), data_dir, done.clone(), prefill)?;
+        let (wal, wal_worker) = spawn_worker("narad-disk-wal".to_string(), data_dir, done.clone())?;
         let pool = (0..POOL_THREADS)
-            .map(|i| spawn_worker(format!("narad-disk-{i}"), data_dir, done.clone(), false))
+            .map(|i| spawn_worker(format!("narad-disk-{i}"), data_dir, done.clone()))
             .map(|spawned| spawned.map(|(lane, _)| lane))
             .collect::<io::Result<Vec<_>>>()?;
         Ok(DiskExecutor { wal, wal_worker, wal_pending: HashSet::new(), pool })
@@ -85,9 +73,8 @@ impl DiskExecutor {
     }
 
     /// Runs a WAL operation on the calling thread and returns its completion, if no WAL
-    /// operation is queued, running or unanswered and the WAL thread is not pre-writing: the
-    /// operation is then next in its file's order either way. Otherwise hands `op` back (submit
-    /// it). Blocks the caller for the operation (an fdatasync): the driver does this only when
+    /// operation is queued, running or unanswered: the operation is then next in its file's
+    /// order either way. Otherwise hands `op` back (submit it). Blocks the caller for the operation (an fdatasync): the driver does this only when
     /// it has nothing else to do, and saves two thread handoffs on the acknowledgement's path.
     pub fn run_wal_inline(&mut self, token: IoToken, op: DiskOp) -> Result<Input, DiskOp> {
         if !matches!(op.file(), FileId::WalSegment { .. }) || !self.wal_pending.is_empty() {
@@ -97,10 +84,6 @@ impl DiskExecutor {
             return Err(op);
         };
         let result = worker.run_op(&op);
-        if worker.prefill_wanted() {
-            // Wake the WAL thread so that it pre-writes while we serve (it does so when idle).
-            let _ = self.wal.send(Job { token: NUDGE, op: DiskOp::Sync { file: op.file() } });
-        }
         Ok(Input::Disk { token, result })
     }
 }
@@ -123,11 +106,9 @@ fn spawn_worker(
     name: String,
     data_dir: &Path,
     done: UnboundedSender<Input>,
-    prefill: bool,
 ) -> io::Result<Spawned> {
     let (tx, rx) = mpsc::channel();
-    let prefill = prefill.then(Prefill::default);
-    let worker = Worker { data_dir: data_dir.to_path_buf(), files: HashMap::new(), prefill };
+    let worker = Worker { data_dir: data_dir.to_path_buf(), files: HashMap::new() };
     let worker = Arc::new(Mutex::new(worker));
     let shared = Arc::clone(&worker);
     thread::Builder::new().name(name).spawn(move || run(&shared, &rx, &done))?;
@@ -139,8 +120,6 @@ fn spawn_worker(
 struct Worker {
     data_dir: PathBuf,
     files: HashMap<FileId, File>,
-    /// The WAL thread's pre-writing state (`None` on the pool threads).
-    prefill: Option<Prefill>,
 }
 
 fn lock(worker: &Mutex<Worker>) -> MutexGuard<'_, Worker> {
@@ -156,10 +135,6 @@ fn run(worker: &Mutex<Worker>, jobs: &mpsc::Receiver<Job>, done: &UnboundedSende
     let mut held: Vec<Input> = Vec::with_capacity(4);
     let mut next = jobs.recv().ok();
     while let Some(Job { token, op }) = next.take() {
-        if token == NUDGE {
-            next = jobs.try_recv().ok().or_else(|| idle(worker, jobs));
-            continue;
-        }
         let file = op.file();
         let result = lock(worker).run_op(&op);
         held.push(Input::Disk { token, result });
@@ -173,164 +148,19 @@ fn run(worker: &Mutex<Worker>, jobs: &mpsc::Receiver<Job>, done: &UnboundedSende
             }
         }
         if next.is_none() {
-            next = idle(worker, jobs);
+            next = jobs.recv().ok();
         }
-    }
-}
-
-/// Waits for the next job, pre-writing the active WAL segment meanwhile (bounded: at most until
-/// the pre-written space reaches its high water).
-fn idle(worker: &Mutex<Worker>, jobs: &mpsc::Receiver<Job>) -> Option<Job> {
-    while lock(worker).prefill_step() {
-        match jobs.try_recv() {
-            Ok(job) => return Some(job),
-            Err(mpsc::TryRecvError::Disconnected) => return None,
-            Err(mpsc::TryRecvError::Empty) => {}
-        }
-    }
-    jobs.recv().ok()
-}
-
-/// Pre-writing of the active WAL segment (measured in docs/benchmarks.md: an fdatasync that
-/// overwrites allocated, already-written blocks costs less than one that appends, since no size
-/// or extent change must be committed). When the WAL thread has nothing queued and every write of the segment is
-/// synced, it writes zeros past the segment's end and syncs them, a chunk at a time, so the group
-/// commits that follow overwrite instead of append. The core reads a zero tail after the last
-/// frame as the clean end of a log (codec::scan), so recovery is unchanged.
-#[derive(Default)]
-struct Prefill {
-    active: Option<ActiveSegment>,
-}
-
-struct ActiveSegment {
-    file: FileId,
-    /// End of the last write the core issued to the segment.
-    written_end: u64,
-    /// Physical size of the file (written or pre-written).
-    physical: u64,
-    /// A write is not yet synced: pre-writing now could fold a failing sync into ours.
-    dirty: bool,
-    /// A pre-write failed: stop for this segment; if its sync failed, fail the core's next sync
-    /// too (the pages it covered may be lost, and the core must not ack on a later success).
-    stopped: bool,
-    poisoned: bool,
-}
-
-impl ActiveSegment {
-    fn new(file: FileId, written_end: u64, physical: u64) -> ActiveSegment {
-        ActiveSegment { file, written_end, physical, dirty: false, stopped: false, poisoned: false }
     }
 }
 
 impl Worker {
-    /// Executes one operation, with the bookkeeping of pre-writing.
+    /// Executes one operation.
     fn run_op(&mut self, op: &DiskOp) -> Result<DiskDone, DiskError> {
         let result = self.execute(op).map_err(|e| self.describe(op, &e));
         if let Err(error) = &result {
             tracing::warn!(%error, "disk operation failed");
         }
-        self.track(op, result.is_ok());
         result
-    }
-
-    /// True when the active WAL segment is due for pre-writing.
-    fn prefill_wanted(&self) -> bool {
-        let active = self.prefill.as_ref().and_then(|p| p.active.as_ref());
-        active.is_some_and(|a| {
-            !a.dirty
-                && !a.stopped
-                && a.physical.saturating_sub(a.written_end) < PREFILL_LOW_WATER_BYTES
-                && a.physical < PREFILL_LIMIT_BYTES
-        })
-    }
-
-    /// Pre-writes one chunk if the active segment needs it; false when there is nothing to do.
-    fn prefill_step(&mut self) -> bool {
-        let Some(active) = self.prefill.as_mut().and_then(|p| p.active.as_mut()) else {
-            return false;
-        };
-        let margin = active.physical.saturating_sub(active.written_end);
-        if active.dirty
-            || active.stopped
-            || margin >= PREFILL_LOW_WATER_BYTES
-            || active.physical >= PREFILL_LIMIT_BYTES
-        {
-            return false;
-        }
-        let (file, offset) = (active.file, active.physical);
-        let zeros = vec![0u8; PREFILL_CHUNK_BYTES as usize];
-        let written = self.open(file).and_then(|handle| handle.write_all_at(&zeros, offset));
-        let synced = written.as_ref().ok().map(|()| self.open(file).and_then(File::sync_data));
-        let active = self.prefill.as_mut().and_then(|p| p.active.as_mut()).expect("checked");
-        match (written, synced) {
-            (Ok(()), Some(Ok(()))) => active.physical = offset + PREFILL_CHUNK_BYTES,
-            (Err(error), _) => {
-                // A full disk, say: nothing was synced, nothing is in doubt. Stop for this segment.
-                tracing::debug!(%error, "pre-writing the WAL segment failed; stopped for it");
-                active.stopped = true;
-            }
-            (Ok(()), failed_sync) => {
-                tracing::warn!(error = ?failed_sync, "fsync of a WAL pre-write failed");
-                active.stopped = true;
-                active.poisoned = true;
-            }
-        }
-        true
-    }
-
-    /// Follows the WAL segment operations the core issued (after they ran).
-    fn track(&mut self, op: &DiskOp, ok: bool) {
-        let Some(prefill) = self.prefill.as_mut() else {
-            return;
-        };
-        let FileId::WalSegment { first_seq } = op.file() else {
-            return;
-        };
-        let is_active = |a: &ActiveSegment| a.file == op.file();
-        let newer = prefill.active.as_ref().is_none_or(|a| match a.file {
-            FileId::WalSegment { first_seq: current } => first_seq > current,
-            _ => true,
-        });
-        match op {
-            DiskOp::Create { file } if ok && newer => {
-                prefill.active = Some(ActiveSegment::new(*file, 0, 0));
-            }
-            DiskOp::Write { file, offset, data } if ok => {
-                let end = offset + data.len() as u64;
-                if newer {
-                    let physical = self.files.get(file).and_then(|f| f.metadata().ok());
-                    let physical = physical.map_or(end, |m| m.len()).max(end);
-                    prefill.active = Some(ActiveSegment::new(*file, end, physical));
-                }
-                if let Some(a) = prefill.active.as_mut().filter(|a| is_active(a)) {
-                    a.written_end = a.written_end.max(end);
-                    a.physical = a.physical.max(end);
-                    a.dirty = true;
-                }
-            }
-            DiskOp::Sync { .. } => {
-                if let Some(a) = prefill.active.as_mut().filter(|a| is_active(a)) {
-                    a.dirty &= !ok;
-                }
-            }
-            DiskOp::Truncate { len, .. } => {
-                if let Some(a) = prefill.active.as_mut().filter(|a| is_active(a)) {
-                    a.physical = *len;
-                    a.written_end = a.written_end.min(*len);
-                    a.dirty = true;
-                }
-            }
-            DiskOp::Delete { .. } if prefill.active.as_ref().is_some_and(is_active) => {
-                prefill.active = None;
-            }
-            _ => {}
-        }
-    }
-
-    /// True when a failed pre-write sync means this sync must fail too (see `ActiveSegment`).
-    fn poisoned(&self, file: FileId) -> bool {
-        let active = self.prefill.as_ref().and_then(|p| p.active.as_ref());
-        active.is_some_and(|a| a.file == file && a.poisoned)
     }
 
     fn execute(&mut self, op: &DiskOp) -> io::Result<DiskDone> {
@@ -338,11 +168,6 @@ impl Worker {
             DiskOp::Create { file } => self.create(*file)?,
             DiskOp::Write { file, offset, data } => {
                 self.open(*file)?.write_all_at(data, *offset)?
-            }
-            DiskOp::Sync { file } if self.poisoned(*file) => {
-                return Err(io::Error::other(
-                    "an fsync of this WAL segment failed while pre-writing",
-                ));
             }
             DiskOp::Sync { file } => self.open(*file)?.sync_data()?,
             DiskOp::Read { file, offset, len } => {
@@ -554,12 +379,12 @@ mod tests {
         let data = Bytes::from_static(b"abc");
         assert_eq!(h.run(DiskOp::Write { file: seg, offset: 0, data }), Ok(DiskDone::Done));
         let bytes = fs::read(h.root.join("wal/00000000000000000001.wal")).expect("segment");
-        assert_eq!(&bytes[..3], b"abc");
-        assert!(bytes[3..].iter().all(|&b| b == 0), "at most a pre-written zero tail follows");
+        assert_eq!(bytes, b"abc");
     }
 
     #[test]
-    fn idle_wal_segments_are_pre_written_with_zeros() {
+    fn the_executor_writes_only_what_the_core_asks_for() {
+        // Pre-writing is the core's (its own `Write`s of zeros): an idle WAL thread adds nothing.
         let mut h = Harness::new();
         let seg = FileId::WalSegment { first_seq: 5 };
         let path = h.root.join("wal/00000000000000000005.wal");
@@ -567,30 +392,8 @@ mod tests {
         let data = Bytes::from_static(b"frame");
         assert_eq!(h.run(DiskOp::Write { file: seg, offset: 0, data }), Ok(DiskDone::Done));
         assert_eq!(h.run(DiskOp::Sync { file: seg }), Ok(DiskDone::Done));
-        let deadline = std::time::Instant::now() + Duration::from_secs(10);
-        while fs::metadata(&path).map_or(0, |m| m.len()) < PREFILL_CHUNK_BYTES {
-            assert!(std::time::Instant::now() < deadline, "never pre-written");
-            thread::sleep(Duration::from_millis(5));
-        }
-        // The core keeps appending at its own end, inside the pre-written space.
-        let data = Bytes::from_static(b"next");
-        assert_eq!(h.run(DiskOp::Write { file: seg, offset: 5, data }), Ok(DiskDone::Done));
-        assert_eq!(h.run(DiskOp::Sync { file: seg }), Ok(DiskDone::Done));
-        let bytes = fs::read(&path).expect("segment");
-        assert_eq!(&bytes[..9], b"framenext");
-        assert!(bytes[9..].iter().all(|&b| b == 0), "a zero tail the core reads as a clean end");
-        assert!(bytes.len() as u64 <= PREFILL_CHUNK_BYTES + PREFILL_LOW_WATER_BYTES + 9);
-        // Pool threads never pre-write.
-        let log = FileId::PartitionSegment {
-            key: PartitionKey { topic: TopicId(1), partition: 0 },
-            base: 0,
-        };
-        assert_eq!(h.run(DiskOp::Create { file: log }), Ok(DiskDone::Done));
-        let data = Bytes::from_static(b"x");
-        assert_eq!(h.run(DiskOp::Write { file: log, offset: 0, data }), Ok(DiskDone::Done));
-        assert_eq!(h.run(DiskOp::Sync { file: log }), Ok(DiskDone::Done));
         thread::sleep(Duration::from_millis(50));
-        assert_eq!(fs::metadata(h.root.join(log.relative_path())).expect("log").len(), 1);
+        assert_eq!(fs::read(&path).expect("segment"), b"frame");
     }
 
     #[test]

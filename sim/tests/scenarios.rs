@@ -46,6 +46,7 @@ scenarios!(
     stuck_destination,
     topic_deleted_with_records_in_wal,
     disk_full_and_recovery,
+    disk_full_with_a_prewritten_wal,
     partition_log_lies_about_fsync,
     bit_flip_at_rest,
     new_files_vanish_without_dir_fsync,

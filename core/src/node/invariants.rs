@@ -108,6 +108,7 @@ impl Node {
                 IoPurpose::Wal(WalIo::Checkpoint | WalIo::CheckpointCreate) => wal.checkpoint += 1,
                 IoPurpose::Wal(WalIo::CursorRead { .. }) => wal.cursor_reads += 1,
                 IoPurpose::Wal(WalIo::Repair) => wal.repairs += 1,
+                IoPurpose::Wal(WalIo::Prewrite) => wal.prewrites += 1,
                 IoPurpose::StartupSync(_) | IoPurpose::StartupDelete(_) => syncs += 1,
                 IoPurpose::Wal(WalIo::Delete)
                 | IoPurpose::Partition(..)

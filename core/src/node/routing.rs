@@ -4,7 +4,7 @@ use super::{Deferred, IoPurpose, Node};
 use crate::ids::{IoToken, PartitionKey};
 use crate::io::{DiskDone, DiskError, DiskOp, FileId, NodeEvent};
 use crate::partition::PartIo;
-use crate::wal::WalIo;
+use crate::wal::{PrewriteDone, WalIo};
 
 impl Node {
     pub(super) fn handle_disk(&mut self, token: IoToken, result: Result<DiskDone, DiskError>) {
@@ -69,6 +69,16 @@ impl Node {
                 }
             }
             WalIo::CursorRead { segment, offset } => self.on_wal_read(segment, offset, result),
+            WalIo::Prewrite => match self.wal.on_prewrite_io(result) {
+                PrewriteDone::Quiet => {}
+                PrewriteDone::Stopped(error) => {
+                    tracing::debug!(%error, "pre-writing the WAL segment failed; stopped for it");
+                }
+                PrewriteDone::Latched(error) => {
+                    tracing::error!(%error, "fsync of a WAL pre-write failed: latched until restart");
+                    self.push_event(NodeEvent::WalLatched);
+                }
+            },
             WalIo::Repair => {
                 if let Err(error) = self.wal.on_repair_io(result) {
                     tracing::error!(%error, "truncating the WAL's torn tail failed: latching");

@@ -11,6 +11,7 @@ pub struct OutstandingIo {
     pub checkpoint: u32,
     pub cursor_reads: u32,
     pub repairs: u32,
+    pub prewrites: u32,
 }
 
 impl<W> Wal<W> {
@@ -36,6 +37,7 @@ impl<W> Wal<W> {
             checkpoint: self.checkpoint.in_flight.map_or(0, |write| write.ios_left),
             cursor_reads: u32::from(self.read_in_flight),
             repairs: self.repairs_left,
+            prewrites: self.prewrite_ios(),
         }
     }
 

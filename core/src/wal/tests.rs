@@ -12,12 +12,12 @@ use crate::ids::TopicId;
 
 /// Files by id; every operation succeeds.
 #[derive(Default)]
-struct Disk {
+pub(super) struct Disk {
     files: BTreeMap<FileId, Vec<u8>>,
 }
 
 impl Disk {
-    fn apply(&mut self, op: &DiskOp) -> DiskDone {
+    pub(super) fn apply(&mut self, op: &DiskOp) -> DiskDone {
         match op {
             DiskOp::Create { file } => {
                 self.files.insert(*file, Vec::new());
@@ -50,7 +50,7 @@ impl Disk {
         DiskDone::Done
     }
 
-    fn segments(&self) -> BTreeMap<u64, Bytes> {
+    pub(super) fn segments(&self) -> BTreeMap<u64, Bytes> {
         self.files
             .iter()
             .filter_map(|(file, bytes)| match file {
@@ -61,7 +61,7 @@ impl Disk {
     }
 }
 
-fn draft(payload_len: usize) -> Draft {
+pub(super) fn draft(payload_len: usize) -> Draft {
     Draft {
         timestamp_ms: 1,
         topic: "t".to_string(),
@@ -74,12 +74,13 @@ fn draft(payload_len: usize) -> Draft {
 
 fn tiny(segment_bytes: u64, rotate_dispatched_bytes: u64) -> Wal<u32> {
     let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
-    Wal::from_recovered(recovered).with_sizes(WalSizes { segment_bytes, rotate_dispatched_bytes })
+    let sizes = WalSizes { segment_bytes, rotate_dispatched_bytes, prewrite_chunk_bytes: 0 };
+    Wal::from_recovered(recovered).with_sizes(sizes)
 }
 
 /// Pumps the WAL and completes its operations until none is left; returns the records read by
 /// the cursor (from batches and from disk), advancing it as the dispatcher would.
-fn settle(wal: &mut Wal<u32>, disk: &mut Disk, now: Instant) -> Vec<u64> {
+pub(super) fn settle(wal: &mut Wal<u32>, disk: &mut Disk, now: Instant) -> Vec<u64> {
     let mut seen = Vec::new();
     loop {
         wal.pump(now, false);
@@ -106,6 +107,10 @@ fn settle(wal: &mut Wal<u32>, disk: &mut Disk, now: Instant) -> Vec<u64> {
                 Vec::new()
             }
             WalIo::Delete => Vec::new(),
+            WalIo::Prewrite => {
+                assert!(matches!(wal.on_prewrite_io(Ok(done)), PrewriteDone::Quiet));
+                Vec::new()
+            }
         };
         wal.advance_cursor(&taken);
         seen.extend(taken.iter().map(|(record, _)| record.seq));

@@ -172,6 +172,10 @@ pub(super) struct QueueHistory {
     /// ambiguously; in a cluster also 410, see `queue_settled`).
     delivered: std::collections::BTreeSet<u64>,
     settled: std::collections::BTreeSet<u64>,
+    /// Incarnations a receive of which got no clean answer (5xx, or none): it may have
+    /// delivered messages no client saw, and their counts still move them to the dead-letter
+    /// topic.
+    unseen_receives: std::collections::BTreeSet<TopicId>,
     /// The final drain ran to its end (invariant 4 applies).
     drained: bool,
     pub(super) verdict: QueueVerdict,
@@ -211,6 +215,11 @@ impl QueueHistory {
 }
 
 impl Checker {
+    /// A receive of `inc` got no clean answer: it may have delivered what no client saw.
+    pub fn queue_receive_unseen(&mut self, inc: TopicId) {
+        self.queue.unseen_receives.insert(inc);
+    }
+
     /// Receives lease for `visibility_ms` (the nodes' `Config::queue_visibility_ms`).
     pub fn queue_visibility(&mut self, visibility_ms: u64) {
         self.queue.visibility_us = visibility_ms.saturating_mul(1_000);
@@ -351,13 +360,19 @@ impl Checker {
 
     /// How settled `at` may be (`queue_lag.rs`).
     pub(super) fn queue_settled_state(&self, at: (PartitionKey, u64)) -> Settled {
-        let Some(msg) = self.queue.msgs.get(&at) else { return Settled::Not };
+        let unseen = self.queue.unseen_receives.contains(&at.0.topic);
+        let dead_letters = self.dead_letter.name.is_some();
+        let Some(msg) = self.queue.msgs.get(&at) else {
+            // Delivered unseen (seed 0x5: once with one delivery allowed), then moved.
+            return if dead_letters && unseen { Settled::Maybe } else { Settled::Not };
+        };
         if msg.acked.is_some() {
             return Settled::Surely;
         }
         // A move to the dead-letter topic may have settled any message delivered before: its
-        // ack entry can be durable though a crash hid the move's completion.
-        let may_move = self.dead_letter.name.is_some() && !msg.deliveries.is_empty();
+        // ack entry can be durable though a crash hid the move's completion; a delivery no
+        // client saw counts too.
+        let may_move = dead_letters && (!msg.deliveries.is_empty() || unseen);
         let maybe = msg.moved.is_some()
             || may_move
             || msg.id.is_some_and(|id| self.queue.settled.contains(&id));

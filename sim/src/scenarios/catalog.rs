@@ -14,6 +14,7 @@ pub fn all() -> Vec<Scenario> {
         single::stuck_destination(),
         single::topic_deleted_with_records_in_wal(),
         single::disk_full_and_recovery(),
+        single::disk_full_with_a_prewritten_wal(),
         single::partition_log_lies_about_fsync(),
         single::bit_flip_at_rest(),
         single::new_files_vanish_without_dir_fsync(),

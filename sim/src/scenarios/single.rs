@@ -129,6 +129,22 @@ pub(super) fn disk_full_and_recovery() -> Scenario {
         story: "the disk is full for 700 ms: produces fail, the WAL latches, the node restarts once space is back, nothing acked is lost",
         seed: 17,
         nodes: 1,
+        // Without pre-writing: a pre-written WAL keeps acknowledging into its zeros (below).
+        sizes: NodeSizes { wal_prewrite_chunk_bytes: 0, ..NodeSizes::default() },
+        net: NetPlan::default(),
+        workload: workload(250, 3, 2_000),
+        faults: plan(),
+        schedule: vec![at(200, A::DiskFull(true)), at(900, A::DiskFull(false))],
+        expect: |o| hit(o, FaultClass::DiskFull),
+    }
+}
+
+pub(super) fn disk_full_with_a_prewritten_wal() -> Scenario {
+    Scenario {
+        name: "disk_full_with_a_prewritten_wal",
+        story: "the disk is full for 700 ms while the WAL has zeros pre-written ahead: produces are acknowledged into them, partition commits fail and are retried once space is back, nothing acked is lost",
+        seed: 17,
+        nodes: 1,
         sizes: NodeSizes::default(),
         net: NetPlan::default(),
         workload: workload(250, 3, 2_000),
@@ -167,7 +183,8 @@ pub(super) fn bit_flip_at_rest() -> Scenario {
         story: "a bit flips in a record file while the node is down: the damage is detected (recovery refuses or reads fail), never served",
         seed: 19,
         nodes: 1,
-        sizes: NodeSizes::default(),
+        // Without pre-writing, so that the flip lands in records rather than in a zero tail.
+        sizes: NodeSizes { wal_prewrite_chunk_bytes: 0, ..NodeSizes::default() },
         net: NetPlan::default(),
         workload: workload(200, 2, 2_000),
         faults: plan(),

@@ -104,7 +104,10 @@ impl Simulation {
                     drain.failures += 1;
                     self.restart_owner(drain);
                 }
-                _ => {
+                other => {
+                    if !matches!(&other, Some(ClientReply::Error(e)) if e.http_status() < 500) {
+                        self.world.checker.queue_receive_unseen(drain.inc);
+                    }
                     drain.failures += 1;
                     let now = self.world.queue.now();
                     self.run_to(Instant(now.0 + RETRY_WAIT_MICROS));

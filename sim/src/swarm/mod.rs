@@ -296,6 +296,8 @@ pub struct NodeSizes {
     pub consumer_journal_compact_bytes: u64,
     /// `Config::consumer_journal_linger`.
     pub consumer_journal_linger: bool,
+    /// `Config::wal_prewrite_chunk_bytes`.
+    pub wal_prewrite_chunk_bytes: u64,
 }
 
 impl Default for NodeSizes {
@@ -309,6 +311,7 @@ impl Default for NodeSizes {
             retention_bytes_divisor: 1,
             consumer_journal_compact_bytes: narad_core::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
             consumer_journal_linger: true,
+            wal_prewrite_chunk_bytes: narad_core::constants::WAL_PREWRITE_CHUNK_BYTES,
         }
     }
 }
@@ -321,6 +324,18 @@ impl Default for NodeSizes {
 /// seeds seal partition log segments past 128 B to 16 KiB: a partition takes a few KiB in a run,
 /// so its log rolls (often after every commit at the low end) and reads and recovery cross
 /// segment boundaries.
+/// WAL pre-writing, drawn after everything else (every earlier draw of a seed stays what it
+/// was): a quarter of the seeds do not pre-write, the others pre-write chunks of 512 B, 4 KiB
+/// or production's 256 KiB, so that small WAL segments are pre-written to their end.
+pub(crate) fn draw_prewrite(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
+    sizes.wal_prewrite_chunk_bytes = match rng.random_range(0..4) {
+        0 => 0,
+        1 => 512,
+        2 => 4_096,
+        _ => narad_core::constants::WAL_PREWRITE_CHUNK_BYTES,
+    };
+}
+
 pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng) -> NodeSizes {
     let mut sizes = NodeSizes::default();
     if rng.random_bool(0.5) {
@@ -375,6 +390,7 @@ impl SwarmConfig {
         draw_queue(&mut rng, &mut workload, &mut sizes, &mut faults);
         draw_long_poll(&mut rng, &mut workload);
         draw_queue_settings(&mut rng, &mut workload, &mut sizes);
+        draw_prewrite(&mut rng, &mut sizes);
         SwarmConfig {
             nodes: 1,
             faults,

@@ -179,7 +179,13 @@ impl Workload {
                 {
                     checker.violation(inv::PROTOCOL, format!("queue receive refused: {e}"));
                 }
-                Some(ClientReply::Error(_)) | None => checker.counters.consume_errors += 1,
+                Some(ClientReply::Error(e)) if e.http_status() < 500 => {
+                    checker.counters.consume_errors += 1;
+                }
+                Some(ClientReply::Error(_)) | None => {
+                    checker.counters.consume_errors += 1;
+                    checker.queue_receive_unseen(*inc);
+                }
                 Some(other) => {
                     checker.violation(inv::PROTOCOL, format!("receive answered {other:?}"));
                 }
