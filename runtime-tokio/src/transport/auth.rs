@@ -51,6 +51,10 @@ const EXPORTER_LABEL: &[u8] = b"EXPORTER-narad-cluster-auth-v1";
 pub const DIALER_LABEL: &[u8] = b"narad/v1 dialer";
 /// Label of the acceptor's proof.
 pub const ACCEPTOR_LABEL: &[u8] = b"narad/v1 acceptor";
+/// Labels of the keys a node's QUIC endpoint derives its stateless-reset tokens and its
+/// connection ids from.
+const RESET_LABEL: &[u8] = b"narad/v1 stateless reset";
+const CID_LABEL: &[u8] = b"narad/v1 connection ids";
 
 /// The key derived from the cluster secret. The secret itself is not kept.
 #[derive(Clone)]
@@ -80,6 +84,30 @@ impl ClusterKey {
             .expand(&[KDF_INFO], hmac::HMAC_SHA256)
             .expect("invariant: 32 bytes is a valid HKDF-SHA256 output length");
         Ok(ClusterKey(hmac::Key::from(okm)))
+    }
+
+    /// The key node `me`'s QUIC endpoint makes stateless-reset tokens with: the same across its
+    /// restarts, so that a peer whose packets reach the restarted endpoint on a connection the
+    /// old one had is told at once that the connection is gone (a key drawn at random each
+    /// start, quinn's default, leaves the peer waiting for its idle timeout). Secret to anyone
+    /// without the cluster secret, as a reset key must be.
+    pub fn reset_key(&self, me: NodeId) -> hmac::Key {
+        hmac::Key::new(hmac::HMAC_SHA256, self.node_tag(RESET_LABEL, me).as_ref())
+    }
+
+    /// The key node `me`'s endpoint hashes its connection ids with: the same across restarts,
+    /// so that the restarted endpoint recognises an old connection's id as one of its own and
+    /// answers it with a stateless reset (a packet for an id it did not make is dropped).
+    pub fn connection_id_key(&self, me: NodeId) -> u64 {
+        let tag = self.node_tag(CID_LABEL, me);
+        let bytes: [u8; 8] = tag.as_ref()[..8].try_into().expect("a SHA-256 tag has 32 bytes");
+        u64::from_be_bytes(bytes)
+    }
+
+    fn node_tag(&self, label: &[u8], me: NodeId) -> hmac::Tag {
+        let mut message = label.to_vec();
+        message.extend_from_slice(&me.0.to_be_bytes());
+        hmac::sign(&self.0, &message)
     }
 
     /// This side's proof over `transcript` for role `label`.

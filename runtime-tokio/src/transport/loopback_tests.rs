@@ -203,3 +203,39 @@ async fn a_message_to_an_unreachable_peer_is_reported_to_the_node() {
     assert_eq!(out1.stats().dropped_unreachable, 1);
     t1.shutdown().await;
 }
+
+/// A transport on a runtime of its own, so that dropping the runtime kills it the way a crash
+/// does: no close frame, no goodbye.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(1)
+        .enable_all()
+        .build()
+        .expect("a test runtime")
+}
+
+#[test]
+fn a_crashed_and_restarted_acceptor_is_noticed_at_once_by_its_reset_key() {
+    let pair = Pair::new();
+    let secret = "the same secret, 32 bytes long!!";
+    let main = runtime();
+    let (t1, out1, mut in1) = main.block_on(pair.start(1, secret)); // node 1 dials node 2
+    let crashed = runtime();
+    let (t2, out2, mut in2) = crashed.block_on(pair.start(2, secret));
+    main.block_on(exchange(&out1, NodeId(2), &mut in2));
+    drain(&mut in1);
+    drop(crashed); // cancels its tasks where they stand
+    drop((t2, out2, in2));
+    let restarted = runtime();
+    let (t2, _out2, mut in2) = restarted.block_on(pair.start(2, secret));
+    let started = std::time::Instant::now();
+    // Node 1's packets on its old connection reach the new endpoint, which answers with a
+    // stateless reset the old connection's token matches: node 1 redials at once, instead of
+    // after its 5 s idle timeout.
+    main.block_on(exchange(&out1, NodeId(2), &mut in2));
+    let took = started.elapsed();
+    assert!(took < Duration::from_secs(3), "reconnected after {took:?}; the idle timeout is 5 s");
+    assert!(out1.stats().connections >= 2);
+    main.block_on(t1.shutdown());
+    restarted.block_on(t2.shutdown());
+}

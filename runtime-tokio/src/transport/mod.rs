@@ -112,8 +112,12 @@ impl Transport {
         inbox: mpsc::Sender<Input>,
     ) -> anyhow::Result<(Transport, Outbox)> {
         let (server, client) = tls::configs()?;
-        let mut endpoint = Endpoint::server(server, config.bind)
+        let endpoint_config = endpoint_config(&config.key, config.me);
+        let socket = std::net::UdpSocket::bind(config.bind)
             .with_context(|| format!("binding the cluster endpoint to UDP {}", config.bind))?;
+        let runtime = Arc::new(quinn::TokioRuntime);
+        let mut endpoint = Endpoint::new(endpoint_config, Some(server), socket, runtime)
+            .context("starting the cluster endpoint")?;
         endpoint.set_default_client_config(client);
         let local = endpoint.local_addr().context("cluster endpoint address")?;
         let peers = config
@@ -409,6 +413,19 @@ pub fn write_metrics(out: &mut String, stats: &TransportStats) {
     for (name, help, value) in counters {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
     }
+}
+
+/// The endpoint's keys, derived from the cluster secret and the node id rather than drawn at
+/// each start (quinn's default): a restarted node then recognises the connection ids it made
+/// before and resets the connections they name at once, so a peer that dialed it notices the
+/// restart on its next packet instead of after its idle timeout.
+fn endpoint_config(key: &ClusterKey, me: NodeId) -> quinn::EndpointConfig {
+    let mut config = quinn::EndpointConfig::new(Arc::new(key.reset_key(me)));
+    let cid_key = key.connection_id_key(me);
+    config.cid_generator(move || {
+        Box::new(quinn_proto::HashedConnectionIdGenerator::from_key(cid_key))
+    });
+    config
 }
 
 #[cfg(test)]
