@@ -20,6 +20,22 @@ fn prewriting() -> Wal<u32> {
     Wal::from_recovered(recovered).with_sizes(sizes)
 }
 
+/// A pre-writing WAL whose first group commit completed (the pre-write it starts is not yet
+/// pumped), its disk, and the time.
+fn after_one_group_commit() -> (Wal<u32>, Disk, Instant) {
+    let mut wal = prewriting();
+    let mut disk = Disk::default();
+    let now = Instant(1_000);
+    wal.stage(vec![draft(100)], 1).expect("not latched");
+    wal.pump(now, false);
+    while let Some((io, op)) = wal.poll_io() {
+        assert_eq!(io, WalIo::Batch);
+        let done = disk.apply(&op);
+        let _ = wal.on_batch_io(Ok(done));
+    }
+    (wal, disk, now)
+}
+
 fn segment_len(disk: &Disk) -> usize {
     disk.segments().values().next().map_or(0, Bytes::len)
 }
@@ -50,16 +66,7 @@ fn an_idle_wal_prewrites_ahead_and_group_commits_overwrite_it() {
 
 #[test]
 fn a_failed_prewrite_write_stops_prewriting_for_the_segment_only() {
-    let mut wal = prewriting();
-    let mut disk = Disk::default();
-    let now = Instant(1_000);
-    wal.stage(vec![draft(100)], 1).expect("not latched");
-    wal.pump(now, false);
-    while let Some((io, op)) = wal.poll_io() {
-        assert_eq!(io, WalIo::Batch);
-        let done = disk.apply(&op);
-        let _ = wal.on_batch_io(Ok(done));
-    }
+    let (mut wal, mut disk, now) = after_one_group_commit();
     wal.pump(now, false);
     let (io, write) = wal.poll_io().expect("a pre-write write");
     assert!(io == WalIo::Prewrite && matches!(write, DiskOp::Write { .. }));
@@ -78,15 +85,7 @@ fn a_failed_prewrite_write_stops_prewriting_for_the_segment_only() {
 
 #[test]
 fn a_failed_prewrite_sync_latches_and_fails_the_group_commit_behind_it() {
-    let mut wal = prewriting();
-    let mut disk = Disk::default();
-    let now = Instant(1_000);
-    wal.stage(vec![draft(100)], 1).expect("not latched");
-    wal.pump(now, false);
-    while let Some((_, op)) = wal.poll_io() {
-        let done = disk.apply(&op);
-        let _ = wal.on_batch_io(Ok(done));
-    }
+    let (mut wal, _disk, now) = after_one_group_commit();
     wal.pump(now, false);
     let prewrite: Vec<(WalIo, DiskOp)> = std::iter::from_fn(|| wal.poll_io()).collect();
     assert_eq!(prewrite.len(), 2);
