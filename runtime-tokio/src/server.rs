@@ -109,13 +109,15 @@ async fn run(
     let mut server = tokio::spawn(server);
     tracing::info!(%addr, data_dir = %args.data_dir.display(), "narad listening");
 
+    // Biased: a driver or server that stopped is reported even if a signal came at once.
     tokio::select! {
-        signal = signals.next() => tracing::info!(signal, "shutdown requested: no new connections"),
+        biased;
         result = &mut driver => {
             let _ = stop_tx.send(true);
             bail!("node driver stopped unexpectedly: {}", describe_exit(result));
         }
         result = &mut server => bail!("HTTP server stopped unexpectedly: {result:?}"),
+        signal = signals.next() => tracing::info!(signal, "shutdown requested: no new connections"),
     }
     let _ = stop_tx.send(true);
     let stats = finish_node(&mut driver, &mut signals).await?;
@@ -138,7 +140,9 @@ async fn finish_node(
     driver: &mut JoinHandle<Stats>,
     signals: &mut Signals,
 ) -> anyhow::Result<Stats> {
+    // Biased: a driver that finished wins over a second signal that came at once.
     tokio::select! {
+        biased;
         result = tokio::time::timeout(SHUTDOWN_GRACE, &mut *driver) => match result {
             Ok(Ok(stats)) => Ok(stats),
             Ok(Err(join)) => bail!("node driver failed during shutdown: {join}"),
