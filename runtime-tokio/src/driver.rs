@@ -39,6 +39,16 @@ enum Command {
     Stats { reply: oneshot::Sender<Stats> },
 }
 
+/// How the driver's run ended: the caller, not the driver, decides what the process does.
+#[derive(Debug)]
+pub enum NodeExit {
+    /// A shutdown was asked for and the node finished it; its final counters.
+    Clean(Box<Stats>),
+    /// The node cannot go on (what it read at start-up may not be durable, say): it must not
+    /// serve anything more, and a restart recovers from what is really on disk.
+    Fatal(String),
+}
+
 /// The driver task has stopped (shutdown finished, or it died): no answer will come.
 #[derive(Debug, Clone, Copy)]
 pub struct NodeGone;
@@ -198,8 +208,9 @@ impl Driver {
         self
     }
 
-    /// Drives the node until `shutdown` turns true and the node reports it has shut down.
-    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> Stats {
+    /// Drives the node until `shutdown` turns true and the node reports it has shut down, or
+    /// until the node reports a fatal error.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) -> NodeExit {
         self.after_input(); // Recovery may have queued repairs (torn-tail truncation).
         self.submit_deferred(); // and start-up syncs: nothing else may wake us before they end
         let mut timer = pin!(tokio::time::sleep(Duration::ZERO));
@@ -212,11 +223,8 @@ impl Driver {
         let mut disk_inputs = Vec::with_capacity(INPUTS_PER_WAKEUP);
         let mut commands = Vec::with_capacity(INPUTS_PER_WAKEUP);
         loop {
-            if let Some(reason) = self.node.fatal_error() {
-                // What the node read at start-up may not be durable: it must not serve anything.
-                // A restart recovers from what is really on disk.
-                tracing::error!(%reason, "fatal: stopping the process");
-                std::process::exit(1);
+            if let Some(exit) = self.fatal_exit() {
+                return exit;
             }
             if shutting_down && self.node.is_shut_down() {
                 break;
@@ -270,7 +278,17 @@ impl Driver {
             self.pass_commands = 0;
             self.submit_or_hold().await;
         }
-        self.finish()
+        NodeExit::Clean(Box::new(self.finish()))
+    }
+
+    /// The node reported a fatal error: what it read at start-up may not be durable, so it must
+    /// not serve anything (a restart recovers from what is really on disk).
+    fn fatal_exit(&self) -> Option<NodeExit> {
+        let reason = self.node.fatal_error()?;
+        tracing::error!(%reason, "fatal: the node stops");
+        self.ready.store(false, Ordering::Relaxed);
+        self.stopping.store(true, Ordering::Relaxed);
+        Some(NodeExit::Fatal(reason.to_string()))
     }
 
     /// After a pass: partition work waits for the next group commit while a lone producer is

@@ -19,7 +19,7 @@ use crate::clock::Clock;
 use crate::cluster_cli::ClusterPlan;
 use crate::datadir;
 use crate::disk::DiskExecutor;
-use crate::driver::Driver;
+use crate::driver::{Driver, NodeExit};
 use crate::http;
 
 /// How long the node may take to finish in-flight work after a shutdown signal.
@@ -114,6 +114,9 @@ async fn run(
         biased;
         result = &mut driver => {
             let _ = stop_tx.send(true);
+            if let Ok(NodeExit::Fatal(reason)) = result {
+                bail!("fatal: {reason}");
+            }
             bail!("node driver stopped unexpectedly: {}", describe_exit(result));
         }
         result = &mut server => bail!("HTTP server stopped unexpectedly: {result:?}"),
@@ -137,14 +140,15 @@ async fn run(
 
 /// Waits (bounded) for the driver to finish shutting down; a second signal cuts it short.
 async fn finish_node(
-    driver: &mut JoinHandle<Stats>,
+    driver: &mut JoinHandle<NodeExit>,
     signals: &mut Signals,
 ) -> anyhow::Result<Stats> {
     // Biased: a driver that finished wins over a second signal that came at once.
     tokio::select! {
         biased;
         result = tokio::time::timeout(SHUTDOWN_GRACE, &mut *driver) => match result {
-            Ok(Ok(stats)) => Ok(stats),
+            Ok(Ok(NodeExit::Clean(stats))) => Ok(*stats),
+            Ok(Ok(NodeExit::Fatal(reason))) => bail!("fatal during shutdown: {reason}"),
             Ok(Err(join)) => bail!("node driver failed during shutdown: {join}"),
             Err(_) => {
                 tracing::error!(grace = ?SHUTDOWN_GRACE, "node did not finish shutting down in time");
@@ -158,9 +162,10 @@ async fn finish_node(
     }
 }
 
-fn describe_exit(result: Result<Stats, tokio::task::JoinError>) -> String {
+fn describe_exit(result: Result<NodeExit, tokio::task::JoinError>) -> String {
     match result {
-        Ok(_) => "it returned without a shutdown request".to_string(),
+        Ok(NodeExit::Fatal(reason)) => format!("fatal: {reason}"),
+        Ok(NodeExit::Clean(_)) => "it returned without a shutdown request".to_string(),
         Err(join) => join.to_string(),
     }
 }
