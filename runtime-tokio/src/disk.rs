@@ -74,8 +74,9 @@ impl DiskExecutor {
 
     /// Runs a WAL operation on the calling thread and returns its completion, if no WAL
     /// operation is queued, running or unanswered: the operation is then next in its file's
-    /// order either way. Otherwise hands `op` back (submit it). Blocks the caller for the operation (an fdatasync): the driver does this only when
-    /// it has nothing else to do, and saves two thread handoffs on the acknowledgement's path.
+    /// order either way. Otherwise hands `op` back (submit it). Blocks the caller for the
+    /// operation (an fdatasync): the driver does this only when it has nothing else to do, and
+    /// saves two thread handoffs on the acknowledgement's path.
     pub fn run_wal_inline(&mut self, token: IoToken, op: DiskOp) -> Result<Input, DiskOp> {
         if !matches!(op.file(), FileId::WalSegment { .. }) || !self.wal_pending.is_empty() {
             return Err(op);

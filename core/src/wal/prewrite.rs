@@ -22,8 +22,7 @@ use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 /// The pre-write state of a WAL.
 #[derive(Default)]
 pub(super) struct Prewrite {
-    /// The pre-write in flight: its segment, the end it extends to, its operations left, and
-    /// whether its write failed.
+    /// The pre-write in flight: its segment, the end it extends to, its operations left.
     in_flight: Option<InFlightPrewrite>,
     /// A segment whose pre-write write failed: not pre-written again.
     stopped: Option<u64>,
@@ -36,7 +35,6 @@ struct InFlightPrewrite {
     segment: u64,
     end: u64,
     ios_left: u32,
-    write_failed: bool,
 }
 
 /// What a completed pre-write operation means for the node.
@@ -82,8 +80,7 @@ impl<W> Wal<W> {
         self.outbox.push_back((WalIo::Prewrite, DiskOp::Sync { file }));
         self.counters.prewrite_syncs += 1;
         let end = start + chunk;
-        self.prewrite.in_flight =
-            Some(InFlightPrewrite { segment, end, ios_left: 2, write_failed: false });
+        self.prewrite.in_flight = Some(InFlightPrewrite { segment, end, ios_left: 2 });
     }
 
     /// A pre-write operation completed (its write, then its sync).
@@ -94,7 +91,6 @@ impl<W> Wal<W> {
         let last = prewrite.ios_left == 0;
         match result {
             Err(error) if !last => {
-                prewrite.write_failed = true;
                 self.prewrite.stopped = Some(prewrite.segment);
                 self.prewrite.in_flight = Some(prewrite);
                 PrewriteDone::Stopped(error)
@@ -111,8 +107,10 @@ impl<W> Wal<W> {
                 PrewriteDone::Latched(error)
             }
             Ok(_) => {
+                // A segment is never pre-written again once stopped: stopped by this write.
+                let write_failed = self.prewrite.stopped == Some(prewrite.segment);
                 let segment = self.segments.get_mut(&prewrite.segment);
-                if let Some(segment) = segment.filter(|_| !prewrite.write_failed) {
+                if let Some(segment) = segment.filter(|_| !write_failed) {
                     segment.prewritten = segment.prewritten.max(prewrite.end);
                 }
                 PrewriteDone::Quiet

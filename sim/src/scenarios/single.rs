@@ -124,18 +124,12 @@ pub(super) fn topic_deleted_with_records_in_wal() -> Scenario {
 }
 
 pub(super) fn disk_full_and_recovery() -> Scenario {
+    // Without pre-writing: a pre-written WAL keeps acknowledging into its zeros (below).
+    let sizes = NodeSizes { wal_prewrite_chunk_bytes: 0, ..NodeSizes::default() };
     Scenario {
         name: "disk_full_and_recovery",
         story: "the disk is full for 700 ms: produces fail, the WAL latches, the node restarts once space is back, nothing acked is lost",
-        seed: 17,
-        nodes: 1,
-        // Without pre-writing: a pre-written WAL keeps acknowledging into its zeros (below).
-        sizes: NodeSizes { wal_prewrite_chunk_bytes: 0, ..NodeSizes::default() },
-        net: NetPlan::default(),
-        workload: workload(250, 3, 2_000),
-        faults: plan(),
-        schedule: vec![at(200, A::DiskFull(true)), at(900, A::DiskFull(false))],
-        expect: |o| hit(o, FaultClass::DiskFull),
+        ..disk_full_for_700_ms(sizes)
     }
 }
 
@@ -143,9 +137,18 @@ pub(super) fn disk_full_with_a_prewritten_wal() -> Scenario {
     Scenario {
         name: "disk_full_with_a_prewritten_wal",
         story: "the disk is full for 700 ms while the WAL has zeros pre-written ahead: produces are acknowledged into them, partition commits fail and are retried once space is back, nothing acked is lost",
+        ..disk_full_for_700_ms(NodeSizes::default())
+    }
+}
+
+/// One node under load whose disk is full from 200 ms to 900 ms (name and story to be set).
+fn disk_full_for_700_ms(sizes: NodeSizes) -> Scenario {
+    Scenario {
+        name: "",
+        story: "",
         seed: 17,
         nodes: 1,
-        sizes: NodeSizes::default(),
+        sizes,
         net: NetPlan::default(),
         workload: workload(250, 3, 2_000),
         faults: plan(),
