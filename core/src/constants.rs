@@ -16,6 +16,10 @@ pub const WAL_ROTATE_DISPATCHED_BYTES: u64 = 1024 * 1024;
 /// off). A group commit that overwrites pre-written, synced blocks costs its fdatasync less than
 /// one that appends: no size or extent change must be committed.
 pub const WAL_PREWRITE_CHUNK_BYTES: u64 = 256 * 1024;
+/// Longest a lone producer's partition work waits for the next WAL group commit, so that both
+/// fsyncs reach the device together (`core/src/node/flush_pairing.rs`; the default of
+/// `Config::flush_pairing_us`, 0 turns it off).
+pub const FLUSH_PAIRING_US: u64 = 1_000;
 /// Lower bound of the dispatch window (records held at once).
 pub const WINDOW_BASE_RECORDS: usize = 4_096;
 /// Upper bound of the dispatch window.

@@ -12,6 +12,7 @@ mod cluster;
 mod commit;
 mod dead_letter;
 mod discard;
+mod flush_pairing;
 mod invariants;
 mod log_delete;
 mod long_poll;
@@ -95,6 +96,9 @@ pub struct Config {
     /// (`DEFAULT_VISIBILITY_TIMEOUT_MS`); the simulator makes it short so that leases expire
     /// within a run.
     pub queue_visibility_ms: u64,
+    /// Longest a lone producer's partition work waits for the next WAL group commit
+    /// (`FLUSH_PAIRING_US`, `node/flush_pairing.rs`; 0 turns the hold off).
+    pub flush_pairing_us: u64,
 }
 
 impl Config {
@@ -126,6 +130,7 @@ impl Config {
             consumer_journal_compact_bytes: crate::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
             consumer_journal_linger: true,
             queue_visibility_ms: crate::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
+            flush_pairing_us: crate::constants::FLUSH_PAIRING_US,
         }
     }
 
@@ -289,6 +294,8 @@ pub struct Node {
     log_deletes: log_delete::LogDeletes,
     /// Long-poll consumes waiting for a record to become visible.
     parked: parked::Parked,
+    /// Partition work held for the next WAL group commit (`node/flush_pairing.rs`).
+    pairing: flush_pairing::FlushPairing,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -449,6 +456,7 @@ impl Node {
             consumers,
             log_deletes: log_delete::LogDeletes::default(),
             parked: parked::Parked::default(),
+            pairing: flush_pairing::FlushPairing::default(),
         };
         Ok(Recovery::new(node, files.into_keys().collect(), seals))
     }
@@ -487,6 +495,7 @@ impl Node {
             Input::BeginShutdown => {
                 tracing::info!("shutdown requested: no new produces; flushing");
                 self.shutting_down = true;
+                self.release_held_partition_work();
                 self.release_parked_for_shutdown();
             }
         }
@@ -539,6 +548,7 @@ impl Node {
             self.remote.next_deadline(),
             self.parked.next_deadline(),
             self.consumers.journal.linger_until(),
+            self.pairing.deadline(),
             (self.is_serving() && !self.partitions.is_empty()).then_some(self.next_retention_at),
         ]
         .into_iter()
@@ -672,6 +682,7 @@ impl Node {
     /// Moves every component forward: metastore outputs, group commit, checkpoint, dispatch
     /// reads, commits, discard confirmations; then turns disk requests into effects.
     fn pump(&mut self) {
+        self.expire_flush_pairing();
         if !self.is_serving() {
             // The metastore stays quiet too: an append emitted beside the start-up sync of its
             // log would still land if that sync failed and dropped the pages before it, leaving
@@ -721,8 +732,9 @@ impl Node {
     fn emit(&mut self, purpose: IoPurpose, op: DiskOp) {
         let token = IoToken(self.next_token);
         self.next_token += 1;
+        let effect = Effect::Disk { token, op };
+        self.push_disk_effect(&purpose, effect);
         self.io.insert(token, purpose);
-        self.effects.push_back(Effect::Disk { token, op });
     }
 
     fn send(&mut self, to: NodeId, message: &PeerMessage) {

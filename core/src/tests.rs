@@ -2,6 +2,7 @@
 
 mod cluster_flow;
 mod cluster_harness;
+mod flush_pairing;
 mod harness;
 mod long_poll;
 mod node_flow;

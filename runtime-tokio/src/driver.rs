@@ -28,8 +28,6 @@ const COMMAND_QUEUE: usize = 4_096;
 const INPUTS_PER_WAKEUP: usize = 256;
 /// Largest group-commit write the driver runs itself on a quiet node (see `Driver::wal_op`).
 const INLINE_WRITE_BYTES: usize = 64 * 1024;
-/// Longest partition work is held back for the next WAL group commit (see `Driver::wal_op`).
-const HOLD_FOR_WAL: Duration = Duration::from_millis(1);
 
 /// A request to the driver task.
 enum Command {
@@ -133,12 +131,6 @@ pub struct Driver {
     waiters: BTreeMap<RequestId, oneshot::Sender<ClientReply>>,
     /// Disk operations held until the replies of this pass are written.
     deferred: Vec<(IoToken, DiskOp)>,
-    /// The deferred work waits for the next WAL group commit (a lone producer: see `wal_op`),
-    /// at most until `lone_producer_until`.
-    holding: bool,
-    /// The driver ran a group commit itself this recently (a lone producer): partition work is
-    /// held for the next one until then.
-    lone_producer_until: Option<tokio::time::Instant>,
     /// Completions of WAL operations the driver ran itself (see `wal_op`), not yet handed over.
     inline_done: Vec<Input>,
     /// Client requests taken in this pass, and whether it has answered one yet.
@@ -183,8 +175,6 @@ impl Driver {
             commands,
             waiters: BTreeMap::new(),
             deferred: Vec::new(),
-            holding: false,
-            lone_producer_until: None,
             inline_done: Vec::new(),
             pass_commands: 0,
             pass_replied: false,
@@ -264,10 +254,6 @@ impl Driver {
                     let now = self.clock.now();
                     self.node.handle_input(now, Input::BeginShutdown);
                 }
-                () = sleep_until_some(self.lone_producer_until), if self.holding => {
-                    // No group commit came to share a disk flush with: go on alone.
-                    self.submit_deferred();
-                }
                 () = &mut timer, if armed.is_some() => {
                     let deadline = armed.take().expect("invariant: guarded by is_some");
                     let now = self.clock.now_at_least(deadline);
@@ -276,7 +262,7 @@ impl Driver {
             }
             self.after_input();
             self.pass_commands = 0;
-            self.submit_or_hold().await;
+            self.submit_after_replies().await;
         }
         NodeExit::Clean(Box::new(self.finish()))
     }
@@ -291,15 +277,11 @@ impl Driver {
         Some(NodeExit::Fatal(reason.to_string()))
     }
 
-    /// After a pass: partition work waits for the next group commit while a lone producer is
-    /// active (see `wal_op`); otherwise it goes once the handlers just answered wrote their
-    /// responses (the 202s are on the clients' critical path, partition commits are not).
-    async fn submit_or_hold(&mut self) {
-        if self.deferred.is_empty() || self.holding {
-            return;
-        }
-        self.holding = self.lone_producer_until.is_some_and(|until| now() < until);
-        if !self.holding {
+    /// After a pass: the disk work other than the WAL's goes once the handlers just answered
+    /// wrote their responses (the 202s are on the clients' critical path, partition commits are
+    /// not).
+    async fn submit_after_replies(&mut self) {
+        if !self.deferred.is_empty() {
             tokio::task::yield_now().await;
             self.submit_deferred();
         }
@@ -310,7 +292,6 @@ impl Driver {
     /// that is not serving would drop them, and a dropped commit costs its sender the 30 s
     /// commit timeout), so no input may come to wake the loop and submit them later.
     fn submit_deferred(&mut self) {
-        self.holding = false;
         for (token, op) in self.deferred.drain(..) {
             self.disk.submit(token, op);
         }
@@ -371,15 +352,10 @@ impl Driver {
     /// trip. Under load requests arrive in groups and the WAL thread keeps the group commit off
     /// this thread.
     ///
-    /// A lone producer's records reach their partitions one commit each, and a partition fsync
-    /// running on its own delays the next group commit's fsync by a whole device flush (measured:
-    /// 1 client, 4.2-5.0k msg/s with, 6.0-6.7k without partition fsyncs). So on a quiet node the
-    /// partition work of a pass waits (≤ `HOLD_FOR_WAL`) for the next WAL operation and is
-    /// submitted just before it: both fsyncs then reach the disk together and can share a flush.
+    /// Disk work the node emitted before the operation goes first: on a quiet node that is the
+    /// partition work the core held for this group commit (flush pairing, docs/design.md
+    /// §4.3), whose fsyncs must reach the device beside this one, not after it.
     fn wal_op(&mut self, token: IoToken, op: DiskOp) {
-        if self.holding {
-            self.submit_deferred();
-        }
         let small = match &op {
             DiskOp::Write { data, .. } => data.len() <= INLINE_WRITE_BYTES,
             _ => true,
@@ -388,11 +364,9 @@ impl Driver {
         if !(quiet && small) {
             return self.disk.submit(token, op);
         }
+        self.submit_deferred();
         match self.disk.run_wal_inline(token, op) {
-            Ok(done) => {
-                self.inline_done.push(done);
-                self.lone_producer_until = Some(now() + HOLD_FOR_WAL);
-            }
+            Ok(done) => self.inline_done.push(done),
             Err(op) => self.disk.submit(token, op),
         }
     }
@@ -460,16 +434,5 @@ fn log_event(event: NodeEvent) {
         NodeEvent::TopicApplied { .. }
         | NodeEvent::SegmentDeleted { .. }
         | NodeEvent::DeadLettered { .. } => {}
-    }
-}
-
-fn now() -> tokio::time::Instant {
-    tokio::time::Instant::now()
-}
-
-/// Sleeps until `deadline` (a branch guarded by `is_some`).
-async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
-    if let Some(deadline) = deadline {
-        tokio::time::sleep_until(deadline).await;
     }
 }

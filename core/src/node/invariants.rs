@@ -32,6 +32,7 @@ impl Node {
         self.check_consumers(false)?;
         self.parked.check()?;
         self.check_log_deletes()?;
+        self.pairing.check(self.now, self.shutting_down)?;
         self.check_bounds()
     }
 

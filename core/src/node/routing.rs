@@ -52,6 +52,9 @@ impl Node {
                     tracing::error!(%error, "ingress WAL failed: latched until restart");
                     self.push_event(NodeEvent::WalLatched);
                 }
+                if outcome.error.is_none() {
+                    self.on_group_commit_done(outcome.acked.len());
+                }
                 self.answer_produces(outcome.acked, outcome.failed, outcome.error.as_ref());
                 self.feed_dispatcher(outcome.durable);
             }

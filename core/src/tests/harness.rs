@@ -125,6 +125,14 @@ impl Harness {
         self.drain_effects();
     }
 
+    /// Fires the node's timer at `at` (moving the clock there) and collects its effects.
+    pub fn fire_timeout(&mut self, at: Instant) {
+        self.now = self.now.max(at);
+        self.steps += 1;
+        self.node.handle_timeout(self.now);
+        self.drain_effects();
+    }
+
     /// Completes disk operations without firing any timer (e.g. before a delayed checkpoint).
     pub fn run_io_only(&mut self) {
         while let Some(input) = self.pending.pop_front() {
@@ -135,19 +143,19 @@ impl Harness {
     /// Completes disk operations and fires timers for 3 simulated seconds (the metastore ticks
     /// forever, so there is no "idle"; 3 s covers every backoff and checkpoint delay).
     pub fn run(&mut self) {
-        let horizon = self.now.plus_millis(3_000);
+        self.run_for_micros(3_000_000);
+    }
+
+    /// Completes disk operations and fires the timers due in the next `micros`.
+    pub fn run_for_micros(&mut self, micros: u64) {
+        let horizon = self.now.plus_micros(micros);
         for _ in 0..1_000_000 {
             if let Some(input) = self.pending.pop_front() {
                 self.feed(input);
                 continue;
             }
             match self.node.poll_timeout() {
-                Some(at) if at < horizon => {
-                    self.now = self.now.max(at);
-                    self.steps += 1;
-                    self.node.handle_timeout(self.now);
-                    self.drain_effects();
-                }
+                Some(at) if at < horizon => self.fire_timeout(at),
                 _ => return,
             }
         }

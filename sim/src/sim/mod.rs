@@ -498,6 +498,7 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
     config.consumer_journal_compact_bytes = cfg.sizes.consumer_journal_compact_bytes;
     config.consumer_journal_linger = cfg.sizes.consumer_journal_linger;
     config.wal_prewrite_chunk_bytes = cfg.sizes.wal_prewrite_chunk_bytes;
+    config.flush_pairing_us = cfg.sizes.flush_pairing_us;
     // With the lease set on the topics, the nodes' default is the shortest there is: a node
     // that ignored a topic's lease would lease for less than the checker allows.
     config.queue_visibility_ms = if cfg.workload.queue_topic_lease {

@@ -298,6 +298,8 @@ pub struct NodeSizes {
     pub consumer_journal_linger: bool,
     /// `Config::wal_prewrite_chunk_bytes`.
     pub wal_prewrite_chunk_bytes: u64,
+    /// `Config::flush_pairing_us`.
+    pub flush_pairing_us: u64,
 }
 
 impl Default for NodeSizes {
@@ -312,6 +314,7 @@ impl Default for NodeSizes {
             consumer_journal_compact_bytes: narad_core::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
             consumer_journal_linger: true,
             wal_prewrite_chunk_bytes: narad_core::constants::WAL_PREWRITE_CHUNK_BYTES,
+            flush_pairing_us: narad_core::constants::FLUSH_PAIRING_US,
         }
     }
 }
@@ -333,6 +336,19 @@ pub(crate) fn draw_prewrite(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
         1 => 512,
         2 => 4_096,
         _ => narad_core::constants::WAL_PREWRITE_CHUNK_BYTES,
+    };
+}
+
+/// The hold of a lone producer's partition work for the next group commit, drawn after WAL
+/// pre-writing (earlier draws stay what they were): a quarter of the seeds do not hold, the
+/// others hold up to 200 µs, production's 1 ms, or 5 ms (longer than most simulated fsyncs, so
+/// held work often goes with a group commit rather than at its deadline).
+pub(crate) fn draw_flush_pairing(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
+    sizes.flush_pairing_us = match rng.random_range(0..4) {
+        0 => 0,
+        1 => 200,
+        2 => narad_core::constants::FLUSH_PAIRING_US,
+        _ => 5_000,
     };
 }
 
@@ -391,6 +407,7 @@ impl SwarmConfig {
         draw_long_poll(&mut rng, &mut workload);
         draw_queue_settings(&mut rng, &mut workload, &mut sizes);
         draw_prewrite(&mut rng, &mut sizes);
+        draw_flush_pairing(&mut rng, &mut sizes);
         SwarmConfig {
             nodes: 1,
             faults,
