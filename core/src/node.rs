@@ -732,8 +732,7 @@ impl Node {
     fn emit(&mut self, purpose: IoPurpose, op: DiskOp) {
         let token = IoToken(self.next_token);
         self.next_token += 1;
-        let effect = Effect::Disk { token, op };
-        self.push_disk_effect(&purpose, effect);
+        self.push_disk_effect(&purpose, Effect::Disk { token, op });
         self.io.insert(token, purpose);
     }
 

@@ -68,12 +68,11 @@ impl Node {
             // device with this one and share a flush.
             self.release_held_partition_work();
         }
+        // No hold starts once a shutdown began, and `BeginShutdown` ends the one in force.
         let holding = self.pairing.until.is_some_and(|until| self.now < until);
-        let partition_file = match &effect {
-            Effect::Disk { op, .. } => is_partition_file(op.file()),
-            _ => false,
-        };
-        if holding && partition_file && !self.shutting_down {
+        let partition_file =
+            matches!(&effect, Effect::Disk { op, .. } if is_partition_file(op.file()));
+        if holding && partition_file {
             self.pairing.held.push(effect);
         } else {
             self.effects.push_back(effect);

@@ -33,14 +33,15 @@ fn produce(h: &mut Harness, payload: &str) {
 }
 
 fn partition_writes(h: &Harness) -> usize {
-    h.ops
-        .iter()
-        .filter(|op| is_write(op, |file| matches!(file, FileId::PartitionSegment { .. })))
-        .count()
+    h.ops.iter().filter(|op| is_write(op, is_partition_segment)).count()
 }
 
 fn is_write(op: &DiskOp, file: impl Fn(FileId) -> bool) -> bool {
     matches!(op, DiskOp::Write { .. }) && file(op.file())
+}
+
+fn is_partition_segment(file: FileId) -> bool {
+    matches!(file, FileId::PartitionSegment { .. })
 }
 
 #[test]
@@ -60,8 +61,7 @@ fn a_lone_produces_partition_write_waits_and_goes_just_before_the_next_group_com
         .iter()
         .position(|op| is_write(op, |file| matches!(file, FileId::WalSegment { .. })))
         .expect("the second produce starts a group commit");
-    let partition = |file| matches!(file, FileId::PartitionSegment { .. });
-    let held = emitted[..first_wal].iter().filter(|op| is_write(op, partition));
+    let held = emitted[..first_wal].iter().filter(|op| is_write(op, is_partition_segment));
     assert!(
         held.count() > 0,
         "the held partition work goes just before the WAL write: {emitted:?}"
