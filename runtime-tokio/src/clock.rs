@@ -1,31 +1,46 @@
 //! The node's clock. The core takes time as an input (`narad_core::Instant`, microseconds since
 //! the Unix epoch) and must never see it go backwards, while the wall clock can step back (NTP).
-//! `Clock` hands out wall-clock microseconds clamped to be monotonic, and converts the core's
-//! deadlines into tokio instants for the driver's timer.
+//! `Clock` hands out wall-clock microseconds (from the `WallClock` seam) clamped to be
+//! monotonic, and converts the core's deadlines into tokio instants for the driver's timer.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Arc;
+use std::time::Duration;
 
 use narad_core::Instant;
 
-/// Milliseconds since the Unix epoch on the wall clock (for what is shown, never for the core).
+use crate::env::{SystemClock, WallClock};
+
+/// Milliseconds since the Unix epoch on the system clock (for what the CLI shows).
 pub fn unix_millis() -> u64 {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as u64)
+    SystemClock.unix_millis()
 }
 
 /// A monotonic view of the wall clock, owned by the driver task.
-#[derive(Debug, Default)]
 pub struct Clock {
+    wall: Arc<dyn WallClock>,
     last: Instant,
 }
 
+impl Default for Clock {
+    fn default() -> Clock {
+        Clock::new(Arc::new(SystemClock))
+    }
+}
+
 impl Clock {
+    /// A monotonic view of `wall`.
+    pub fn new(wall: Arc<dyn WallClock>) -> Clock {
+        Clock { wall, last: Instant(0) }
+    }
+
+    /// The wall clock this view reads.
+    pub fn wall(&self) -> Arc<dyn WallClock> {
+        Arc::clone(&self.wall)
+    }
+
     /// Current time in microseconds since the Unix epoch, never earlier than a previous reading.
     pub fn now(&mut self) -> Instant {
-        let wall = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| u64::try_from(d.as_micros()).unwrap_or(u64::MAX))
-            .unwrap_or(0);
-        self.last = self.last.max(Instant(wall));
+        self.last = self.last.max(Instant(self.wall.unix_micros()));
         self.last
     }
 
@@ -50,7 +65,7 @@ mod tests {
 
     #[test]
     fn readings_never_go_backwards() {
-        let mut clock = Clock { last: Instant(u64::MAX - 1) };
+        let mut clock = Clock { last: Instant(u64::MAX - 1), ..Clock::default() };
         assert_eq!(clock.now(), Instant(u64::MAX - 1));
         let mut fresh = Clock::default();
         let a = fresh.now();

@@ -14,7 +14,7 @@ use tokio::sync::mpsc;
 
 use crate::client_target::Target;
 use crate::driver::Driver;
-use crate::transport::{self, ClusterKey, Outbox, Transport, TransportConfig};
+use crate::transport::{self, ClusterKey, Outbox, Transport, TransportConfig, TransportEnv};
 
 /// Environment variable holding the cluster secret (when no file is given).
 pub const SECRET_ENV: &str = "NARAD_CLUSTER_SECRET";
@@ -86,6 +86,15 @@ pub struct ClusterPlan {
 impl ClusterPlan {
     /// Checks the flags and loads the secret; fails before anything is started.
     pub fn new(node_id: u32, args: &ClusterArgs) -> anyhow::Result<ClusterPlan> {
+        ClusterPlan::with_key(node_id, args, || load_key(args.cluster_secret_file.as_ref()))
+    }
+
+    /// Like `new`, with the cluster key from `key` (asked only for a cluster of several nodes).
+    pub fn with_key(
+        node_id: u32,
+        args: &ClusterArgs,
+        key: impl FnOnce() -> anyhow::Result<ClusterKey>,
+    ) -> anyhow::Result<ClusterPlan> {
         let me = NodeId(node_id);
         let mut plan = ClusterPlan {
             voters: vec![me],
@@ -112,7 +121,7 @@ impl ClusterPlan {
             Some(addr) => addr,
             None => resolve_own(own)?,
         };
-        let key = load_key(args.cluster_secret_file.as_ref())?;
+        let key = key()?;
         let peers = peers
             .iter()
             .filter(|(id, _)| **id != node_id)
@@ -138,12 +147,16 @@ impl ClusterPlan {
 
     /// Starts the transport (for a cluster of more than one node) and connects it to the
     /// driver. Call inside the tokio runtime.
-    pub fn attach(self, driver: Driver) -> anyhow::Result<(Driver, Option<Transport>)> {
+    pub fn attach(
+        self,
+        driver: Driver,
+        env: TransportEnv,
+    ) -> anyhow::Result<(Driver, Option<Transport>)> {
         let Some(config) = self.transport else {
             return Ok((driver, None));
         };
         let (inbox_tx, inbox_rx) = mpsc::channel(transport::INBOX_MESSAGES);
-        let (transport, outbox): (Transport, Outbox) = Transport::start(config, inbox_tx)?;
+        let (transport, outbox): (Transport, Outbox) = Transport::start(config, env, inbox_tx)?;
         Ok((driver.with_peers(outbox, inbox_rx), Some(transport)))
     }
 }

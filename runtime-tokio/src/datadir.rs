@@ -54,12 +54,47 @@ pub struct Found {
     /// compacted behind its checkpoint, the metastore behind its snapshot, a seal file is about
     /// 16 KiB per 64 MiB segment).
     pub files: BTreeMap<FileId, Bytes>,
-    /// The partition logs' segment files (first offset, path), which may be far larger than
+    /// The partition logs' segment files (first offset, where), which may be far larger than
     /// memory: scanned by `recover_partitions`.
-    pub partition_logs: BTreeMap<PartitionKey, Vec<(u64, PathBuf)>>,
+    pub partition_logs: BTreeMap<PartitionKey, Vec<(u64, Segment)>>,
+}
+
+/// Where a partition segment's bytes are: a file, or memory (the simulator's disk).
+#[derive(Clone, Debug)]
+pub enum Segment {
+    File(PathBuf),
+    Memory(Bytes),
+}
+
+impl Segment {
+    fn name(&self, base: u64) -> String {
+        match self {
+            Segment::File(path) => path.display().to_string(),
+            Segment::Memory(_) => format!("segment {base} (in memory)"),
+        }
+    }
 }
 
 impl Found {
+    /// What start-up finds in a snapshot of every file (the simulator's disk): the same split
+    /// `load` makes of a directory.
+    pub fn from_files(files: BTreeMap<FileId, Bytes>) -> Found {
+        let mut found = Found::default();
+        for (file, bytes) in files {
+            match file {
+                FileId::PartitionSegment { key, base } => {
+                    found
+                        .partition_logs
+                        .entry(key)
+                        .or_default()
+                        .push((base, Segment::Memory(bytes)));
+                }
+                other => drop(found.files.insert(other, bytes)),
+            }
+        }
+        found
+    }
+
     /// Bytes read whole (for the start-up log line).
     pub fn bytes(&self) -> usize {
         self.files.values().map(Bytes::len).sum()
@@ -95,7 +130,7 @@ fn walk(dir: &Path, prefix: &str, found: &mut Found) -> anyhow::Result<()> {
         if kind.is_dir() {
             walk(&entry.path(), &relative, found)?;
         } else if let Some(FileId::PartitionSegment { key, base }) = FileId::parse(&relative) {
-            found.partition_logs.entry(key).or_default().push((base, entry.path()));
+            found.partition_logs.entry(key).or_default().push((base, Segment::File(entry.path())));
         } else if let Some(file) = FileId::parse(&relative) {
             let bytes = fs::read(entry.path())
                 .with_context(|| format!("reading {}", entry.path().display()))?;
@@ -127,14 +162,14 @@ pub struct ScanCount {
 /// refuses to repair.
 pub fn recover_partitions(
     recovery: &mut Recovery,
-    logs: &BTreeMap<PartitionKey, Vec<(u64, PathBuf)>>,
+    logs: &BTreeMap<PartitionKey, Vec<(u64, Segment)>>,
 ) -> anyhow::Result<Result<(Vec<PartitionLog>, ScanCount), RecoveryError>> {
     scan_in_chunks(recovery, logs, SCAN_CHUNK_BYTES)
 }
 
 fn scan_in_chunks(
     recovery: &mut Recovery,
-    logs: &BTreeMap<PartitionKey, Vec<(u64, PathBuf)>>,
+    logs: &BTreeMap<PartitionKey, Vec<(u64, Segment)>>,
     chunk_bytes: usize,
 ) -> anyhow::Result<Result<(Vec<PartitionLog>, ScanCount), RecoveryError>> {
     let mut recovered = Vec::with_capacity(logs.len());
@@ -143,9 +178,9 @@ fn scan_in_chunks(
     for (key, segments) in logs {
         let mut scan = recovery.partition_scan(*key);
         let mut rest = Vec::new();
-        for (base, path) in segments {
+        for (base, segment) in segments {
             rest.clear();
-            match open_segment(&mut scan, *base, path, &mut chunk, &mut rest)? {
+            match open_segment(&mut scan, *base, segment, &mut chunk, &mut rest)? {
                 Ok(read) => count.bytes_read += read,
                 Err(damage) => return Ok(Err(damage)),
             }
@@ -166,19 +201,25 @@ fn scan_in_chunks(
 fn open_segment(
     scan: &mut PartitionScan,
     base: u64,
-    path: &Path,
+    segment: &Segment,
     chunk: &mut [u8],
     rest: &mut Vec<u8>,
 ) -> anyhow::Result<Result<u64, RecoveryError>> {
-    let read = |e| anyhow::Error::new(e).context(format!("reading {}", path.display()));
-    let len = fs::metadata(path).map_err(read)?.len();
+    let read = |e| anyhow::Error::new(e).context(format!("reading {}", segment.name(base)));
+    let len = match segment {
+        Segment::File(path) => fs::metadata(path).map_err(read)?.len(),
+        Segment::Memory(bytes) => bytes.len() as u64,
+    };
     match scan.open_segment(base, len) {
         Ok(true) => return Ok(Ok(0)),
         Ok(false) => {}
         // Sealing the segment scanned before refuses it if it ended in a bad frame.
         Err(damage) => return Ok(Err(damage)),
     }
-    let mut file = File::open(path).map_err(read)?;
+    let mut file: Box<dyn Read> = match segment {
+        Segment::File(path) => Box::new(File::open(path).map_err(read)?),
+        Segment::Memory(bytes) => Box::new(std::io::Cursor::new(bytes.clone())),
+    };
     let mut bytes_read = 0;
     while !scan.stopped() {
         let n = file.read(chunk).map_err(read)?;
@@ -253,7 +294,7 @@ mod tests {
             let mut recovery =
                 narad_core::Node::begin_recovery(config.clone(), now, BTreeMap::new())
                     .expect("nothing to recover");
-            let segments = BTreeMap::from([(key, vec![(0, path.clone())])]);
+            let segments = BTreeMap::from([(key, vec![(0, Segment::File(path.clone()))])]);
             let logs = scan_in_chunks(&mut recovery, &segments, chunk).expect("io");
             let log = &logs.expect("no damage").0[0];
             assert_eq!((log.high_watermark(), log.size_bytes()), (300, whole), "chunk {chunk}");

@@ -89,6 +89,20 @@ impl DiskExecutor {
     }
 }
 
+impl crate::env::DiskBackend for DiskExecutor {
+    fn submit(&mut self, token: IoToken, op: DiskOp) {
+        DiskExecutor::submit(self, token, op);
+    }
+
+    fn completed(&mut self, token: IoToken) {
+        DiskExecutor::completed(self, token);
+    }
+
+    fn run_wal_inline(&mut self, token: IoToken, op: DiskOp) -> Result<Input, DiskOp> {
+        DiskExecutor::run_wal_inline(self, token, op)
+    }
+}
+
 /// The pool thread that owns `file`: a pure function of the file, so its operations stay ordered.
 fn pool_index(file: FileId, threads: usize) -> usize {
     let hash = match file {

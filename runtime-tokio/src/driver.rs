@@ -17,7 +17,7 @@ use narad_core::{
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::clock::Clock;
-use crate::disk::DiskExecutor;
+use crate::env::{DiskBackend, LogOnly, NodeObserver, WallClock};
 use crate::transport::{Outbox, TransportStats};
 
 /// Client requests queued for the node before senders wait (backpressure for HTTP handlers).
@@ -61,6 +61,8 @@ pub struct NodeHandle {
     peers: Arc<OnceLock<Outbox>>,
     /// The data directory, for the free-space gauge.
     data_dir: Option<Arc<std::path::Path>>,
+    /// The node's wall clock, for the times the API shows.
+    wall: Arc<dyn WallClock>,
 }
 
 impl NodeHandle {
@@ -80,6 +82,11 @@ impl NodeHandle {
     /// The node's data directory, if this handle knows it.
     pub fn data_dir(&self) -> Option<&std::path::Path> {
         self.data_dir.as_deref()
+    }
+
+    /// Milliseconds since the Unix epoch on the node's wall clock (for what the API shows).
+    pub fn unix_millis(&self) -> u64 {
+        self.wall.unix_millis()
     }
 
     /// The node's counters and gauges.
@@ -117,6 +124,7 @@ impl NodeHandle {
             stopping: Arc::new(AtomicBool::new(stopping)),
             peers: Arc::new(OnceLock::new()),
             data_dir: None,
+            wall: Arc::new(crate::env::SystemClock),
         }
     }
 }
@@ -125,7 +133,11 @@ impl NodeHandle {
 pub struct Driver {
     node: Node,
     clock: Clock,
-    disk: DiskExecutor,
+    disk: Box<dyn DiskBackend>,
+    /// Hears the node's events and its first serving (the log alone, in production).
+    observer: Box<dyn NodeObserver>,
+    /// The node served since the driver started (reported to the observer once).
+    served: bool,
     disk_done: mpsc::UnboundedReceiver<Input>,
     commands: mpsc::Receiver<Command>,
     waiters: BTreeMap<RequestId, oneshot::Sender<ClientReply>>,
@@ -152,7 +164,7 @@ impl Driver {
     pub fn new(
         node: Node,
         clock: Clock,
-        disk: DiskExecutor,
+        disk: Box<dyn DiskBackend>,
         disk_done: mpsc::UnboundedReceiver<Input>,
     ) -> (Driver, NodeHandle) {
         let (tx, commands) = mpsc::channel(COMMAND_QUEUE);
@@ -166,11 +178,14 @@ impl Driver {
             stopping: Arc::clone(&stopping),
             peers: Arc::clone(&peers),
             data_dir: None,
+            wall: clock.wall(),
         };
         let driver = Driver {
             node,
             clock,
             disk,
+            observer: Box::new(LogOnly),
+            served: false,
             disk_done,
             commands,
             waiters: BTreeMap::new(),
@@ -187,6 +202,12 @@ impl Driver {
             peers,
         };
         (driver, handle)
+    }
+
+    /// Reports the node's events and first serving to `observer` too.
+    pub fn with_observer(mut self, observer: Box<dyn NodeObserver>) -> Driver {
+        self.observer = observer;
+        self
     }
 
     /// Connects the node to its peers: `Effect::Send`s go to `outbox`, and the transport's
@@ -339,7 +360,12 @@ impl Driver {
             }
         }
         while let Some(event) = self.node.poll_event() {
+            self.observer.event(&event);
             log_event(event);
+        }
+        if !self.served && self.node.is_serving() {
+            self.served = true;
+            self.observer.serving(&self.node);
         }
         self.deadline = self.node.poll_timeout();
         self.ready.store(self.node.is_ready(), Ordering::Relaxed);

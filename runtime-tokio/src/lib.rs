@@ -1,24 +1,28 @@
 //! `narad` as a library: every module of the production runtime, so that the binary (`main.rs`)
 //! is a thin entry point and the fuzz targets (`fuzz/`) can reach the HTTP-facing parsers and
-//! the node RPC framing. Only what the binary and the fuzz targets call is public; the
+//! the node RPC framing, and the simulator's second tier (`narad-sim --tier runtime`) can run a
+//! node on simulated seams (`env`, `server::run_node`). Only what those call is public; the
 //! `fuzzing` module is not an API (it may change with any commit).
 
 pub mod bench;
 pub mod cli;
 pub mod client;
 mod client_target;
-mod clock;
+pub mod clock;
 pub mod cluster_cli;
-mod datadir;
+pub mod datadir;
 pub mod dev;
 mod disk;
 mod driver;
+pub mod env;
 mod follow;
 mod http;
 mod payload_json;
 pub mod server;
 pub mod sub;
 mod transport;
+
+pub use transport::{ClusterKey, TransportEnv};
 
 /// The parsers the fuzz targets in `fuzz/` drive, re-exported from their private modules.
 #[doc(hidden)]

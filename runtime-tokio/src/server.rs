@@ -7,8 +7,8 @@ use std::net::TcpListener as StdListener;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
-use axum::serve::ListenerExt;
-use narad_core::{Node, Stats};
+use axum::serve::{Listener, ListenerExt};
+use narad_core::{Config, Input, Node, Stats};
 use tokio::signal::unix::{Signal, SignalKind, signal};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
@@ -17,10 +17,12 @@ use tracing::Instrument;
 use crate::cli::ServeArgs;
 use crate::clock::Clock;
 use crate::cluster_cli::ClusterPlan;
-use crate::datadir;
+use crate::datadir::{self, Found};
 use crate::disk::DiskExecutor;
 use crate::driver::{Driver, NodeExit};
+use crate::env::{DiskBackend, LogOnly, NodeObserver};
 use crate::http;
+use crate::transport::TransportEnv;
 
 /// How long the node may take to finish in-flight work after a shutdown signal.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
@@ -35,7 +37,6 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding the HTTP API to {}", args.http))?;
     listener.set_nonblocking(true)?;
     let found = datadir::load(&args.data_dir)?;
-    let found_bytes = found.bytes() as u64;
     tracing::info!(
         data_dir = %args.data_dir.display(),
         files = found.files.len(),
@@ -47,28 +48,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let mut config = plan.node_config(args.node_id, seed, args.http);
     config.partition_segment_bytes = args.partition_segment_bytes;
     let mut clock = Clock::default();
-    let recovered = match Node::begin_recovery(config, clock.now(), found.files) {
-        Ok(mut recovery) => datadir::recover_partitions(&mut recovery, &found.partition_logs)?.map(
-            |(partitions, count)| {
-                log_partition_scan(count, found_bytes);
-                recovery.finish(partitions)
-            },
-        ),
-        Err(error) => Err(error),
-    };
-    let node = match recovered {
-        Ok(node) => node,
-        Err(error) => {
-            tracing::error!(
-                %error,
-                data_dir = %args.data_dir.display(),
-                "RECOVERY FAILED: the data directory holds damage that cannot be repaired without \
-                 losing acknowledged records; refusing to start (inspect or restore it)"
-            );
-            bail!("recovery failed: {error}");
-        }
-    };
-    log_recovered(&node.stats(), seed);
+    let node = recover(config, &mut clock, found)?;
     let runtime = match args.threads {
         1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
         n => tokio::runtime::Builder::new_multi_thread()
@@ -81,6 +61,37 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     runtime.block_on(run(args, plan, listener, node, clock))
 }
 
+/// Rebuilds the node from what start-up found on disk (`datadir::load`, or the simulator's
+/// disk): the small files whole, the partition logs a chunk at a time. Damage that cannot be
+/// repaired without losing acknowledged records is logged loudly and refused.
+pub fn recover(config: Config, clock: &mut Clock, found: Found) -> anyhow::Result<Node> {
+    let found_bytes = found.bytes() as u64;
+    let seed = config.seed;
+    let recovered = match Node::begin_recovery(config, clock.now(), found.files) {
+        Ok(mut recovery) => datadir::recover_partitions(&mut recovery, &found.partition_logs)?.map(
+            |(partitions, count)| {
+                log_partition_scan(count, found_bytes);
+                recovery.finish(partitions)
+            },
+        ),
+        Err(error) => Err(error),
+    };
+    match recovered {
+        Ok(node) => {
+            log_recovered(&node.stats(), seed);
+            Ok(node)
+        }
+        Err(error) => {
+            tracing::error!(
+                %error,
+                "RECOVERY FAILED: the data directory holds damage that cannot be repaired without \
+                 losing acknowledged records; refusing to start (inspect or restore it)"
+            );
+            bail!("recovery failed: {error}");
+        }
+    }
+}
+
 async fn run(
     args: ServeArgs,
     plan: ClusterPlan,
@@ -89,25 +100,83 @@ async fn run(
     clock: Clock,
 ) -> anyhow::Result<()> {
     let mut signals = Signals::register(args.exit_with_parent)?;
-    let (done_tx, done_rx) = mpsc::unbounded_channel();
+    let (done_tx, disk_done) = mpsc::unbounded_channel();
     let disk = DiskExecutor::start(&args.data_dir, done_tx).context("starting disk threads")?;
-    let (driver, handle) = Driver::new(node, clock, disk, done_rx);
-    let handle = handle.with_data_dir(&args.data_dir);
-    let (driver, transport) = plan.attach(driver)?;
-    let (stop_tx, stop_rx) = watch::channel(false);
-    let span = tracing::info_span!("node", id = args.node_id);
-    let mut driver = tokio::spawn(driver.run(stop_rx.clone()).instrument(span));
-
     let listener = tokio::net::TcpListener::from_std(listener)?;
-    let addr = listener.local_addr()?;
     let listener = listener.tap_io(|tcp| {
         let _ = tcp.set_nodelay(true); // Small 202s must not wait for Nagle.
     });
+    let parts = NodeParts {
+        id: args.node_id,
+        node,
+        clock,
+        disk: Box::new(disk),
+        disk_done,
+        data_dir: Some(args.data_dir.clone()),
+        observer: Box::new(LogOnly),
+        transport: TransportEnv::os(),
+    };
+    run_node(parts, plan, listener, &mut signals).await.map(drop)
+}
+
+/// Everything a recovered node runs with, production's or the simulator's (see `env`).
+pub struct NodeParts {
+    /// The node's id (for the log).
+    pub id: u32,
+    pub node: Node,
+    pub clock: Clock,
+    /// Executes disk operations; sends their completions to `disk_done`.
+    pub disk: Box<dyn DiskBackend>,
+    pub disk_done: mpsc::UnboundedReceiver<Input>,
+    /// The data directory (for the free-space gauge), when the node has a real one.
+    pub data_dir: Option<std::path::PathBuf>,
+    pub observer: Box<dyn NodeObserver>,
+    pub transport: TransportEnv,
+}
+
+/// What asks a node to stop: signals in production, the simulator's restarts in tier 2. A
+/// first request starts the graceful shutdown, a second one cuts it short.
+pub trait StopRequests: Send {
+    /// Resolves with what asked, at the next request.
+    fn next(&mut self) -> impl Future<Output = &'static str> + Send;
+}
+
+/// Serves a recovered node: starts the driver, the transport (for a cluster) and the HTTP API on
+/// `listener`, and runs until the node stops. A stop request shuts down in order (no new
+/// connections, in-flight group commits finish, the checkpoint is flushed, peers see the close)
+/// and returns the node's last counters; a driver or server that stops on its own is an error.
+pub async fn run_node<L, S>(
+    parts: NodeParts,
+    plan: ClusterPlan,
+    listener: L,
+    stop: &mut S,
+) -> anyhow::Result<Stats>
+where
+    L: Listener,
+    L::Addr: std::fmt::Debug,
+    S: StopRequests,
+{
+    let NodeParts { id, node, clock, disk, disk_done, data_dir, observer, transport } = parts;
+    let (driver, handle) = Driver::new(node, clock, disk, disk_done);
+    let driver = driver.with_observer(observer);
+    let handle = match &data_dir {
+        Some(dir) => handle.with_data_dir(dir),
+        None => handle,
+    };
+    let (driver, transport) = plan.attach(driver, transport)?;
+    let (stop_tx, stop_rx) = watch::channel(false);
+    let span = tracing::info_span!("node", id);
+    let mut driver = tokio::spawn(driver.run(stop_rx.clone()).instrument(span));
+
+    let addr = listener.local_addr()?;
     let server = axum::serve(listener, http::router(handle))
         .with_graceful_shutdown(stopped(stop_rx))
         .into_future();
     let mut server = tokio::spawn(server);
-    tracing::info!(%addr, data_dir = %args.data_dir.display(), "narad listening");
+    match &data_dir {
+        Some(dir) => tracing::info!(?addr, data_dir = %dir.display(), "narad listening"),
+        None => tracing::info!(?addr, "narad listening"),
+    }
 
     // Biased: a driver or server that stopped is reported even if a signal came at once.
     tokio::select! {
@@ -120,10 +189,10 @@ async fn run(
             bail!("node driver stopped unexpectedly: {}", describe_exit(result));
         }
         result = &mut server => bail!("HTTP server stopped unexpectedly: {result:?}"),
-        signal = signals.next() => tracing::info!(signal, "shutdown requested: no new connections"),
+        signal = stop.next() => tracing::info!(signal, "shutdown requested: no new connections"),
     }
     let _ = stop_tx.send(true);
-    let stats = finish_node(&mut driver, &mut signals).await?;
+    let stats = finish_node(&mut driver, stop).await?;
     if let Some(transport) = transport {
         transport.shutdown().await; // Peers see the close now rather than after a timeout.
     }
@@ -135,13 +204,13 @@ async fn run(
     if tokio::time::timeout(HTTP_DRAIN_GRACE, &mut server).await.is_err() {
         tracing::warn!("HTTP connections still open after the node stopped; closing them");
     }
-    Ok(())
+    Ok(stats)
 }
 
 /// Waits (bounded) for the driver to finish shutting down; a second signal cuts it short.
 async fn finish_node(
     driver: &mut JoinHandle<NodeExit>,
-    signals: &mut Signals,
+    stop: &mut impl StopRequests,
 ) -> anyhow::Result<Stats> {
     // Biased: a driver that finished wins over a second signal that came at once.
     tokio::select! {
@@ -155,7 +224,7 @@ async fn finish_node(
                 bail!("shutdown timed out after {SHUTDOWN_GRACE:?}");
             }
         },
-        signal = signals.next() => {
+        signal = stop.next() => {
             tracing::warn!(signal, "second signal: exiting without waiting for the node");
             bail!("shutdown interrupted by a second {signal}");
         }
@@ -195,10 +264,14 @@ impl Signals {
         let parent = exit_with_parent.then(std::os::unix::process::parent_id);
         Ok(Signals { term, int, parent })
     }
+}
 
+impl StopRequests for Signals {
     /// Resolves with the name of the next signal (the parent's exit counts once).
     async fn next(&mut self) -> &'static str {
+        // Biased: signals that came together are reported in one order.
         tokio::select! {
+            biased;
             _ = self.term.recv() => "SIGTERM",
             _ = self.int.recv() => "SIGINT",
             () = parent_exit(self.parent) => {

@@ -18,7 +18,7 @@ const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
 /// Serves the node's counters.
 pub async fn metrics(State(node): State<NodeHandle>) -> Result<Response, ApiError> {
     let stats = node.stats().await.map_err(|_| ApiError::node_stopped())?;
-    let mut body = render(&stats, crate::clock::unix_millis());
+    let mut body = render(&stats, node.unix_millis());
     if let Some(dir) = node.data_dir() {
         render_free_space(&mut body, dir);
     }

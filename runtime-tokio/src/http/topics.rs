@@ -210,7 +210,7 @@ pub async fn get(
 ) -> Result<Response, ApiError> {
     match call(&node, ClientOp::GetTopic { name }).await? {
         ClientReply::Topic(info, stats) => {
-            let json = TopicJson::with_stats(&info, &stats, crate::clock::unix_millis());
+            let json = TopicJson::with_stats(&info, &stats, node.unix_millis());
             Ok(to_json(StatusCode::OK, &json))
         }
         other => Err(ApiError::unexpected(&other)),

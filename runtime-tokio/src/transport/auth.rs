@@ -26,8 +26,9 @@ use std::fmt;
 
 use narad_core::NodeId;
 use quinn::{Connection, ConnectionError, RecvStream, SendStream, VarInt};
-use ring::rand::SecureRandom;
-use ring::{hkdf, hmac, rand};
+use ring::{hkdf, hmac};
+
+use crate::env::Entropy;
 
 /// Shortest secret we accept: a guessable secret would let anyone who can reach a node's port
 /// join the cluster.
@@ -171,8 +172,9 @@ pub async fn dial(
     key: &ClusterKey,
     me: NodeId,
     peer: NodeId,
+    entropy: &dyn Entropy,
 ) -> Result<(), AuthError> {
-    let result = dial_inner(conn, key, me, peer).await;
+    let result = dial_inner(conn, key, me, peer, nonce(entropy)).await;
     if let Err(error) = &result {
         refuse(conn, error);
     }
@@ -184,10 +186,10 @@ async fn dial_inner(
     key: &ClusterKey,
     me: NodeId,
     peer: NodeId,
+    dialer_nonce: [u8; NONCE_BYTES],
 ) -> Result<(), AuthError> {
     let exporter = exporter(conn)?;
     let (mut send, mut recv) = conn.open_bi().await.map_err(|e| lost(conn, e))?;
-    let dialer_nonce = nonce();
     let hello = DialerHello { dialer: me, acceptor: peer, nonce: dialer_nonce };
     write(conn, &mut send, &hello.encode()).await?;
 
@@ -225,8 +227,9 @@ pub async fn accept(
     key: &ClusterKey,
     me: NodeId,
     allowed: impl Fn(NodeId) -> Result<(), String>,
+    entropy: &dyn Entropy,
 ) -> Result<NodeId, AuthError> {
-    let result = accept_inner(conn, key, me, allowed).await;
+    let result = accept_inner(conn, key, me, allowed, nonce(entropy)).await;
     if let Err(error) = &result {
         refuse(conn, error);
     }
@@ -238,6 +241,7 @@ async fn accept_inner(
     key: &ClusterKey,
     me: NodeId,
     allowed: impl Fn(NodeId) -> Result<(), String>,
+    acceptor_nonce: [u8; NONCE_BYTES],
 ) -> Result<NodeId, AuthError> {
     let exporter = exporter(conn)?;
     let (mut send, mut recv) = conn.accept_bi().await.map_err(|e| lost(conn, e))?;
@@ -252,7 +256,6 @@ async fn accept_inner(
         )));
     }
     allowed(dialer).map_err(AuthError::NotAllowed)?;
-    let acceptor_nonce = nonce();
     let answer = AcceptorHello { acceptor: me, nonce: acceptor_nonce };
     write(conn, &mut send, &answer.encode()).await?;
 
@@ -364,9 +367,9 @@ fn exporter(conn: &Connection) -> Result<[u8; 32], AuthError> {
     Ok(out)
 }
 
-fn nonce() -> [u8; NONCE_BYTES] {
+fn nonce(entropy: &dyn Entropy) -> [u8; NONCE_BYTES] {
     let mut out = [0u8; NONCE_BYTES];
-    rand::SystemRandom::new().fill(&mut out).expect("invariant: the OS random source works");
+    entropy.fill(&mut out);
     out
 }
 

@@ -10,7 +10,6 @@ use std::time::Duration;
 use bytes::Bytes;
 use narad_core::Input;
 use quinn::{Connection, Endpoint, ReadToEndError, VarInt};
-use ring::rand::SecureRandom;
 use tokio::sync::watch;
 use tokio::time::timeout;
 use tracing::Instrument;
@@ -19,6 +18,7 @@ use super::auth::{self, AuthError};
 use super::frame::{self, FRAME_BYTES_MAX};
 use super::tls::{self, SERVER_NAME};
 use super::{Link, PeerSlot, Shared, UNREACHABLE_DROP_AFTER};
+use crate::env::Entropy;
 
 /// TLS plus the secret handshake must finish within this.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -77,7 +77,14 @@ async fn accept_one(
     shared: &Shared,
 ) -> Result<(Connection, narad_core::NodeId), AuthError> {
     let conn = incoming.await.map_err(|e| AuthError::Connection(format!("TLS: {e}")))?;
-    let peer = auth::accept(&conn, &shared.key, shared.me, |id| shared.may_dial_us(id)).await?;
+    let peer = auth::accept(
+        &conn,
+        &shared.key,
+        shared.me,
+        |id| shared.may_dial_us(id),
+        &*shared.env.entropy,
+    )
+    .await?;
     Ok((conn, peer))
 }
 
@@ -98,7 +105,7 @@ pub(super) async fn dial_loop(endpoint: Endpoint, shared: Arc<Shared>, slot: Arc
                 log_dial_failure(&shared, &slot, &error, failures);
             }
         }
-        tokio::time::sleep(jittered(backoff)).await;
+        tokio::time::sleep(jittered(backoff, &*shared.env.entropy)).await;
         backoff = (backoff * 2).min(BACKOFF_MAX);
     }
 }
@@ -108,21 +115,25 @@ async fn dial_one(
     shared: &Shared,
     slot: &PeerSlot,
 ) -> Result<Connection, DialError> {
-    let addr = resolve(&slot.addr, shared.local).await?;
+    let addr = resolve(shared, &slot.addr).await?;
     let connecting =
         endpoint.connect(addr, SERVER_NAME).map_err(|e| DialError::Connect(e.to_string()))?;
     let conn = connecting.await.map_err(|e| DialError::Connect(e.to_string()))?;
-    auth::dial(&conn, &shared.key, shared.me, slot.id).await.map_err(DialError::Auth)?;
+    auth::dial(&conn, &shared.key, shared.me, slot.id, &*shared.env.entropy)
+        .await
+        .map_err(DialError::Auth)?;
     Ok(conn)
 }
 
 /// Resolves a peer's `host:port`, preferring the address family our endpoint is bound to.
-async fn resolve(addr: &str, local: SocketAddr) -> Result<SocketAddr, DialError> {
-    let resolved: Vec<SocketAddr> = tokio::net::lookup_host(addr)
+async fn resolve(shared: &Shared, addr: &str) -> Result<SocketAddr, DialError> {
+    let resolved: Vec<SocketAddr> = shared
+        .env
+        .resolver
+        .resolve(addr)
         .await
-        .map_err(|e| DialError::Resolve { addr: addr.to_string(), reason: e.to_string() })?
-        .collect();
-    let same_family = resolved.iter().find(|a| a.is_ipv4() == local.is_ipv4());
+        .map_err(|e| DialError::Resolve { addr: addr.to_string(), reason: e.to_string() })?;
+    let same_family = resolved.iter().find(|a| a.is_ipv4() == shared.local.is_ipv4());
     same_family
         .or(resolved.first())
         .copied()
@@ -277,8 +288,8 @@ async fn send_one(conn: &Connection, bytes: Bytes) -> Result<(), String> {
 
 /// `base` scaled by a random factor in [0.75, 1.25), so peers that failed together do not
 /// redial in lockstep.
-fn jittered(base: Duration) -> Duration {
+fn jittered(base: Duration, entropy: &dyn Entropy) -> Duration {
     let mut byte = [0u8; 1];
-    let _ = ring::rand::SystemRandom::new().fill(&mut byte);
+    entropy.fill(&mut byte);
     base.mul_f64(0.75 + f64::from(byte[0]) / 512.0)
 }

@@ -10,7 +10,7 @@ use bytes::Bytes;
 use narad_core::{Input, NodeId};
 use tokio::sync::mpsc;
 
-use super::{ClusterKey, Outbox, Transport, TransportConfig};
+use super::{ClusterKey, Outbox, Transport, TransportConfig, TransportEnv};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -45,7 +45,9 @@ impl Pair {
         // A restarted transport may find its old socket not yet released: retry briefly.
         for _ in 0..50 {
             let (tx, rx) = mpsc::channel(super::INBOX_MESSAGES);
-            if let Ok((transport, outbox)) = Transport::start(config.clone(), tx) {
+            if let Ok((transport, outbox)) =
+                Transport::start(config.clone(), TransportEnv::os(), tx)
+            {
                 return (transport, outbox, rx);
             }
             tokio::time::sleep(Duration::from_millis(100)).await;

@@ -39,6 +39,8 @@ use tracing::Instrument;
 
 pub use auth::ClusterKey;
 
+use crate::env::{DnsResolver, Entropy, GivenSocket, OsEntropy, Resolve};
+
 /// Messages queued for one peer at most.
 const QUEUE_MESSAGES_MAX: usize = 4_096;
 /// Bytes queued for one peer at most (a few full commit batches).
@@ -66,6 +68,22 @@ pub struct TransportConfig {
     pub peers: BTreeMap<NodeId, String>,
     /// The key derived from the cluster secret.
     pub key: ClusterKey,
+}
+
+/// What the transport takes from the world it runs in (see `env`).
+#[derive(Clone)]
+pub struct TransportEnv {
+    /// The socket to run on; `None`: bind `TransportConfig::bind`.
+    pub socket: Option<GivenSocket>,
+    pub resolver: Arc<dyn Resolve>,
+    pub entropy: Arc<dyn Entropy>,
+}
+
+impl TransportEnv {
+    /// The host's own network stack, resolver and random source.
+    pub fn os() -> TransportEnv {
+        TransportEnv { socket: None, resolver: Arc::new(DnsResolver), entropy: Arc::new(OsEntropy) }
+    }
 }
 
 /// The running transport. Drop it, or better `shutdown` it, to stop.
@@ -109,16 +127,10 @@ impl Transport {
     /// connection.
     pub fn start(
         config: TransportConfig,
+        env: TransportEnv,
         inbox: mpsc::Sender<Input>,
     ) -> anyhow::Result<(Transport, Outbox)> {
-        let (server, client) = tls::configs()?;
-        let endpoint_config = endpoint_config(&config.key, config.me);
-        let socket = std::net::UdpSocket::bind(config.bind)
-            .with_context(|| format!("binding the cluster endpoint to UDP {}", config.bind))?;
-        let runtime = Arc::new(quinn::TokioRuntime);
-        let mut endpoint = Endpoint::new(endpoint_config, Some(server), socket, runtime)
-            .context("starting the cluster endpoint")?;
-        endpoint.set_default_client_config(client);
+        let endpoint = bind_endpoint(&config, &env)?;
         let local = endpoint.local_addr().context("cluster endpoint address")?;
         let peers = config
             .peers
@@ -134,6 +146,7 @@ impl Transport {
             inbox,
             counters: Counters::default(),
             handshakes: Arc::new(Semaphore::new(HANDSHAKES_MAX)),
+            env,
         });
         let span = tracing::info_span!("node", id = config.me.0);
         let accept = conn::accept_loop(endpoint.clone(), Arc::clone(&shared));
@@ -220,6 +233,7 @@ struct Shared {
     inbox: mpsc::Sender<Input>,
     counters: Counters,
     handshakes: Arc<Semaphore>,
+    env: TransportEnv,
 }
 
 impl Shared {
@@ -413,6 +427,28 @@ pub fn write_metrics(out: &mut String, stats: &TransportStats) {
     for (name, help, value) in counters {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {value}");
     }
+}
+
+/// The QUIC endpoint on the socket `env` gives, or on `config.bind`.
+fn bind_endpoint(config: &TransportConfig, env: &TransportEnv) -> anyhow::Result<Endpoint> {
+    let (server, client) = tls::configs()?;
+    let mut endpoint_config = endpoint_config(&config.key, config.me);
+    let runtime = Arc::new(quinn::TokioRuntime);
+    let mut endpoint = match &env.socket {
+        None => {
+            let socket = std::net::UdpSocket::bind(config.bind)
+                .with_context(|| format!("binding the cluster endpoint to UDP {}", config.bind))?;
+            Endpoint::new(endpoint_config, Some(server), socket, runtime)
+        }
+        Some(given) => {
+            endpoint_config.rng_seed(Some(given.rng_seed));
+            let socket = Arc::clone(&given.socket);
+            Endpoint::new_with_abstract_socket(endpoint_config, Some(server), socket, runtime)
+        }
+    }
+    .context("starting the cluster endpoint")?;
+    endpoint.set_default_client_config(client);
+    Ok(endpoint)
 }
 
 /// The endpoint's keys, derived from the cluster secret and the node id rather than drawn at
