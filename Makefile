@@ -5,7 +5,7 @@ JOBS ?= 2
 FUZZ_SECONDS ?= 60
 NIGHTLY_FUZZ_SECONDS ?= 900
 
-.PHONY: help run test check sim sim-replay determinism fuzz fuzz-regress nightly fmt clippy
+.PHONY: help run test check sim sim-replay determinism fuzz fuzz-regress nightly chaos fmt clippy
 
 help:
 	@echo "run          start one node on 127.0.0.1:7942 with data in ./narad-data"
@@ -17,6 +17,7 @@ help:
 	@echo "fuzz         every fuzz target for FUZZ_SECONDS (default 60) on stable; summary table"
 	@echo "fuzz-regress replay fuzz/corpus and fuzz/regressions through every fuzz target (seconds)"
 	@echo "nightly      the long campaign: each fuzz target NIGHTLY_FUZZ_SECONDS (900), 200,000 seeds twice"
+	@echo "chaos        3 real nodes in network namespaces: isolation, pair cut, SIGSTOP, kill -9 (root; NARAD_BIN=...)"
 	@echo "bench-soak   one node under 64 clients for DURATION (600) s with retention_bytes: disk stays bounded"
 	@echo "bench-restart start-up time and bytes read after a clean shutdown and a kill -9, at 1 and 4 GiB"
 
@@ -52,6 +53,11 @@ fuzz-regress:
 
 nightly:
 	JOBS=$(JOBS) NIGHTLY_FUZZ_SECONDS=$(NIGHTLY_FUZZ_SECONDS) scripts/nightly.sh
+
+# Three narad processes in network namespaces under real faults, ~3.5 min; skips without root or
+# `ip netns`. docs/chaos.md. Knobs: NARAD_BIN (else a release build), CHAOS_PHASE_SECONDS, CHAOS_JSON.
+chaos:
+	scripts/chaos.sh
 
 # Narad vs Redis (appendfsync always) vs Narad's own HTTP ceiling, one run (~5 min); writes
 # docs/benchmarks.md and its SVG chart. Knobs: DURATION, VISIBLE_DURATION, CLIENTS, MICRO=1.

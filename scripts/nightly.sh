@@ -19,6 +19,9 @@ echo "== simulator cluster sweep: seeds $seeds"
 cargo run --release -p narad-sim -- sweep --seeds "$seeds" --jobs "$jobs" --nodes cluster \
     || failed+=("cluster sweep")
 
+echo "== chaos: three real nodes under network faults, SIGSTOP and kill -9"
+scripts/chaos.sh || failed+=("chaos")
+
 if [[ ${#failed[@]} -ne 0 ]]; then
     echo "nightly FAILED: ${failed[*]}" >&2
     exit 1
