@@ -179,6 +179,11 @@ impl FaultHits {
         self.0[class.index()] += 1;
     }
 
+    /// Counts `n` hits of `class`.
+    pub fn hit_n(&mut self, class: FaultClass, n: u64) {
+        self.0[class.index()] += n;
+    }
+
     /// Hits of `class`.
     pub fn get(&self, class: FaultClass) -> u64 {
         self.0[class.index()]

@@ -35,6 +35,12 @@ pub enum Component {
     /// The workload's long-poll draws (their own stream, so seeds without long-polls keep
     /// every other workload draw).
     WorkloadLongPoll,
+    /// Tier 2: turmoil's own random choices (message latencies), and per node the runtime's
+    /// entropy seam (handshake nonces, dial jitter, quinn's seed) and its socket's datagram
+    /// faults.
+    Turmoil,
+    Entropy(u32),
+    Datagrams(u32),
 }
 
 impl Component {
@@ -52,6 +58,9 @@ impl Component {
             Component::WorkloadLongPoll => 9,
             Component::Disk(node) => (1 << 32) | u64::from(node),
             Component::Node(node) => (2 << 32) | u64::from(node),
+            Component::Turmoil => 12,
+            Component::Entropy(node) => (3 << 32) | u64::from(node),
+            Component::Datagrams(node) => (4 << 32) | u64::from(node),
         }
     }
 }

@@ -408,6 +408,7 @@ impl Driver {
                 },
                 Effect::Reply { request, reply } => {
                     self.pass_replied = true;
+                    self.observer.replied(&reply);
                     match self.waiters.remove(&request) {
                         // A client that hung up no longer listens; its request still ran to the
                         // end.

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use narad_core::{DiskOp, Input, IoToken, Node, NodeEvent};
+use narad_core::{ClientReply, DiskOp, Input, IoToken, Node, NodeEvent};
 use ring::rand::SecureRandom;
 
 /// Wall-clock time, in microseconds since the Unix epoch (it may step backwards: `Clock` clamps).
@@ -100,6 +100,9 @@ pub trait NodeObserver: Send + 'static {
 
     /// The node serves for the first time since it started.
     fn serving(&mut self, node: &Node);
+
+    /// The node answered a client request with `reply` (before the answer is sent).
+    fn replied(&mut self, _reply: &ClientReply) {}
 }
 
 /// The production observer: the log is enough.

@@ -10,6 +10,7 @@
 pub mod checker;
 pub mod clock;
 pub mod nodefuzz;
+pub mod observe;
 pub mod outcome;
 pub mod payload;
 pub mod scenarios;
@@ -18,6 +19,7 @@ pub mod seeds;
 pub mod sim;
 pub mod swarm;
 pub mod sweep;
+pub mod tier2;
 pub mod trace;
 pub mod workload;
 
@@ -27,7 +29,10 @@ pub use swarm::{NodesChoice, RunOptions};
 
 /// Runs seed `seed` under `options` (keeping the full trace when `keep_trace`).
 pub fn run_seed(seed: u64, options: &RunOptions, keep_trace: bool) -> RunOutcome {
-    Simulation::from_seed(seed, options, keep_trace).run()
+    match options.tier {
+        swarm::Tier::Core => Simulation::from_seed(seed, options, keep_trace).run(),
+        swarm::Tier::Runtime => tier2::run_seed(seed, options, keep_trace),
+    }
 }
 
 /// Runs seed `seed`; a panic (a broken assertion in the core or the simulator) becomes a

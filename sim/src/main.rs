@@ -27,11 +27,16 @@ struct Shape {
     /// Turn off the owners' idempotent commits (to measure the duplicates they prevent).
     #[arg(long)]
     no_idempotent_commits: bool,
+    /// `core`: the core's state machine under the simulator's scheduler (fast); `runtime`: the
+    /// production runtime (driver, HTTP router, QUIC transport) on simulated hosts (turmoil).
+    #[arg(long, default_value = "core", value_parser = narad_sim::swarm::Tier::parse)]
+    tier: narad_sim::swarm::Tier,
 }
 
 impl Shape {
     fn options(self) -> RunOptions {
-        RunOptions { nodes: self.nodes, idempotent_commits: !self.no_idempotent_commits }
+        let idempotent_commits = !self.no_idempotent_commits;
+        RunOptions { nodes: self.nodes, idempotent_commits, tier: self.tier }
     }
 }
 
@@ -121,7 +126,13 @@ fn replay(seed: u64, options: &RunOptions, trace: bool, logs: Option<&str>) -> R
             .with_writer(std::io::stdout)
             .init();
     }
-    let outcome = if trace || logs.is_some() {
+    let outcome = if options.tier == narad_sim::swarm::Tier::Runtime {
+        let outcome = narad_sim::tier2::run_seed(seed, options, trace);
+        for record in &outcome.full_trace {
+            println!("{record}");
+        }
+        outcome
+    } else if trace || logs.is_some() {
         let sim = narad_sim::Simulation::from_seed(seed, options, false);
         let sim = if trace { sim.print_trace_live() } else { sim };
         sim.run()

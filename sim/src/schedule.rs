@@ -8,7 +8,7 @@ mod net;
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
-use narad_sim_runtime::{FileClass, FileMatch};
+use narad_sim_runtime::{DiskFaults, FileClass, FileMatch};
 
 use crate::swarm::{FaultPlan, NetPlan};
 
@@ -101,6 +101,26 @@ pub struct ScheduledFault {
     pub at_ms: u64,
     pub node: u32,
     pub action: FaultAction,
+}
+
+impl FaultAction {
+    /// Sets the disk knob this action turns (both tiers); false if it is not a disk knob.
+    pub fn apply_to_disk(&self, disk: &mut DiskFaults) -> bool {
+        match *self {
+            FaultAction::DiskFull(on) => disk.disk_full = on,
+            FaultAction::Slow(factor) => disk.slow_factor = factor,
+            FaultAction::FailNextSync(m) => disk.fail_next_sync = Some(m),
+            FaultAction::FailNextWrite(m) => disk.fail_next_write = Some(m),
+            FaultAction::TornNextWrite(m) => disk.torn_next_write = Some(m),
+            FaultAction::MisdirectNextWrite(m, sectors) => {
+                disk.misdirect_next_write = Some((m, sectors));
+            }
+            FaultAction::LieOn(m) => disk.lie_on = m,
+            FaultAction::Failing(m) => disk.failing = m,
+            _ => return false,
+        }
+        true
+    }
 }
 
 impl ScheduledFault {

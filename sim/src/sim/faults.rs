@@ -3,18 +3,12 @@
 //! later restart, and the damage reports corruption-class faults file with the checker (which
 //! records they hit and which partition logs forgot acknowledged bytes).
 
-use std::collections::BTreeMap;
-
-use bytes::Bytes;
-use narad_core::codec;
-use narad_core::partition::PartitionRecord;
-use narad_core::{DiskOp, FileId, Input, Instant, IoToken};
+use narad_core::{DiskOp, Input, Instant, IoToken};
 use narad_sim_runtime::FaultClass;
 
 use super::world::ArmedCrash;
 use super::{Event, Simulation};
 use crate::checker::inv;
-use crate::payload::ids_in;
 use crate::schedule::FaultAction;
 use crate::trace::{DoneCode, OpKind, What};
 use rand::RngExt;
@@ -44,7 +38,9 @@ impl Simulation {
         if self.apply_net_fault(&action) {
             return;
         }
-        let disk = &mut self.world.disks[n].faults;
+        if action.apply_to_disk(&mut self.world.disks[n].faults) {
+            return;
+        }
         match action {
             FaultAction::ProcessCrash => self.crash(n, false, true),
             FaultAction::PowerLoss => self.crash(n, true, true),
@@ -52,19 +48,9 @@ impl Simulation {
             FaultAction::GracefulRestart => self.begin_graceful_restart(n),
             FaultAction::Pause => self.pause(n, true),
             FaultAction::Resume => self.pause(n, false),
-            FaultAction::DiskFull(on) => disk.disk_full = on,
-            FaultAction::Slow(factor) => disk.slow_factor = factor,
-            FaultAction::FailNextSync(m) => disk.fail_next_sync = Some(m),
-            FaultAction::FailNextWrite(m) => disk.fail_next_write = Some(m),
-            FaultAction::TornNextWrite(m) => disk.torn_next_write = Some(m),
-            FaultAction::MisdirectNextWrite(m, sectors) => {
-                disk.misdirect_next_write = Some((m, sectors))
-            }
-            FaultAction::LieOn(m) => disk.lie_on = m,
-            FaultAction::Failing(m) => disk.failing = m,
             FaultAction::BitFlip => {
                 self.world.disks[n].bit_flip_at_rest();
-                self.collect_damage(n);
+                crate::observe::collect_damage(&mut self.world.checker, &mut self.world.disks[n]);
             }
             FaultAction::CrashAfterNextSync { target, power } => {
                 let after = OpKind::Sync;
@@ -98,6 +84,14 @@ impl Simulation {
             | FaultAction::IsolateLeader { .. }
             | FaultAction::Clog { .. }
             | FaultAction::NetHeal { .. } => unreachable!("network actions are applied above"),
+            FaultAction::DiskFull(_)
+            | FaultAction::Slow(_)
+            | FaultAction::FailNextSync(_)
+            | FaultAction::FailNextWrite(_)
+            | FaultAction::TornNextWrite(_)
+            | FaultAction::MisdirectNextWrite(..)
+            | FaultAction::LieOn(_)
+            | FaultAction::Failing(_) => unreachable!("disk knobs are applied above"),
         }
     }
 
@@ -122,7 +116,7 @@ impl Simulation {
         self.world.disks[n].process_crash();
         if power {
             self.world.disks[n].power_loss();
-            self.collect_damage(n);
+            crate::observe::collect_damage(&mut self.world.checker, &mut self.world.disks[n]);
         }
         self.world.checker.on_crash(n as u32);
         self.world.latch_restart_pending[n] = false;
@@ -144,7 +138,7 @@ impl Simulation {
             Ok(files) => files,
             Err(_) => return self.exit_and_restart_later(n, "start-read-failed"),
         };
-        self.world.checker.recovered_origins(n as u32, &recovered_origins(&files));
+        self.world.checker.recovered_origins(n as u32, &crate::observe::recovered_origins(&files));
         match self.hosts[n].start(now, files, &mut self.world) {
             Ok(()) => {
                 let adopted = self.hosts[n].node().map_or(0, |node| node.recovered_segments().0);
@@ -198,12 +192,12 @@ impl Simulation {
         let just_ops: Vec<DiskOp> = ops.iter().map(|(_, op)| op.clone()).collect();
         for (i, result) in self.world.disks[n].complete_handed_over(&just_ops) {
             let (token, op) = &ops[i];
-            self.note_partition_tail(op);
+            crate::observe::note_partition_tail(&mut self.world.checker, op);
             let (kind, _, _) = OpKind::of(op);
             let (token, file, result) = (token.0, op.file(), DoneCode::of(&result));
             self.world.record(node, What::DiskDone { token, kind, file, result });
         }
-        self.collect_damage(n);
+        crate::observe::collect_damage(&mut self.world.checker, &mut self.world.disks[n]);
     }
 
     fn begin_graceful_restart(&mut self, n: usize) {
@@ -237,43 +231,6 @@ impl Simulation {
         self.crash(n, false, false);
         self.restart(n);
     }
-
-    /// Hands the disk's damage reports to the checker.
-    pub(super) fn collect_damage(&mut self, n: usize) {
-        for damage in self.world.disks[n].take_damage() {
-            if let FileId::PartitionSeal { key, base } = damage.file {
-                // A damaged seal is not trusted (its CRC, length and base are checked), so it
-                // costs a scan, never a record: the checker stays strict about what it causes,
-                // unless its segment was damaged before (the scan now finds what the seal hid).
-                self.world.checker.seal_damaged(key, base);
-                continue;
-            }
-            let ids = ids_in(&damage.bytes);
-            self.world.checker.damaged(&ids);
-            // A damaged last frame looks exactly like a torn tail, and recovery truncates it: the
-            // log may legitimately come back shorter.
-            if let FileId::PartitionSegment { key, base } = damage.file {
-                self.world.checker.segment_damaged(key, base);
-            }
-        }
-    }
-}
-
-/// (origin node index, WAL sequence number) of every record found in a valid frame of a
-/// partition log: the node will treat them as committed (a commit can land durably while the
-/// crash hides its answer).
-fn recovered_origins(files: &BTreeMap<FileId, Bytes>) -> Vec<(u32, u64)> {
-    let mut seqs = Vec::new();
-    for (file, bytes) in files {
-        if let FileId::PartitionSegment { .. } = file {
-            for frame in codec::scan(bytes).frames {
-                if let Some(record) = PartitionRecord::decode(frame.body(bytes)) {
-                    seqs.push((record.origin_node.0.saturating_sub(1), record.origin_seq));
-                }
-            }
-        }
-    }
-    seqs
 }
 
 /// Trace name of a fault action.

@@ -27,6 +27,7 @@ use crate::schedule::{FaultAction, ScheduledFault, draw_schedule_on};
 use crate::swarm::{RunOptions, SwarmConfig};
 use crate::trace::{DoneCode, OpKind, Trace, What};
 use crate::workload::{Wake, Workload};
+pub use faults::action_name;
 use rand::RngExt;
 pub use world::{Event, World};
 
@@ -130,12 +131,7 @@ impl Simulation {
             .collect();
         let mut net = SimNetwork::new(component_rng(seed, Component::Network));
         net.faults = cfg.net.faults.clone();
-        let workload_rng = component_rng(seed, Component::Workload);
-        let update_rng = component_rng(seed, Component::WorkloadUpdates);
-        let poll_rng = component_rng(seed, Component::WorkloadLongPoll);
-        let rngs = (workload_rng, update_rng, poll_rng);
-        let workload = Workload::new(cfg.workload.clone(), rngs, nodes > 1)
-            .with_queue_rng(component_rng(seed, Component::WorkloadQueue));
+        let workload = workload_of(seed, &cfg);
         let last_fault_ms = schedule.iter().map(|f| f.at_ms).max().unwrap_or(0);
         let hold_until = if nodes > 1 { Instant(START.0 + last_fault_ms * 1_000) } else { START };
         let world = World {
@@ -319,25 +315,6 @@ impl Simulation {
         }
     }
 
-    /// Tells the checker when a partition log's tail may hold bytes no reported commit covers:
-    /// a write landed (a cut-back or a failed sync may or may not remove them again).
-    pub(super) fn note_partition_tail(&mut self, op: &DiskOp) {
-        if let DiskOp::Write { file: FileId::PartitionSegment { key, .. }, data, .. } = op {
-            self.world.checker.partition_write_landed(*key);
-            for frame in narad_core::codec::scan(data).frames {
-                if let Some(record) = narad_core::partition::RecordView::decode(frame.body(data)) {
-                    let origin = (record.origin_node.0.saturating_sub(1), record.origin_seq);
-                    self.world.checker.frame_landed(
-                        *key,
-                        record.offset,
-                        origin,
-                        record.timestamp_ms,
-                    );
-                }
-            }
-        }
-    }
-
     fn disk_done(&mut self, node: u32, epoch: u32, token: IoToken, op: DiskOp) {
         let n = node as usize;
         if epoch != self.hosts[n].epoch() {
@@ -350,8 +327,8 @@ impl Simulation {
             node,
             What::DiskDone { token: token.0, kind, file, result: DoneCode::of(&result) },
         );
-        self.collect_damage(n);
-        self.note_partition_tail(&op);
+        crate::observe::collect_damage(&mut self.world.checker, &mut self.world.disks[n]);
+        crate::observe::note_partition_tail(&mut self.world.checker, &op);
         if self.nodes() > 1 && result.is_err() && matches!(file, FileId::ConsumerJournal { .. }) {
             // A latched journal makes its owner's partitions fail each round of a topic-wide
             // receive, which then waits out its deadline on the others: not judged.
@@ -473,6 +450,16 @@ impl Simulation {
     }
 }
 
+/// The workload of `seed` (both tiers), each of its draws on its own stream.
+pub fn workload_of(seed: u64, cfg: &SwarmConfig) -> Workload {
+    let workload_rng = component_rng(seed, Component::Workload);
+    let update_rng = component_rng(seed, Component::WorkloadUpdates);
+    let poll_rng = component_rng(seed, Component::WorkloadLongPoll);
+    let rngs = (workload_rng, update_rng, poll_rng);
+    Workload::new(cfg.workload.clone(), rngs, cfg.nodes.max(1) > 1)
+        .with_queue_rng(component_rng(seed, Component::WorkloadQueue))
+}
+
 /// The configuration of node index `n` (node id `n + 1`).
 fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
     let id = NodeId(n + 1);
@@ -485,6 +472,13 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
         config.cluster_addr = format!("10.0.0.{}:7943", n + 1);
         config
     };
+    apply_sizes(&mut config, cfg);
+    config
+}
+
+/// The seed's knobs on a node's configuration (both tiers): file sizes smaller than
+/// production's, so short runs reach snapshots, rotations and retention, and the queue lease.
+pub fn apply_sizes(config: &mut Config, cfg: &SwarmConfig) {
     config.idempotent_commits = cfg.idempotent_commits;
     // Small index intervals: a run's partitions hold kilobytes, and reads should still start
     // at an entry well before the wanted offset and skip frames (as production reads do).
@@ -506,10 +500,9 @@ fn node_config(seed: u64, cfg: &SwarmConfig, n: u32) -> Config {
     } else {
         cfg.workload.queue_visibility_ms
     };
-    config
 }
 
-fn apply_rates(disk: &mut SimDisk, cfg: &SwarmConfig) {
+pub fn apply_rates(disk: &mut SimDisk, cfg: &SwarmConfig) {
     let f = &cfg.faults;
     disk.faults.fsync_error_rate = f.fsync_error_rate;
     disk.faults.write_error_rate = f.write_error_rate;
@@ -524,7 +517,7 @@ fn apply_rates(disk: &mut SimDisk, cfg: &SwarmConfig) {
 }
 
 /// A checker whose long-poll bound allows one network hop of `net` (cluster runs).
-fn long_poll_checker(cluster: bool, net: &narad_sim_runtime::NetFaults) -> Checker {
+pub fn long_poll_checker(cluster: bool, net: &narad_sim_runtime::NetFaults) -> Checker {
     let mut checker = Checker::new(cluster);
     if cluster {
         let spike = if net.spike_rate > 0.0 { net.spike_max_us } else { 0 };

@@ -139,20 +139,6 @@ impl World {
         }
     }
 
-    /// WAL writes name the records a node staged: message id and topic incarnation (the
-    /// checker learns which incarnation each attempt really reached).
-    fn note_stagings(&mut self, node: u32, op: &DiskOp) {
-        let DiskOp::Write { file: FileId::WalSegment { .. }, data, .. } = op else { return };
-        for frame in codec::scan(data).frames {
-            let Some(record) = narad_core::wal::WalRecord::decode(frame.body(data)) else {
-                continue;
-            };
-            if let Some(id) = parse_id(&record.payload) {
-                self.checker.staged(node, record.seq, id, record.topic_id, record.timestamp_ms);
-            }
-        }
-    }
-
     /// Whether node `node`'s WAL holds, durably, a dead-letter copy of the message at
     /// `key`@`offset`. `None` when it cannot be judged: the checker does not know which message
     /// that is, or the copy is in a file whose fsync lied (the node rightly believes it
@@ -203,6 +189,29 @@ pub fn status_of(reply: &ClientReply) -> (u16, u64) {
         ClientReply::Settled(results) => (200, results.iter().filter(|r| r.is_ok()).count() as u64),
         ClientReply::Error(e) => (e.http_status(), 0),
     }
+}
+
+/// The trace record of a node event (`None`: not traced; topic changes are the core's to log,
+/// dead letters the checker's to judge).
+pub fn traced(event: &NodeEvent) -> Option<What> {
+    Some(match event {
+        NodeEvent::Committed { key, first_offset, origins, .. } => {
+            What::Committed { key: *key, first: *first_offset, count: origins.len() as u64 }
+        }
+        NodeEvent::CheckpointDurable { checkpoint } => What::Checkpoint { checkpoint: *checkpoint },
+        NodeEvent::Discarded { seq, topic } => What::Discarded { seq: *seq, topic: topic.0 },
+        NodeEvent::WalLatched => What::Latched,
+        NodeEvent::CommitFailed { key, .. } => What::CommitFailed { key: *key },
+        NodeEvent::RecordsLost { seqs } => {
+            What::RecordsLost { first: seqs.start, count: seqs.end - seqs.start }
+        }
+        NodeEvent::TopicApplied { .. } | NodeEvent::DeadLettered { .. } => return None,
+        NodeEvent::SegmentDeleted { key, trimmed, .. } => What::SegmentDeleted {
+            key: *key,
+            log_start: trimmed.log_start_offset,
+            records: trimmed.records,
+        },
+    })
 }
 
 /// Short name of a client operation, for traces.
@@ -267,7 +276,7 @@ impl HostRuntime for World {
     }
 
     fn disk_op(&mut self, node: u32, epoch: u32, token: IoToken, op: DiskOp) {
-        self.note_stagings(node, &op);
+        crate::observe::note_stagings(&mut self.checker, node, &op);
         let now = self.queue.now();
         let at = self.disks[node as usize].schedule(now, &op);
         let (kind, offset, len) = OpKind::of(&op);
@@ -293,30 +302,12 @@ impl HostRuntime for World {
     }
 
     fn event(&mut self, node: u32, event: NodeEvent) {
-        let what = match &event {
-            NodeEvent::Committed { key, first_offset, origins, .. } => {
-                What::Committed { key: *key, first: *first_offset, count: origins.len() as u64 }
-            }
-            NodeEvent::CheckpointDurable { checkpoint } => {
-                What::Checkpoint { checkpoint: *checkpoint }
-            }
-            NodeEvent::Discarded { seq, topic } => What::Discarded { seq: *seq, topic: topic.0 },
-            NodeEvent::WalLatched => What::Latched,
-            NodeEvent::CommitFailed { key, .. } => What::CommitFailed { key: *key },
-            NodeEvent::RecordsLost { seqs } => {
-                What::RecordsLost { first: seqs.start, count: seqs.end - seqs.start }
-            }
-            // Not traced (the core logs topic changes); only the checker needs it.
-            NodeEvent::TopicApplied { .. } => return self.checker.on_event(node, &event),
-            NodeEvent::DeadLettered { key, offset } => {
-                let durable = self.dead_letter_copy_durable(node, *key, *offset);
-                return self.checker.dead_lettered(node, *key, *offset, durable);
-            }
-            NodeEvent::SegmentDeleted { key, trimmed, .. } => What::SegmentDeleted {
-                key: *key,
-                log_start: trimmed.log_start_offset,
-                records: trimmed.records,
-            },
+        if let NodeEvent::DeadLettered { key, offset } = &event {
+            let durable = self.dead_letter_copy_durable(node, *key, *offset);
+            return self.checker.dead_lettered(node, *key, *offset, durable);
+        }
+        let Some(what) = traced(&event) else {
+            return self.checker.on_event(node, &event);
         };
         self.record(node, what);
         self.checker.on_event(node, &event);

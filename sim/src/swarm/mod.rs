@@ -61,11 +61,33 @@ pub struct RunOptions {
     pub nodes: NodesChoice,
     /// `Config::idempotent_commits` on every node (off measures the duplicates it prevents).
     pub idempotent_commits: bool,
+    /// Which simulation tier runs the seed.
+    pub tier: Tier,
+}
+
+/// The simulation tiers (docs/design.md §5): the core's state machine under the simulator's
+/// own scheduler, or the production runtime on turmoil hosts.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Tier {
+    #[default]
+    Core,
+    Runtime,
+}
+
+impl Tier {
+    /// Parses `core` or `runtime`.
+    pub fn parse(text: &str) -> Result<Tier, String> {
+        match text {
+            "core" => Ok(Tier::Core),
+            "runtime" => Ok(Tier::Runtime),
+            other => Err(format!("unknown tier `{other}` (core or runtime)")),
+        }
+    }
 }
 
 impl Default for RunOptions {
     fn default() -> Self {
-        RunOptions { nodes: NodesChoice::Swarm, idempotent_commits: true }
+        RunOptions { nodes: NodesChoice::Swarm, idempotent_commits: true, tier: Tier::Core }
     }
 }
 

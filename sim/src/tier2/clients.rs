@@ -1,0 +1,122 @@
+//! The tier-2 workload clients, on turmoil host `client`: the first tier's `Workload` decides
+//! every request (and every retry of an ambiguous answer), and each one goes over HTTP/1.1 to a
+//! node chosen per request. A connection that cannot be made is a refusal (nothing reached the
+//! node); a request sent whose answer never comes, or comes broken, is ambiguous.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use narad_core::{ClientOp, ClientReply, RequestId};
+use rand::RngExt;
+use rand_chacha::ChaCha8Rng;
+
+use super::host::{HTTP_PORT, host_name};
+use super::http::{self, CallError};
+use super::world::{Shared, lock, now};
+use crate::trace::{TopicTag, What};
+use crate::workload::Wake;
+
+/// The address of node `n`'s HTTP API.
+pub fn node_addr(n: u32) -> SocketAddr {
+    SocketAddr::new(turmoil::lookup(host_name(n)), HTTP_PORT)
+}
+
+/// Runs every workload client until each has finished.
+pub async fn run_workload(world: Shared, route: ChaCha8Rng) {
+    let clients = lock(&world).workload.clients();
+    let route = std::sync::Arc::new(std::sync::Mutex::new(route));
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| tokio::task::spawn_local(run_client(world.clone(), route.clone(), c)))
+        .collect();
+    for task in tasks {
+        let _ = task.await;
+    }
+}
+
+async fn run_client(world: Shared, route: std::sync::Arc<std::sync::Mutex<ChaCha8Rng>>, c: usize) {
+    loop {
+        let wake = {
+            let mut w = lock(&world);
+            let w = &mut *w;
+            w.checker.set_now(now());
+            w.workload.wake(c, &mut w.checker)
+        };
+        let delay = match wake {
+            Wake::Done => return,
+            Wake::Sleep(micros) => micros,
+            Wake::Send { request, op } => {
+                let node = pick_node(&world, &route);
+                send(&world, c, node, request, &op).await
+            }
+        };
+        tokio::time::sleep(Duration::from_micros(delay)).await;
+    }
+}
+
+/// A random node that is up (any node, if none is).
+fn pick_node(world: &Shared, route: &std::sync::Mutex<ChaCha8Rng>) -> u32 {
+    let up: Vec<u32> = {
+        let w = lock(world);
+        (0..w.nodes.len() as u32).filter(|&n| w.nodes[n as usize].up).collect()
+    };
+    let nodes = lock(world).nodes.len() as u32;
+    let mut rng = route.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+    if up.is_empty() { rng.random_range(0..nodes) } else { up[rng.random_range(0..up.len())] }
+}
+
+/// Sends one request of client `c` to node `node`; returns how long the client then waits.
+async fn send(world: &Shared, c: usize, node: u32, request: RequestId, op: &ClientOp) -> u64 {
+    let timeout = {
+        let mut w = lock(world);
+        let what = What::Request {
+            request: request.0,
+            op: crate::sim::world::op_name(op),
+            topic: TopicTag::of(op),
+        };
+        w.record(node, what);
+        w.workload.timeout_micros()
+    };
+    let delivered = std::cell::Cell::new(false);
+    let connected = || {
+        delivered.set(true);
+        let mut w = lock(world);
+        let w = &mut *w;
+        w.checker.set_now(now());
+        w.workload.delivered(c, request, node, &mut w.checker);
+    };
+    let call = http::call(node_addr(node), op, connected);
+    let answer = tokio::time::timeout(Duration::from_micros(timeout), call).await;
+    let mut w = lock(world);
+    let w = &mut *w;
+    w.checker.set_now(now());
+    let woken = match answer {
+        Ok(Ok(reply)) => {
+            let (status, count) = crate::sim::world::status_of(&reply);
+            w.record(node, What::Reply { request: request.0, status, count });
+            reply_to(w, node, request, &reply)
+        }
+        Ok(Err(CallError::Refused(_))) => {
+            w.record(node, What::Refused { client: c as u32 });
+            return w.workload.refused(c);
+        }
+        Ok(Err(CallError::Broken(_))) | Err(_) if delivered.get() => {
+            w.record(node, What::Timeout { request: request.0 });
+            w.workload.on_timeout(request, &mut w.checker)
+        }
+        // Timed out before a connection was made: nothing was sent.
+        Ok(Err(CallError::Broken(_))) | Err(_) => {
+            w.record(node, What::Refused { client: c as u32 });
+            return w.workload.refused(c);
+        }
+    };
+    woken.map_or(0, |(_, delay)| delay)
+}
+
+fn reply_to(
+    w: &mut super::world::World2,
+    node: u32,
+    request: RequestId,
+    reply: &ClientReply,
+) -> Option<(usize, u64)> {
+    w.workload.on_reply(node, request, reply, &mut w.checker)
+}

@@ -1,0 +1,264 @@
+//! One tier-2 node: the software of turmoil host `n<id>`. It does what `narad serve` does, with
+//! the simulated seams: read the data directory (the harness's `SimDisk`), recover through
+//! `narad::server::recover`, and serve through `narad::server::run_node` (the production
+//! driver, router and transport) on turmoil's TCP and UDP. A graceful stop ends the process and
+//! it starts again at once; a fatal exit or a failed start-up read restarts it a little later,
+//! as a supervisor would; a recovery that refuses the disk keeps it down. Crashes and power
+//! losses are the harness's (`turmoil::Sim::crash`, then `bounce`).
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use narad::cluster_cli::{ClusterArgs, ClusterPlan, Peers};
+use narad::datadir::Found;
+use narad::env::NodeObserver;
+use narad::server::{NodeParts, StopRequests};
+use narad::{ClusterKey, TransportEnv};
+use narad_core::{Node, NodeEvent};
+use narad_sim_runtime::{Component, component_rng, component_seed};
+use rand::RngExt;
+use tokio::sync::mpsc;
+
+use super::disk::SimDiskBackend;
+use super::net::{SimListener, SimResolver, SimUdp};
+use super::world::{Shared, SimEntropy, SimWall, lock, now};
+use crate::observe;
+use crate::swarm::SwarmConfig;
+use crate::trace::What;
+
+/// Port of the HTTP API on every host.
+pub const HTTP_PORT: u16 = 7942;
+/// Port of node RPC (QUIC) on every host.
+pub const CLUSTER_PORT: u16 = 7943;
+/// The cluster secret of every tier-2 run.
+const SECRET: &[u8] = b"tier-2 simulated cluster secret";
+
+/// The turmoil host name of node index `n` (node id `n + 1`).
+pub fn host_name(n: u32) -> String {
+    format!("n{}", n + 1)
+}
+
+/// What every start of node `n` needs.
+pub struct NodeSetup {
+    pub seed: u64,
+    pub n: u32,
+    pub cfg: SwarmConfig,
+}
+
+/// The host software of node `n`: serve, and start again after each stop, forever.
+pub async fn run_host(world: Shared, setup: Arc<NodeSetup>) -> turmoil::Result {
+    let n = setup.n;
+    let mut restart_rng = component_rng(setup.seed ^ 0x5eed, Component::Node(n + 1));
+    loop {
+        match start_and_serve(&world, &setup).await {
+            Served::Stopped => {}
+            Served::ExitedEarly(reason) => {
+                lock(&world).record(n, What::Fault { action: reason });
+                let down = restart_rng.random_range(1_000..100_000);
+                tokio::time::sleep(Duration::from_micros(down)).await;
+            }
+            Served::Refused => return Ok(()), // the disk holds damage: stays down
+        }
+    }
+}
+
+/// How one incarnation ended.
+enum Served {
+    /// A graceful stop: start again.
+    Stopped,
+    /// The process exited by itself (start-up read failed, fatal error): start again later.
+    ExitedEarly(&'static str),
+    /// Recovery refused the disk.
+    Refused,
+}
+
+async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
+    let n = setup.n;
+    let Some((node, clock)) = recover(world, setup) else { return Served::Refused };
+    let Ok(node) = node else { return Served::ExitedEarly("start-read-failed") };
+    let (done_tx, disk_done) = mpsc::unbounded_channel();
+    let (disk, completer) = SimDiskBackend::new(n, world.clone(), done_tx);
+    tokio::spawn(completer);
+    let (stop_tx, stop_rx) = mpsc::unbounded_channel();
+    let (mut entropy, datagrams) = {
+        let mut w = lock(world);
+        let slot = &mut w.nodes[n as usize];
+        slot.epoch += 1;
+        slot.up = true;
+        slot.stop = Some(stop_tx);
+        let epoch = u64::from(slot.epoch);
+        let entropy = component_rng(setup.seed ^ epoch, Component::Entropy(n + 1));
+        (entropy, Arc::clone(&slot.datagrams))
+    };
+    let mut rng_seed = [0u8; 32];
+    rand::Rng::fill_bytes(&mut entropy, &mut rng_seed);
+    let entropy = Arc::new(SimEntropy { rng: Mutex::new(entropy) });
+    let ip = turmoil::lookup(host_name(n));
+    // The previous incarnation's sockets close as its tasks wind down: retry for a while.
+    let Some(listener) = with_retries(|| SimListener::bind(HTTP_PORT)).await else {
+        return Served::ExitedEarly("http-bind-failed");
+    };
+    let socket = if setup.cfg.nodes > 1 {
+        let any = std::net::Ipv4Addr::UNSPECIFIED.into();
+        let bind = || SimUdp::bind(SocketAddr::new(any, CLUSTER_PORT), Arc::clone(&datagrams));
+        let Some(udp) = with_retries(bind).await else {
+            return Served::ExitedEarly("udp-bind-failed");
+        };
+        Some(narad::env::GivenSocket { socket: Arc::new(udp), rng_seed })
+    } else {
+        None
+    };
+    let transport = TransportEnv { socket, resolver: Arc::new(SimResolver), entropy };
+    let parts = NodeParts {
+        id: n + 1,
+        node,
+        clock,
+        disk: Box::new(disk),
+        disk_done,
+        data_dir: None,
+        observer: Box::new(Observer { n, world: world.clone() }),
+        transport,
+    };
+    let plan = plan(setup, ip).expect("invariant: the tier-2 cluster flags are valid");
+    let mut stop = Stop(stop_rx);
+    let result = narad::server::run_node(parts, plan, listener, &mut stop).await;
+    let mut w = lock(world);
+    let slot = &mut w.nodes[n as usize];
+    slot.up = false;
+    slot.serving = false;
+    slot.stop = None;
+    match result {
+        Ok(stats) => {
+            w.totals.add(&stats);
+            w.record(n, What::Fault { action: "stopped-gracefully" });
+            Served::Stopped
+        }
+        Err(_) => Served::ExitedEarly("fatal-exit"),
+    }
+}
+
+/// Binds with `bind`, retrying every millisecond for up to a second while the port is taken.
+async fn with_retries<T, F: Future<Output = std::io::Result<T>>>(
+    bind: impl Fn() -> F,
+) -> Option<T> {
+    for _ in 0..1_000 {
+        match bind().await {
+            Ok(bound) => return Some(bound),
+            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+            Err(error) => {
+                tracing::warn!(%error, "bind failed");
+                return None;
+            }
+        }
+    }
+    None
+}
+
+/// Reads node `n`'s disk and recovers. `None`: recovery refused the disk (the checker heard);
+/// `Some(Err)`: the start-up read failed.
+fn recover(world: &Shared, setup: &NodeSetup) -> Option<(Result<Node, ()>, narad::clock::Clock)> {
+    let n = setup.n;
+    let mut w = lock(world);
+    let now = now();
+    let skew = Arc::clone(&w.nodes[n as usize].skew);
+    let mut clock = narad::clock::Clock::new(Arc::new(SimWall { skew }));
+    let files = match w.nodes[n as usize].disk.read_at_start() {
+        Ok(files) => files,
+        Err(_) => return Some((Err(()), clock)),
+    };
+    w.checker_at(now).recovered_origins(n, &observe::recovered_origins(&files));
+    let ip = turmoil::lookup(host_name(n));
+    let config = node_config(setup, ip);
+    match narad::server::recover(config, &mut clock, Found::from_files(files)) {
+        Ok(node) => {
+            if node.recovered_segments().0 > 0 {
+                w.hit(narad_sim_runtime::FaultClass::PartitionSealAdopted);
+            }
+            w.record(n, What::Started { ok: true });
+            Some((Ok(node), clock))
+        }
+        Err(error) => {
+            w.record(n, What::Started { ok: false });
+            w.checker_at(now).recovery_failed(error.to_string());
+            None
+        }
+    }
+}
+
+/// The cluster flags `narad serve` would get on this host.
+fn plan(setup: &NodeSetup, ip: std::net::IpAddr) -> anyhow::Result<ClusterPlan> {
+    let nodes = setup.cfg.nodes.max(1);
+    let peers = (nodes > 1).then(|| {
+        Peers(
+            (0..nodes)
+                .map(|m| (m + 1, format!("{}:{CLUSTER_PORT}", host_name(m))))
+                .collect::<BTreeMap<_, _>>(),
+        )
+    });
+    let args = ClusterArgs {
+        peers,
+        cluster: (nodes > 1).then_some(SocketAddr::new(ip, CLUSTER_PORT)),
+        cluster_secret_file: None,
+        heartbeat_ms: 1_000,
+        dead_after_ms: 5_000,
+    };
+    ClusterPlan::with_key(setup.n + 1, &args, || Ok(ClusterKey::from_secret(SECRET)?))
+}
+
+/// The node's configuration: production's for these flags, with the seed's file sizes (as the
+/// first tier sets them, so short runs reach snapshots, rotations and retention).
+fn node_config(setup: &NodeSetup, ip: std::net::IpAddr) -> narad_core::Config {
+    let plan = plan(setup, ip).expect("invariant: the tier-2 cluster flags are valid");
+    let seed = component_seed(setup.seed, Component::Node(setup.n + 1));
+    let mut config = plan.node_config(setup.n + 1, seed, SocketAddr::new(ip, HTTP_PORT));
+    crate::sim::apply_sizes(&mut config, &setup.cfg);
+    config
+}
+
+/// The harness's graceful-stop requests (a closed channel asks nothing).
+struct Stop(mpsc::UnboundedReceiver<()>);
+
+impl StopRequests for Stop {
+    async fn next(&mut self) -> &'static str {
+        match self.0.recv().await {
+            Some(()) => "graceful restart",
+            None => std::future::pending().await,
+        }
+    }
+}
+
+/// Tells the checker what the node reports, as the first tier's host does.
+struct Observer {
+    n: u32,
+    world: Shared,
+}
+
+impl NodeObserver for Observer {
+    fn event(&mut self, event: &NodeEvent) {
+        let mut w = lock(&self.world);
+        if let Some(what) = crate::sim::world::traced(event) {
+            w.record(self.n, what);
+        }
+        let now = now();
+        w.checker_at(now).on_event(self.n, event);
+    }
+
+    fn replied(&mut self, reply: &narad_core::ClientReply) {
+        if let narad_core::ClientReply::Produced { accepted } = reply {
+            let mut w = lock(&self.world);
+            let now = now();
+            w.checker_at(now).node_answered_produce(self.n, *accepted);
+        }
+    }
+
+    fn serving(&mut self, node: &Node) {
+        let mut w = lock(&self.world);
+        w.nodes[self.n as usize].serving = true;
+        let now = now();
+        w.checker_at(now).on_restart(self.n, &node.partition_numbers(), node.clock().as_millis());
+    }
+}

@@ -1,0 +1,351 @@
+//! The tier-2 workload's HTTP/1.1 client: a `ClientOp` (what the first tier hands a node
+//! directly) becomes the request a real client sends to the v1 API, and the answer becomes the
+//! `ClientReply` the workload and the checker already understand, so both tiers judge runs with
+//! the same code. Each request uses a fresh connection (hyper over a turmoil TCP stream).
+
+use std::net::SocketAddr;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper::{Method, Request};
+use hyper_util::rt::TokioIo;
+use narad_core::api::{PartitionNumbers, PartitionStats, QueueSettings, TopicInfo};
+use narad_core::{ClientError, ClientOp, ClientReply, ConsumedRecord, TopicId};
+use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+/// How a request ended short of an answer.
+#[derive(Debug)]
+pub enum CallError {
+    /// No connection: the request never reached the node (nothing changed).
+    Refused(String),
+    /// Sent, then the connection failed before a whole answer came back (ambiguous).
+    Broken(String),
+}
+
+/// The request a real client sends for `op`.
+pub struct HttpRequest {
+    pub method: Method,
+    pub path: String,
+    pub body: Bytes,
+}
+
+/// Connects to `addr` and sends `op`; `connected` runs once the connection is up (the request
+/// is then in flight: an answer that never comes is ambiguous).
+pub async fn call(
+    addr: SocketAddr,
+    op: &ClientOp,
+    connected: impl FnOnce(),
+) -> Result<ClientReply, CallError> {
+    let (status, body) = exchange(addr, request_of(op), connected).await?;
+    Ok(reply_of(op, status, &body))
+}
+
+/// `GET path` on `addr`: the body of a 200 answer.
+pub async fn get(addr: SocketAddr, path: &str, timeout: std::time::Duration) -> Option<Bytes> {
+    let request = HttpRequest { method: Method::GET, path: path.to_string(), body: Bytes::new() };
+    let answer = tokio::time::timeout(timeout, exchange(addr, request, || {})).await;
+    match answer {
+        Ok(Ok((200, body))) => Some(body),
+        _ => None,
+    }
+}
+
+/// One request on a fresh connection: the answer's status and body.
+async fn exchange(
+    addr: SocketAddr,
+    request: HttpRequest,
+    connected: impl FnOnce(),
+) -> Result<(u16, Bytes), CallError> {
+    let stream = turmoil::net::TcpStream::connect(addr)
+        .await
+        .map_err(|e| CallError::Refused(e.to_string()))?;
+    connected();
+    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .map_err(|e| CallError::Broken(e.to_string()))?;
+    tokio::task::spawn_local(async move {
+        let _ = connection.await; // ends with the exchange (or the connection's failure)
+    });
+    let http = Request::builder()
+        .method(request.method)
+        .uri(request.path)
+        .header(hyper::header::HOST, addr.to_string())
+        .header(hyper::header::CONTENT_TYPE, "application/json")
+        .body(Full::new(request.body))
+        .map_err(|e| CallError::Broken(e.to_string()))?;
+    let response = sender.send_request(http).await.map_err(|e| CallError::Broken(e.to_string()))?;
+    let status = response.status().as_u16();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| CallError::Broken(e.to_string()))?
+        .to_bytes();
+    Ok((status, body))
+}
+
+fn encoded(text: &str) -> String {
+    utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
+}
+
+fn json_body(value: &Value) -> Bytes {
+    Bytes::from(value.to_string())
+}
+
+/// The v1 request for `op`.
+pub fn request_of(op: &ClientOp) -> HttpRequest {
+    let request = |method, path: String, body| HttpRequest { method, path, body };
+    match op {
+        ClientOp::CreateTopic { name, partitions, retention_ms, retention_bytes, queue } => {
+            let mut body = serde_json::json!({ "name": name });
+            let fields = [
+                ("partitions", partitions.map(u64::from)),
+                ("retention_ms", *retention_ms),
+                ("retention_bytes", *retention_bytes),
+                ("visibility_timeout_ms", queue.visibility_timeout_ms),
+            ];
+            for (field, value) in fields {
+                if let Some(value) = value {
+                    body[field] = value.into();
+                }
+            }
+            if let Some(dead_letter) = &queue.dead_letter {
+                body["max_deliveries"] = dead_letter.max_deliveries.into();
+                body["dead_letter_topic"] = dead_letter.topic.clone().into();
+            }
+            request(Method::POST, "/v1/topics".to_string(), json_body(&body))
+        }
+        ClientOp::DeleteTopic { name } => {
+            request(Method::DELETE, format!("/v1/topics/{}", encoded(name)), Bytes::new())
+        }
+        ClientOp::UpdateTopic { name, change } => {
+            let mut body = serde_json::json!({});
+            if let Some(ms) = change.retention_ms {
+                body["retention_ms"] = ms.into();
+            }
+            if let Some(bytes) = change.retention_bytes {
+                body["retention_bytes"] = bytes.map_or(Value::Null, Value::from);
+            }
+            request(Method::PATCH, format!("/v1/topics/{}", encoded(name)), json_body(&body))
+        }
+        ClientOp::ListTopics => request(Method::GET, "/v1/topics".to_string(), Bytes::new()),
+        ClientOp::GetTopic { name } => {
+            request(Method::GET, format!("/v1/topics/{}", encoded(name)), Bytes::new())
+        }
+        ClientOp::Produce { topic, messages, batch: false } if messages.len() == 1 => {
+            let message = &messages[0];
+            let mut query = Vec::new();
+            if let Some(key) = &message.key {
+                query.push(format!("key={}", encoded(&String::from_utf8_lossy(key))));
+            }
+            if let Some(partition) = message.partition {
+                query.push(format!("partition={partition}"));
+            }
+            let query =
+                if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
+            let path = format!("/v1/topics/{}/produce{query}", encoded(topic));
+            request(Method::POST, path, message.payload.clone())
+        }
+        ClientOp::Produce { topic, messages, .. } => {
+            let messages: Vec<Value> = messages
+                .iter()
+                .map(|m| {
+                    let mut json = serde_json::json!({
+                        "payload": STANDARD.encode(&m.payload),
+                        "payload_encoding": "base64",
+                    });
+                    if let Some(key) = &m.key {
+                        json["key"] = STANDARD.encode(key).into();
+                        json["key_encoding"] = "base64".into();
+                    }
+                    if let Some(partition) = m.partition {
+                        json["partition"] = partition.into();
+                    }
+                    json
+                })
+                .collect();
+            let body = json_body(&serde_json::json!({ "messages": messages }));
+            request(Method::POST, format!("/v1/topics/{}/produce/batch", encoded(topic)), body)
+        }
+        ClientOp::Consume { topic, partition, offset, max, wait_ms } => {
+            let mut path = format!(
+                "/v1/topics/{}/consume?partition={partition}&offset={offset}&max={max}",
+                encoded(topic)
+            );
+            if *wait_ms > 0 {
+                path.push_str(&format!("&wait={wait_ms}ms"));
+            }
+            request(Method::GET, path, Bytes::new())
+        }
+        ClientOp::Members => request(Method::GET, "/v1/cluster/members".to_string(), Bytes::new()),
+        ClientOp::Receive { .. } | ClientOp::Settle { .. } => {
+            unreachable!("tier-2 seeds run no queue workers")
+        }
+    }
+}
+
+/// The `ClientReply` an answer with `status` and `body` stands for.
+pub fn reply_of(op: &ClientOp, status: u16, body: &[u8]) -> ClientReply {
+    if !(200..300).contains(&status) {
+        return ClientReply::Error(error_of(status, body));
+    }
+    let json = || serde_json::from_slice::<Value>(body).unwrap_or(Value::Null);
+    let decoded = match op {
+        ClientOp::CreateTopic { .. } => topic_of(&json()).map(ClientReply::TopicCreated),
+        ClientOp::DeleteTopic { .. } => Some(ClientReply::TopicDeleted),
+        ClientOp::UpdateTopic { .. } => topic_of(&json()).map(ClientReply::TopicUpdated),
+        ClientOp::ListTopics => json()["topics"]
+            .as_array()
+            .map(|topics| topics.iter().filter_map(topic_of).collect())
+            .map(ClientReply::Topics),
+        ClientOp::GetTopic { .. } => {
+            let json = json();
+            topic_of(&json).map(|info| ClientReply::Topic(info, partitions_of(&json)))
+        }
+        ClientOp::Produce { messages, batch: false, .. } => {
+            Some(ClientReply::Produced { accepted: messages.len() })
+        }
+        ClientOp::Produce { .. } => json()["accepted"]
+            .as_u64()
+            .map(|accepted| ClientReply::Produced { accepted: accepted as usize }),
+        ClientOp::Consume { .. } if status == 204 => Some(ClientReply::Records(Vec::new())),
+        ClientOp::Consume { .. } => records_of(body).map(ClientReply::Records),
+        ClientOp::Members | ClientOp::Receive { .. } | ClientOp::Settle { .. } => None,
+    };
+    decoded.unwrap_or_else(|| {
+        let text = String::from_utf8_lossy(body);
+        ClientReply::Error(ClientError::Internal(format!("undecodable {status} answer: {text}")))
+    })
+}
+
+/// The error an error answer names: the status says which, the message and the fields say more.
+fn error_of(status: u16, body: &[u8]) -> ClientError {
+    let json: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+    let message = json["error"].as_str().unwrap_or_default().to_string();
+    match status {
+        400 => ClientError::BadRequest(message),
+        404 => ClientError::NotFound(message),
+        409 => ClientError::Conflict(message),
+        413 => ClientError::TooLarge(message),
+        410 => match json["log_start_offset"].as_u64() {
+            Some(log_start_offset) => ClientError::Gone { log_start_offset },
+            None => ClientError::StaleHandle(message),
+        },
+        503 if message == "shutting down" => ClientError::ShuttingDown,
+        503 if message.starts_with("node overloaded") => ClientError::Overloaded(message),
+        503 => ClientError::Unavailable(message),
+        500 if message.starts_with("ingress WAL failed") => ClientError::WalFailed(message),
+        _ => ClientError::Internal(format!("{status}: {message}")),
+    }
+}
+
+fn topic_of(json: &Value) -> Option<TopicInfo> {
+    let id = u64::from_str_radix(json["id"].as_str()?, 16).ok()?;
+    let retention_ms = json["retention_ms"].as_u64()?;
+    Some(TopicInfo {
+        name: json["name"].as_str()?.to_string(),
+        id: TopicId(id),
+        partitions: u32::try_from(json["partitions"].as_u64()?).ok()?,
+        // The API shows the retention in force; a topic never given one shows the default.
+        retention_ms: (retention_ms != narad_core::constants::DEFAULT_RETENTION_MS)
+            .then_some(retention_ms),
+        retention_bytes: json["retention_bytes"].as_u64(),
+        created_ms: json["created_at_ms"].as_u64()?,
+        queue: queue_of(json)?,
+    })
+}
+
+/// The queue settings a topic shows: the lease in force (the default for a topic never given
+/// one) and its dead-letter topic, if any.
+fn queue_of(json: &Value) -> Option<QueueSettings> {
+    let lease = json["visibility_timeout_ms"].as_u64()?;
+    let dead_letter = match (json["max_deliveries"].as_u64(), json["dead_letter_topic"].as_str()) {
+        (Some(max), Some(topic)) => Some(narad_core::api::DeadLetter {
+            max_deliveries: u32::try_from(max).ok()?,
+            topic: topic.to_string(),
+        }),
+        _ => None,
+    };
+    let default = narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS;
+    Some(QueueSettings { visibility_timeout_ms: (lease != default).then_some(lease), dead_letter })
+}
+
+fn partitions_of(json: &Value) -> Vec<PartitionStats> {
+    let Some(partitions) = json["partition_stats"].as_array() else { return Vec::new() };
+    partitions
+        .iter()
+        .filter_map(|p| {
+            let numbers = p["high_watermark"].as_u64().map(|high_watermark| PartitionNumbers {
+                log_start_offset: p["log_start_offset"].as_u64().unwrap_or(0),
+                high_watermark,
+                segments: p["segments"].as_u64().unwrap_or(0),
+                size_bytes: p["size_bytes"].as_u64().unwrap_or(0),
+                queue_settled: p["acked"].as_u64().unwrap_or(0),
+                queue_leased: p["leased"].as_u64().unwrap_or(0),
+                oldest_unsettled_ms: p["oldest_unacked_timestamp_ms"].as_u64(),
+            });
+            Some(PartitionStats {
+                index: u32::try_from(p["index"].as_u64()?).ok()?,
+                owner_node: p["owner_node"].as_str()?.parse().ok()?,
+                numbers,
+            })
+        })
+        .collect()
+}
+
+/// One message object of a consume answer, its payload still as JSON text.
+#[derive(serde::Deserialize)]
+struct MessageJson<'a> {
+    topic: String,
+    partition: u32,
+    offset: u64,
+    key: Option<String>,
+    key_encoding: Option<String>,
+    #[serde(borrow)]
+    payload: &'a RawValue,
+    payload_encoding: Option<String>,
+    timestamp_ms: u64,
+}
+
+#[derive(serde::Deserialize)]
+struct MessagesJson<'a> {
+    #[serde(borrow)]
+    messages: Vec<MessageJson<'a>>,
+}
+
+fn records_of(body: &[u8]) -> Option<Vec<ConsumedRecord>> {
+    let messages: MessagesJson<'_> = serde_json::from_slice(body).ok()?;
+    messages.messages.into_iter().map(record_of).collect()
+}
+
+/// The bytes back exactly, as the API promises: base64-decode; a value's text as it stands for
+/// `"json"` or a value that is not a string; a string's contents otherwise.
+fn record_of(m: MessageJson<'_>) -> Option<ConsumedRecord> {
+    let text = m.payload.get();
+    let payload = match m.payload_encoding.as_deref() {
+        Some("base64") => {
+            Bytes::from(STANDARD.decode(serde_json::from_str::<String>(text).ok()?).ok()?)
+        }
+        Some("json") => Bytes::copy_from_slice(text.as_bytes()),
+        None if !text.starts_with('"') => Bytes::copy_from_slice(text.as_bytes()),
+        None => Bytes::from(serde_json::from_str::<String>(text).ok()?),
+        Some(_) => return None,
+    };
+    let key = match (m.key, m.key_encoding.as_deref()) {
+        (None, _) => None,
+        (Some(key), Some("base64")) => Some(Bytes::from(STANDARD.decode(key).ok()?)),
+        (Some(key), _) => Some(Bytes::from(key)),
+    };
+    Some(ConsumedRecord {
+        topic: m.topic,
+        partition: m.partition,
+        offset: m.offset,
+        key,
+        payload,
+        timestamp_ms: m.timestamp_ms,
+    })
+}
