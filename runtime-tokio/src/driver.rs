@@ -48,8 +48,14 @@ pub enum NodeExit {
 }
 
 /// The driver task has stopped (shutdown finished, or it died): no answer will come.
-#[derive(Debug, Clone, Copy)]
-pub struct NodeGone;
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum NodeGone {
+    /// It had stopped before the request was handed over: nothing happened.
+    Stopped,
+    /// It stopped after the request was handed over, before answering: the request may have
+    /// taken effect (a produce may be durable in the WAL and be committed after a restart).
+    Unanswered,
+}
 
 /// Cheap, cloneable access to the node for HTTP handlers.
 #[derive(Clone)]
@@ -69,8 +75,9 @@ impl NodeHandle {
     /// Sends `op` to the node and waits for its reply.
     pub async fn request(&self, op: ClientOp) -> Result<ClientReply, NodeGone> {
         let (reply, answer) = oneshot::channel();
-        self.commands.send(Command::Client { op, reply }).await.map_err(|_| NodeGone)?;
-        answer.await.map_err(|_| NodeGone)
+        let sent = self.commands.send(Command::Client { op, reply }).await;
+        sent.map_err(|_| NodeGone::Stopped)?;
+        answer.await.map_err(|_| NodeGone::Unanswered)
     }
 
     /// This handle, knowing the node's data directory (`/metrics` reports its free space).
@@ -92,8 +99,8 @@ impl NodeHandle {
     /// The node's counters and gauges.
     pub async fn stats(&self) -> Result<Stats, NodeGone> {
         let (reply, answer) = oneshot::channel();
-        self.commands.send(Command::Stats { reply }).await.map_err(|_| NodeGone)?;
-        answer.await.map_err(|_| NodeGone)
+        self.commands.send(Command::Stats { reply }).await.map_err(|_| NodeGone::Stopped)?;
+        answer.await.map_err(|_| NodeGone::Unanswered)
     }
 
     /// Node RPC counters, for a node with peers.

@@ -46,6 +46,16 @@ impl ApiError {
         ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "shutting down")
     }
 
+    /// 500: the node stopped after it was handed the request and before it answered. The
+    /// request may have taken effect (a produce may be durable and be committed after a
+    /// restart), so this is no clean refusal: retry, and expect a duplicate.
+    pub fn node_died() -> ApiError {
+        ApiError::new(
+            StatusCode::INTERNAL_SERVER_ERROR,
+            "the node stopped before it answered: the request may or may not have taken effect",
+        )
+    }
+
     /// 500 for a reply of the wrong kind: a contract violation between runtime and core.
     pub fn unexpected(reply: &ClientReply) -> ApiError {
         tracing::error!(?reply, "core answered with a reply of the wrong kind");

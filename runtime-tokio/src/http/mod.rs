@@ -21,7 +21,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use narad_core::{ClientOp, ClientReply};
 
-use crate::driver::NodeHandle;
+use crate::driver::{NodeGone, NodeHandle};
 pub use error::ApiError;
 
 /// Every route of the v1 API plus the health, readiness and metrics endpoints.
@@ -47,7 +47,9 @@ async fn call(node: &NodeHandle, op: ClientOp) -> Result<ClientReply, ApiError> 
     match node.request(op).await {
         Ok(ClientReply::Error(error)) => Err(ApiError::from(error)),
         Ok(reply) => Ok(reply),
-        Err(_gone) => Err(ApiError::node_stopped()),
+        Err(NodeGone::Stopped) => Err(ApiError::node_stopped()),
+        // Not a clean refusal: what was handed over may have taken effect (ambiguous, 500).
+        Err(NodeGone::Unanswered) => Err(ApiError::node_died()),
     }
 }
 

@@ -227,8 +227,10 @@ const MAX_VIOLATIONS: usize = 64;
 #[derive(Default)]
 pub struct Checker {
     msgs: Vec<Msg>,
-    /// See `judge_latch_at_node`.
-    latch_judged_at_node: bool,
+    /// See `answers_cross_a_network`.
+    answers_cross_a_network: bool,
+    /// Records read before any answer to their message arrived (`reads.rs`).
+    half_applied_suspects: Vec<(u64, String)>,
     incarnations: BTreeMap<TopicId, Incarnation>,
     by_name: BTreeMap<String, Vec<TopicId>>,
     parts: BTreeMap<PartitionKey, PartState>,
@@ -429,11 +431,12 @@ impl Checker {
         &self.msgs[id as usize]
     }
 
-    /// Judge "no 202 after the WAL latched" where the node answers (`node_answered`), not where
-    /// the client hears it: over a real network a 202 the node sent before it latched may
-    /// arrive after (the second tier).
-    pub fn judge_latch_at_node(&mut self) {
-        self.latch_judged_at_node = true;
+    /// The clients hear answers over a network (the second tier), so an answer may arrive
+    /// after what it answered became visible: "no 202 after the WAL latched" is judged where the
+    /// node answers (`node_answered_produce`), and a record read before any answer to its
+    /// message arrived is judged once every answer is in (`verdict`).
+    pub fn answers_cross_a_network(&mut self) {
+        self.answers_cross_a_network = true;
     }
 
     /// Node `node` answered some request with 202 for `accepted` records (second tier).
@@ -453,7 +456,7 @@ impl Checker {
 
     /// Node `node` answered an attempt carrying `ids` with 202 (`accepted` records).
     pub fn acked(&mut self, node: u32, ids: &[u64], accepted: usize) {
-        if self.node(node).latched && !self.latch_judged_at_node {
+        if self.node(node).latched && !self.answers_cross_a_network {
             let detail = format!("n{node}: 202 for {} records after WalLatched", ids.len());
             self.violation(inv::LATCH, detail);
         }

@@ -119,6 +119,10 @@ impl Checker {
             Some((inv::PHANTOM, "message was staged for another topic incarnation"))
         } else if !msg.sent {
             Some((inv::PHANTOM, "message was never sent"))
+        } else if !msg.acked && !msg.ambiguous && self.answers_cross_a_network {
+            // An answer may still be on its way: judged once every answer is in (`verdict`).
+            self.half_applied_suspects.push((id, at.clone()));
+            None
         } else if !msg.acked && !msg.ambiguous {
             Some((inv::HALF_APPLIED, "every attempt was rejected, yet the record is visible"))
         } else {
@@ -129,5 +133,17 @@ impl Checker {
             return None;
         }
         Some(id)
+    }
+
+    /// Records read while no answer to their message had arrived (second tier): a violation
+    /// if every attempt ended rejected after all.
+    pub(super) fn judge_half_applied_suspects(&mut self) {
+        for (id, at) in std::mem::take(&mut self.half_applied_suspects) {
+            let msg = &self.msgs[id as usize];
+            if !msg.acked && !msg.ambiguous {
+                let what = "every attempt was rejected, yet the record is visible";
+                self.violation(inv::HALF_APPLIED, format!("{at}: message {id}: {what}"));
+            }
+        }
     }
 }

@@ -9,9 +9,10 @@
 use std::collections::BTreeMap;
 
 use narad_sim_runtime::{FaultClass, Link};
+use rand::RngExt;
 
 use super::host::host_name;
-use super::world::{Shared, lock};
+use super::world::{Exit, Shared, lock};
 use crate::observe;
 use crate::schedule::FaultAction;
 use crate::sim::action_name;
@@ -77,16 +78,43 @@ impl Faults<'_, '_> {
         }
     }
 
+    /// A process that exited is gone (its host's runtime is dropped) and starts again: at once
+    /// after a graceful stop, 1 to 100 ms later after exiting by itself, as under a supervisor.
+    pub fn supervise(&mut self, at: narad_core::Instant, rng: &mut rand_chacha::ChaCha8Rng) {
+        for n in 0..self.nodes {
+            let exited = lock(self.world).nodes[n as usize].exited.take();
+            if let Some(exit) = exited {
+                self.kill(at, n, false, false);
+                let delay = match exit {
+                    Exit::Graceful => 0,
+                    Exit::Early => rng.random_range(1_000..100_000),
+                };
+                lock(self.world).nodes[n as usize].restart_at = Some(at.plus_micros(delay));
+            }
+            let due = lock(self.world).nodes[n as usize].restart_at.is_some_and(|t| t <= at);
+            if due {
+                lock(self.world).nodes[n as usize].restart_at = None;
+                self.restart(n);
+            }
+        }
+    }
+
     /// Kills node `n`'s process (and with `power`, drops what its disk had not synced).
     pub fn crash(&mut self, at: narad_core::Instant, n: u32, power: bool) {
+        self.kill(at, n, power, true);
+    }
+
+    fn kill(&mut self, at: narad_core::Instant, n: u32, power: bool, count: bool) {
         let was_up = lock(self.world).nodes[n as usize].up;
-        if !was_up && !power {
+        if !was_up && !power && count {
             return;
         }
         self.sim.crash(host_name(n));
         let mut w = lock(self.world);
         let w = &mut *w;
-        w.hits.hit(if power { FaultClass::PowerLoss } else { FaultClass::ProcessCrash });
+        if count {
+            w.hits.hit(if power { FaultClass::PowerLoss } else { FaultClass::ProcessCrash });
+        }
         let slot = &mut w.nodes[n as usize];
         slot.up = false;
         slot.serving = false;
@@ -97,7 +125,7 @@ impl Faults<'_, '_> {
             slot.disk.power_loss();
             observe::collect_damage(&mut w.checker, &mut slot.disk);
         }
-        if was_up {
+        if (was_up || !count) && w.down_for_loss & (1 << n) == 0 {
             w.checker.loss(true); // what was in flight to or from it is gone
             w.down_for_loss |= 1 << n;
         }
@@ -110,6 +138,7 @@ impl Faults<'_, '_> {
         if w.nodes[n as usize].up {
             return;
         }
+        w.nodes[n as usize].restart_at = None;
         if w.down_for_loss & (1 << n) != 0 {
             w.down_for_loss &= !(1 << n);
             w.checker.loss(false);

@@ -61,7 +61,12 @@ async fn drain(world: &Shared, nodes: u32, limit: Duration) -> bool {
     while tokio::time::Instant::now() < deadline {
         let mut all = true;
         for n in 0..nodes {
-            all &= lock(world).nodes[n as usize].serving && backlog(n).await == Some(0);
+            let (serving, refused) = {
+                let w = lock(world);
+                (w.nodes[n as usize].serving, w.nodes[n as usize].refused)
+            };
+            // A node whose recovery refused its damaged disk stays down: the others drain.
+            all &= refused || (serving && ready(n).await && backlog(n).await == Some(0));
         }
         if all {
             return true;
@@ -69,6 +74,11 @@ async fn drain(world: &Shared, nodes: u32, limit: Duration) -> bool {
         tokio::time::sleep(Duration::from_millis(if nodes > 1 { 50 } else { 10 })).await;
     }
     false
+}
+
+/// Node `n` answers `/readyz` with 200: recovered, and its metastore replica caught up.
+async fn ready(n: u32) -> bool {
+    http::get(node_addr(n), "/readyz", CALL_TIMEOUT).await.is_some()
 }
 
 /// Node `n`'s dispatch backlog as its `/metrics` reports it.
@@ -137,6 +147,13 @@ async fn watermarks(world: &Shared, name: &str, inc: TopicId, up: &[u32]) -> BTr
                 format!("topic {name} is incarnation {} on n{node}, expected {}", info.id.0, inc.0);
             violation(world, inv::TOPIC_LOST, detail);
             continue;
+        }
+        let lost_nodes = lock(world).lost_nodes;
+        let lost = |owner: u32| owner >= 1 && lost_nodes & (1 << (owner - 1)) != 0;
+        if partitions.iter().all(|p| lost(p.owner_node)) {
+            // Every partition lives on a node whose disk is gone: no live sibling to reroute
+            // to, so its records wait forever (docs/design.md §1, "one copy per partition").
+            lock(world).checker_at(now()).unavailable(inc);
         }
         for stats in partitions.iter().filter(|p| p.owner_node == node + 1) {
             watermarks.insert(stats.index, stats.numbers.map_or(0, |n| n.high_watermark));

@@ -18,12 +18,11 @@ use narad::server::{NodeParts, StopRequests};
 use narad::{ClusterKey, TransportEnv};
 use narad_core::{Node, NodeEvent};
 use narad_sim_runtime::{Component, component_rng, component_seed};
-use rand::RngExt;
 use tokio::sync::mpsc;
 
 use super::disk::SimDiskBackend;
 use super::net::{SimListener, SimResolver, SimUdp};
-use super::world::{Shared, SimEntropy, SimWall, lock, now};
+use super::world::{Exit, Shared, SimEntropy, SimWall, lock, now};
 use crate::observe;
 use crate::swarm::SwarmConfig;
 use crate::trace::What;
@@ -47,21 +46,23 @@ pub struct NodeSetup {
     pub cfg: SwarmConfig,
 }
 
-/// The host software of node `n`: serve, and start again after each stop, forever.
+/// The host software of node `n`: one process, from start-up to exit. When it exits (a graceful
+/// stop, a failed start-up read, a fatal error) the harness drops the host's runtime (its
+/// sockets and tasks go, as a process's would) and starts it again: at once after a graceful
+/// stop, a little later otherwise, as a supervisor would.
 pub async fn run_host(world: Shared, setup: Arc<NodeSetup>) -> turmoil::Result {
     let n = setup.n;
-    let mut restart_rng = component_rng(setup.seed ^ 0x5eed, Component::Node(n + 1));
-    loop {
-        match start_and_serve(&world, &setup).await {
-            Served::Stopped => {}
-            Served::ExitedEarly(reason) => {
-                lock(&world).record(n, What::Fault { action: reason });
-                let down = restart_rng.random_range(1_000..100_000);
-                tokio::time::sleep(Duration::from_micros(down)).await;
-            }
-            Served::Refused => return Ok(()), // the disk holds damage: stays down
+    let served = start_and_serve(&world, &setup).await;
+    let mut w = lock(&world);
+    match served {
+        Served::Stopped => w.nodes[n as usize].exited = Some(Exit::Graceful),
+        Served::ExitedEarly(reason) => {
+            w.record(n, What::Fault { action: reason });
+            w.nodes[n as usize].exited = Some(Exit::Early);
         }
+        Served::Refused => w.nodes[n as usize].refused = true, // stays down
     }
+    Ok(())
 }
 
 /// How one incarnation ended.
@@ -175,6 +176,7 @@ fn recover(world: &Shared, setup: &NodeSetup) -> Option<(Result<Node, ()>, narad
     let config = node_config(setup, ip);
     match narad::server::recover(config, &mut clock, Found::from_files(files)) {
         Ok(node) => {
+            w.nodes[n as usize].refused = false;
             if node.recovered_segments().0 > 0 {
                 w.hit(narad_sim_runtime::FaultClass::PartitionSealAdopted);
             }

@@ -128,11 +128,14 @@ fn new_world(seed: u64, cfg: &SwarmConfig, keep_trace: bool) -> World2 {
                 datagrams: Arc::new(Mutex::new(datagrams)),
                 skew: Arc::new(AtomicI64::new(skew)),
                 stop: None,
+                exited: None,
+                refused: false,
+                restart_at: None,
             }
         })
         .collect();
     let mut checker = crate::sim::long_poll_checker(nodes > 1, &cfg.net.faults);
-    checker.judge_latch_at_node();
+    checker.answers_cross_a_network();
     let workload = crate::sim::workload_of(seed, cfg);
     let mut world = World2::new(slots, checker, workload, Trace::new(keep_trace));
     world.hits = hits;
@@ -147,6 +150,7 @@ fn drive(sim: &mut turmoil::Sim<'_>, world: &world::Shared, cfg: &SwarmConfig, s
     let schedule = draw_schedule_on(&cfg.faults, &cfg.net, nodes, cfg.horizon_ms, &mut rng);
     let cap = ACTIVE_CAP * if nodes > 1 { 2 } else { 1 };
     let mut windows = faults::Windows::default();
+    let mut supervisor = component_rng(seed, Component::Node(0));
     let mut next = 0;
     loop {
         let elapsed = sim.elapsed();
@@ -162,6 +166,7 @@ fn drive(sim: &mut turmoil::Sim<'_>, world: &world::Shared, cfg: &SwarmConfig, s
                 lock(world).workload.stop();
             }
         }
+        f.supervise(at, &mut supervisor);
         if phase == Phase::HealAsked {
             heal(&mut f, at, nodes);
         }

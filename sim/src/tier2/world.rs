@@ -32,6 +32,22 @@ pub struct NodeSlot {
     pub skew: Arc<AtomicI64>,
     /// Asks the running process to stop gracefully (and start again).
     pub stop: Option<mpsc::UnboundedSender<()>>,
+    /// The process exited; the harness has not yet dropped its host.
+    pub exited: Option<Exit>,
+    /// Its last start-up refused the disk (damage that cannot be repaired without losing
+    /// acknowledged records).
+    pub refused: bool,
+    /// When the harness starts the exited process again.
+    pub restart_at: Option<Instant>,
+}
+
+/// How a process exited.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Exit {
+    /// A graceful stop (it is started again at once).
+    Graceful,
+    /// By itself: a failed start-up read, a fatal error.
+    Early,
 }
 
 /// Everything but the hosts.
