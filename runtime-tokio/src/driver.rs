@@ -125,6 +125,22 @@ impl NodeHandle {
     /// stopping or not: for tests of what the HTTP layer answers on its own.
     pub fn detached(ready: bool, stopping: bool) -> NodeHandle {
         let (commands, _) = mpsc::channel(1);
+        NodeHandle::with_commands(commands, ready, stopping)
+    }
+
+    /// A handle whose node takes every request and stops before answering it (a driver that
+    /// died with requests in flight).
+    pub fn dying() -> NodeHandle {
+        let (commands, mut taken) = mpsc::channel::<Command>(1);
+        tokio::spawn(async move {
+            while let Some(command) = taken.recv().await {
+                drop(command); // its reply sender goes unanswered
+            }
+        });
+        NodeHandle::with_commands(commands, true, false)
+    }
+
+    fn with_commands(commands: mpsc::Sender<Command>, ready: bool, stopping: bool) -> NodeHandle {
         NodeHandle {
             commands,
             ready: Arc::new(AtomicBool::new(ready)),

@@ -1,6 +1,6 @@
 //! The seams between the runtime and the world it runs in. Production fills them with the real
 //! thing (the system clock, the OS random source, DNS, a bound UDP socket, disk threads); the
-//! simulator's second tier (docs/design.md §5.2) fills them with simulated ones and runs the
+//! simulator's second tier (docs/contributing.md, "Tiers") fills them with simulated ones and runs the
 //! very same driver, router and transport on turmoil hosts. Nothing else in the runtime reads a
 //! clock, draws randomness or resolves a name.
 

@@ -163,4 +163,18 @@ mod tests {
         let error = answer.expect_err("no node behind the handle");
         assert_eq!(error.status(), StatusCode::SERVICE_UNAVAILABLE, "{error:?}");
     }
+
+    /// Found by the second simulation tier: a produce handed to a node whose driver then
+    /// stopped may be durable (and committed after a restart), so its answer is 500
+    /// (ambiguous: retry), never the 503 of a clean refusal.
+    #[tokio::test]
+    async fn a_request_the_node_took_and_never_answered_is_ambiguous() {
+        let uri: Uri = "/v1/topics/t/produce".parse().expect("uri");
+        let path = Path("t".to_string());
+        let state = State(NodeHandle::dying());
+        let answer = produce::single(state, path, uri, HeaderMap::new(), Body::from("x")).await;
+        let error = answer.expect_err("the node never answered");
+        assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR, "{error:?}");
+        assert!(format!("{error:?}").contains("may or may not have taken effect"), "{error:?}");
+    }
 }

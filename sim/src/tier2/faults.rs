@@ -188,9 +188,11 @@ impl Faults<'_, '_> {
     fn open_window(&mut self, id: u32, links: Vec<Link>, cut: Cut) {
         {
             let mut w = lock(self.world);
-            match cut {
-                Cut::Hold => w.checker.disturbance(true),
-                Cut::Both | Cut::OneWay => w.checker.loss(true),
+            // QUIC retransmits what a cut drops: a cut delays messages without bound, as a
+            // hold does, besides losing what was in flight on a connection it ends.
+            w.checker.disturbance(true);
+            if cut != Cut::Hold {
+                w.checker.loss(true);
             }
             w.hit(match cut {
                 Cut::Both => FaultClass::Partition,
@@ -212,9 +214,9 @@ impl Faults<'_, '_> {
         let Some((links, cut)) = self.windows.open.remove(&id) else { return };
         {
             let mut w = lock(self.world);
-            match cut {
-                Cut::Hold => w.checker.disturbance(false),
-                Cut::Both | Cut::OneWay => w.checker.loss(false),
+            w.checker.disturbance(false);
+            if cut != Cut::Hold {
+                w.checker.loss(false);
             }
         }
         for link in links {
@@ -245,6 +247,10 @@ impl Faults<'_, '_> {
             self.end_window(id);
         }
         let mut w = lock(self.world);
+        if w.datagram_faults {
+            w.datagram_faults = false;
+            w.checker.disturbance(false);
+        }
         for slot in &mut w.nodes {
             slot.disk.heal();
             let mut datagrams =

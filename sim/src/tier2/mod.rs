@@ -1,4 +1,4 @@
-//! The second simulation tier (docs/design.md §5.2): the production runtime itself — the
+//! The second simulation tier (docs/contributing.md, "Tiers"): the production runtime itself — the
 //! `narad` library's driver, HTTP router and QUIC transport, started through
 //! `narad::server::run_node` — on 1, 3 or 5 turmoil hosts, with the simulator's `SimDisk` behind
 //! the disk seam. A client host speaks HTTP/1.1 to the real router; the first tier's workload
@@ -137,8 +137,15 @@ fn new_world(seed: u64, cfg: &SwarmConfig, keep_trace: bool) -> World2 {
     let mut checker = crate::sim::long_poll_checker(nodes > 1, &cfg.net.faults);
     checker.answers_cross_a_network();
     let workload = crate::sim::workload_of(seed, cfg);
+    let net = &cfg.net.faults;
+    let datagram_faults =
+        nodes > 1 && (net.drop_rate > 0.0 || net.duplicate_rate > 0.0 || net.spike_rate > 0.0);
+    if datagram_faults {
+        checker.disturbance(true);
+    }
     let mut world = World2::new(slots, checker, workload, Trace::new(keep_trace));
     world.hits = hits;
+    world.datagram_faults = datagram_faults;
     world
 }
 

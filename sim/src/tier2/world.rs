@@ -62,6 +62,9 @@ pub struct World2 {
     /// Trace records so far (each record's `e`), and the time of the last one.
     records: u64,
     last_t: u64,
+    /// Datagrams are lost, duplicated or reordered until the heal: QUIC turns a lost datagram
+    /// into a retransmission, a delay without bound (a disturbance to the checker).
+    pub datagram_faults: bool,
     /// Where the run is (the client host and the harness loop hand over through it).
     pub phase: Phase,
     /// Nodes crashed and not started again, a bit each (the checker counts each as something
@@ -110,6 +113,7 @@ impl World2 {
             totals: ClusterTotals::default(),
             records: 0,
             last_t: 0,
+            datagram_faults: false,
             phase: Phase::Active,
             down_for_loss: 0,
             lost_nodes: 0,
