@@ -448,7 +448,8 @@ impl Driver {
         }
     }
 
-    fn finish(self) -> Stats {
+    fn finish(mut self) -> Stats {
+        self.observer.shut_down(self.waiters.len());
         if !self.waiters.is_empty() {
             tracing::warn!(
                 unanswered = self.waiters.len(),

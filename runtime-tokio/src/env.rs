@@ -103,6 +103,10 @@ pub trait NodeObserver: Send + 'static {
 
     /// The node answered a client request with `reply` (before the answer is sent).
     fn replied(&mut self, _reply: &ClientReply) {}
+
+    /// The node finished a graceful shutdown with `unanswered` client requests never answered
+    /// (every request it took should have been).
+    fn shut_down(&mut self, _unanswered: usize) {}
 }
 
 /// The production observer: the log is enough.

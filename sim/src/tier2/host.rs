@@ -257,6 +257,14 @@ impl NodeObserver for Observer {
         }
     }
 
+    fn shut_down(&mut self, unanswered: usize) {
+        if unanswered > 0 {
+            let detail =
+                format!("n{}: graceful shutdown left {unanswered} requests unanswered", self.n);
+            lock(&self.world).checker_at(now()).violation(crate::checker::inv::LIVENESS, detail);
+        }
+    }
+
     fn serving(&mut self, node: &Node) {
         let mut w = lock(&self.world);
         w.nodes[self.n as usize].serving = true;
