@@ -164,6 +164,8 @@ pub struct Driver {
     disk_done: mpsc::UnboundedReceiver<Input>,
     commands: mpsc::Receiver<Command>,
     waiters: BTreeMap<RequestId, oneshot::Sender<ClientReply>>,
+    /// The waiting requests that are produces (a graceful shutdown must answer every one).
+    produces_waiting: std::collections::BTreeSet<RequestId>,
     /// Disk operations held until the replies of this pass are written.
     deferred: Vec<(IoToken, DiskOp)>,
     /// Completions of WAL operations the driver ran itself (see `wal_op`), not yet handed over.
@@ -212,6 +214,7 @@ impl Driver {
             disk_done,
             commands,
             waiters: BTreeMap::new(),
+            produces_waiting: std::collections::BTreeSet::new(),
             deferred: Vec::new(),
             inline_done: Vec::new(),
             pass_commands: 0,
@@ -358,6 +361,9 @@ impl Driver {
                 let request = RequestId(self.next_request);
                 self.next_request += 1;
                 self.waiters.insert(request, reply);
+                if matches!(op, ClientOp::Produce { .. }) {
+                    self.produces_waiting.insert(request);
+                }
                 let now = self.clock.now();
                 self.node.handle_input(now, Input::Client { request, op });
             }
@@ -432,6 +438,7 @@ impl Driver {
                 Effect::Reply { request, reply } => {
                     self.pass_replied = true;
                     self.observer.replied(&reply);
+                    self.produces_waiting.remove(&request);
                     match self.waiters.remove(&request) {
                         // A client that hung up no longer listens; its request still ran to the
                         // end.
@@ -449,10 +456,13 @@ impl Driver {
     }
 
     fn finish(mut self) -> Stats {
-        self.observer.shut_down(self.waiters.len());
+        self.observer.shut_down(self.produces_waiting.len(), self.waiters.len());
         if !self.waiters.is_empty() {
+            // Reads and admin requests waiting on peers may go unanswered (their clients get a
+            // 500: ambiguous); produces never should (their group commits finish first).
             tracing::warn!(
                 unanswered = self.waiters.len(),
+                produces = self.produces_waiting.len(),
                 "node stopped with requests unanswered"
             );
         }

@@ -104,9 +104,10 @@ pub trait NodeObserver: Send + 'static {
     /// The node answered a client request with `reply` (before the answer is sent).
     fn replied(&mut self, _reply: &ClientReply) {}
 
-    /// The node finished a graceful shutdown with `unanswered` client requests never answered
-    /// (every request it took should have been).
-    fn shut_down(&mut self, _unanswered: usize) {}
+    /// The node finished a graceful shutdown with `unanswered` client requests never answered,
+    /// `produces` of them produces (those it must always answer: their group commits finish
+    /// before the shutdown does; a read or admin request waiting on a peer may be left).
+    fn shut_down(&mut self, _produces: usize, _unanswered: usize) {}
 }
 
 /// The production observer: the log is enough.

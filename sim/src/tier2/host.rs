@@ -257,10 +257,10 @@ impl NodeObserver for Observer {
         }
     }
 
-    fn shut_down(&mut self, unanswered: usize) {
-        if unanswered > 0 {
+    fn shut_down(&mut self, produces: usize, _unanswered: usize) {
+        if produces > 0 {
             let detail =
-                format!("n{}: graceful shutdown left {unanswered} requests unanswered", self.n);
+                format!("n{}: graceful shutdown left {produces} produces unanswered", self.n);
             lock(&self.world).checker_at(now()).violation(crate::checker::inv::LIVENESS, detail);
         }
     }

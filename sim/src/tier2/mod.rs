@@ -16,7 +16,10 @@ mod final_phase;
 mod host;
 mod http;
 mod net;
+mod reconnect;
 mod world;
+
+pub use reconnect::reconnect_after_acceptor_restart;
 
 use std::sync::atomic::AtomicI64;
 use std::sync::{Arc, Mutex};
@@ -95,7 +98,7 @@ async fn client_host(
     Ok(())
 }
 
-fn new_world(seed: u64, cfg: &SwarmConfig, keep_trace: bool) -> World2 {
+pub(crate) fn new_world(seed: u64, cfg: &SwarmConfig, keep_trace: bool) -> World2 {
     let nodes = cfg.nodes.max(1);
     let mut fault_rng = component_rng(seed, Component::Faults);
     let mut hits = FaultHits::default();
