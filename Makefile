@@ -5,18 +5,19 @@ JOBS ?= 2
 FUZZ_SECONDS ?= 60
 NIGHTLY_FUZZ_SECONDS ?= 900
 
-.PHONY: help run test check sim sim-replay determinism fuzz fuzz-regress nightly chaos fmt clippy
+.PHONY: help run test check sim sim-runtime sim-replay determinism fuzz fuzz-regress nightly chaos fmt clippy
 
 help:
 	@echo "run          start one node on 127.0.0.1:7942 with data in ./narad-data"
 	@echo "test         the whole test suite (what CI runs): cargo test"
 	@echo "check        fmt + clippy (-D warnings) + tests"
 	@echo "sim          sweep SEEDS fresh simulator seeds (default 2000)"
+	@echo "sim-runtime  sweep SEEDS seeds of the production runtime on simulated hosts (tier 2, turmoil)"
 	@echo "sim-replay   replay one seed with its event trace: make sim-replay SEED=0x2a"
 	@echo "determinism  run a sample of seeds twice and compare trace hashes"
 	@echo "fuzz         every fuzz target for FUZZ_SECONDS (default 60) on stable; summary table"
 	@echo "fuzz-regress replay fuzz/corpus and fuzz/regressions through every fuzz target (seconds)"
-	@echo "nightly      the long campaign: each fuzz target NIGHTLY_FUZZ_SECONDS (900), 200,000 seeds twice"
+	@echo "nightly      the long campaign: fuzzing, 200,000 seeds twice, 20,000 tier-2 seeds, make chaos"
 	@echo "chaos        3 real nodes in network namespaces: isolation, pair cut, SIGSTOP, kill -9 (root; NARAD_BIN=...)"
 	@echo "bench-soak   one node under 64 clients for DURATION (600) s with retention_bytes: disk stays bounded"
 	@echo "bench-restart start-up time and bytes read after a clean shutdown and a kill -9, at 1 and 4 GiB"
@@ -37,6 +38,9 @@ check: fmt clippy test
 
 sim:
 	cargo run --release -p narad-sim -- sweep --seeds 0..$(SEEDS) --jobs $(JOBS)
+
+sim-runtime:
+	cargo run --release -p narad-sim -- sweep --seeds 0..$(SEEDS) --jobs $(JOBS) --tier runtime
 
 sim-replay:
 	cargo run --release -p narad-sim -- replay --seed $(SEED) --trace

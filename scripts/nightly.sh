@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The long campaign (`make nightly`, .github/workflows/nightly.yml): every fuzz target for
 # NIGHTLY_FUZZ_SECONDS (default 900 each), then the long simulator sweeps (a mix of cluster sizes,
-# then clusters only). Prints each part's summary; exits non-zero on any crash or failing seed.
+# then clusters only), a tier-2 sweep and `make chaos`. Prints each part's summary; exits non-zero on any crash or failing seed.
 set -uo pipefail
 
 cd "$(dirname "$0")/.."
@@ -18,6 +18,10 @@ cargo run --release -p narad-sim -- sweep --seeds "$seeds" --jobs "$jobs" || fai
 echo "== simulator cluster sweep: seeds $seeds"
 cargo run --release -p narad-sim -- sweep --seeds "$seeds" --jobs "$jobs" --nodes cluster \
     || failed+=("cluster sweep")
+
+echo "== tier-2 sweep (the production runtime on simulated hosts): seeds ${NIGHTLY_RUNTIME_SEEDS:-0..20000}"
+cargo run --release -p narad-sim -- sweep --seeds "${NIGHTLY_RUNTIME_SEEDS:-0..20000}" --jobs "$jobs" \
+    --tier runtime || failed+=("tier-2 sweep")
 
 echo "== chaos: three real nodes under network faults, SIGSTOP and kill -9"
 scripts/chaos.sh || failed+=("chaos")
