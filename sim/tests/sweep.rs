@@ -75,7 +75,7 @@ fn fresh_cluster_seeds_pass_every_invariant() {
 fn idempotent_commits_prevent_same_partition_duplicates() {
     let (from, to) = (DEFAULT_BASE, DEFAULT_BASE + 300);
     let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let on = RunOptions { nodes: NodesChoice::Cluster, idempotent_commits: true };
+    let on = RunOptions { nodes: NodesChoice::Cluster, ..RunOptions::default() };
     let off = RunOptions { idempotent_commits: false, ..on };
     let with = sweep(from, to, jobs, &on, &|_| {});
     let without = sweep(from, to, jobs, &off, &|_| {});

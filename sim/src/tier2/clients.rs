@@ -95,11 +95,17 @@ async fn send(world: &Shared, c: usize, node: u32, request: RequestId, op: &Clie
             w.record(node, What::Reply { request: request.0, status, count });
             reply_to(w, node, request, &reply)
         }
-        Ok(Err(CallError::Refused(_))) => {
+        Ok(Err(CallError::Refused(reason))) => {
+            tracing::debug!(node, %reason, "tier-2 client: no connection");
             w.record(node, What::Refused { client: c as u32 });
             return w.workload.refused(c);
         }
-        Ok(Err(CallError::Broken(_))) | Err(_) if delivered.get() => {
+        Ok(Err(CallError::Broken(reason))) if delivered.get() => {
+            tracing::debug!(node, %reason, "tier-2 client: the exchange broke (ambiguous)");
+            w.record(node, What::Timeout { request: request.0 });
+            w.workload.on_timeout(request, &mut w.checker)
+        }
+        Err(_) if delivered.get() => {
             w.record(node, What::Timeout { request: request.0 });
             w.workload.on_timeout(request, &mut w.checker)
         }

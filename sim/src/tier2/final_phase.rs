@@ -175,42 +175,50 @@ async fn read_partition(world: &Shared, via: u32, name: &str, key: PartitionKey,
             wait_ms: 0,
         };
         let reply = call(via, op).await;
-        let mut w = lock(world);
-        let checker = w.checker_at(now());
-        match reply {
-            Some(ClientReply::Records(records)) if !records.is_empty() => {
-                checker.consumed(key, offset, &records, ReadKind::Final);
-                offset += records.len() as u64;
-                max = 1_000;
-            }
-            Some(ClientReply::Error(ClientError::Gone { log_start_offset }))
-                if log_start_offset > offset && log_start_offset <= hwm =>
-            {
-                checker.log_start_moved(key, offset, log_start_offset);
-                offset = log_start_offset;
-            }
-            Some(ClientReply::Error(ClientError::Unavailable(_))) | None
-                if unavailable < UNAVAILABLE_RETRIES =>
-            {
-                drop(w);
-                tokio::time::sleep(Duration::from_millis(1 << unavailable)).await;
-                unavailable += 1;
-            }
-            Some(ClientReply::Error(_)) if checker.corruption_hit => {
-                checker.counters.consume_errors += 1;
-                errors += 1;
-                if max == 1 {
-                    offset += 1; // the damaged record itself: skip it
-                    checker.counters.declared_lost += 1;
+        let retry = {
+            let mut w = lock(world);
+            let checker = w.checker_at(now());
+            match reply {
+                Some(ClientReply::Records(records)) if !records.is_empty() => {
+                    checker.consumed(key, offset, &records, ReadKind::Final);
+                    offset += records.len() as u64;
+                    max = 1_000;
+                    false
                 }
-                max = 1;
+                Some(ClientReply::Error(ClientError::Gone { log_start_offset }))
+                    if log_start_offset > offset && log_start_offset <= hwm =>
+                {
+                    checker.log_start_moved(key, offset, log_start_offset);
+                    offset = log_start_offset;
+                    false
+                }
+                Some(ClientReply::Error(ClientError::Unavailable(_))) | None
+                    if unavailable < UNAVAILABLE_RETRIES =>
+                {
+                    true
+                }
+                Some(ClientReply::Error(_)) if checker.corruption_hit => {
+                    checker.counters.consume_errors += 1;
+                    errors += 1;
+                    if max == 1 {
+                        offset += 1; // the damaged record itself: skip it
+                        checker.counters.declared_lost += 1;
+                    }
+                    max = 1;
+                    false
+                }
+                other => {
+                    let detail =
+                        format!("{key}: final read via n{via} at {offset} below {hwm}: {other:?}");
+                    checker.violation(inv::PROTOCOL, detail);
+                    return;
+                }
             }
-            other => {
-                let detail =
-                    format!("{key}: final read via n{via} at {offset} below {hwm}: {other:?}");
-                checker.violation(inv::PROTOCOL, detail);
-                return;
-            }
+        };
+        if retry {
+            // An owner not reachable yet: give it a moment (1 ms, doubling).
+            tokio::time::sleep(Duration::from_millis(1 << unavailable)).await;
+            unavailable += 1;
         }
     }
 }

@@ -100,24 +100,8 @@ fn json_body(value: &Value) -> Bytes {
 pub fn request_of(op: &ClientOp) -> HttpRequest {
     let request = |method, path: String, body| HttpRequest { method, path, body };
     match op {
-        ClientOp::CreateTopic { name, partitions, retention_ms, retention_bytes, queue } => {
-            let mut body = serde_json::json!({ "name": name });
-            let fields = [
-                ("partitions", partitions.map(u64::from)),
-                ("retention_ms", *retention_ms),
-                ("retention_bytes", *retention_bytes),
-                ("visibility_timeout_ms", queue.visibility_timeout_ms),
-            ];
-            for (field, value) in fields {
-                if let Some(value) = value {
-                    body[field] = value.into();
-                }
-            }
-            if let Some(dead_letter) = &queue.dead_letter {
-                body["max_deliveries"] = dead_letter.max_deliveries.into();
-                body["dead_letter_topic"] = dead_letter.topic.clone().into();
-            }
-            request(Method::POST, "/v1/topics".to_string(), json_body(&body))
+        ClientOp::CreateTopic { .. } => {
+            request(Method::POST, "/v1/topics".to_string(), json_body(&create_body(op)))
         }
         ClientOp::DeleteTopic { name } => {
             request(Method::DELETE, format!("/v1/topics/{}", encoded(name)), Bytes::new())
@@ -136,41 +120,7 @@ pub fn request_of(op: &ClientOp) -> HttpRequest {
         ClientOp::GetTopic { name } => {
             request(Method::GET, format!("/v1/topics/{}", encoded(name)), Bytes::new())
         }
-        ClientOp::Produce { topic, messages, batch: false } if messages.len() == 1 => {
-            let message = &messages[0];
-            let mut query = Vec::new();
-            if let Some(key) = &message.key {
-                query.push(format!("key={}", encoded(&String::from_utf8_lossy(key))));
-            }
-            if let Some(partition) = message.partition {
-                query.push(format!("partition={partition}"));
-            }
-            let query =
-                if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
-            let path = format!("/v1/topics/{}/produce{query}", encoded(topic));
-            request(Method::POST, path, message.payload.clone())
-        }
-        ClientOp::Produce { topic, messages, .. } => {
-            let messages: Vec<Value> = messages
-                .iter()
-                .map(|m| {
-                    let mut json = serde_json::json!({
-                        "payload": STANDARD.encode(&m.payload),
-                        "payload_encoding": "base64",
-                    });
-                    if let Some(key) = &m.key {
-                        json["key"] = STANDARD.encode(key).into();
-                        json["key_encoding"] = "base64".into();
-                    }
-                    if let Some(partition) = m.partition {
-                        json["partition"] = partition.into();
-                    }
-                    json
-                })
-                .collect();
-            let body = json_body(&serde_json::json!({ "messages": messages }));
-            request(Method::POST, format!("/v1/topics/{}/produce/batch", encoded(topic)), body)
-        }
+        ClientOp::Produce { .. } => produce_request(op),
         ClientOp::Consume { topic, partition, offset, max, wait_ms } => {
             let mut path = format!(
                 "/v1/topics/{}/consume?partition={partition}&offset={offset}&max={max}",
@@ -186,6 +136,72 @@ pub fn request_of(op: &ClientOp) -> HttpRequest {
             unreachable!("tier-2 seeds run no queue workers")
         }
     }
+}
+
+/// The body of a topic create.
+fn create_body(op: &ClientOp) -> Value {
+    let ClientOp::CreateTopic { name, partitions, retention_ms, retention_bytes, queue } = op
+    else {
+        unreachable!("invariant: called for creates only")
+    };
+    let mut body = serde_json::json!({ "name": name });
+    let fields = [
+        ("partitions", partitions.map(u64::from)),
+        ("retention_ms", *retention_ms),
+        ("retention_bytes", *retention_bytes),
+        ("visibility_timeout_ms", queue.visibility_timeout_ms),
+    ];
+    for (field, value) in fields {
+        if let Some(value) = value {
+            body[field] = value.into();
+        }
+    }
+    if let Some(dead_letter) = &queue.dead_letter {
+        body["max_deliveries"] = dead_letter.max_deliveries.into();
+        body["dead_letter_topic"] = dead_letter.topic.clone().into();
+    }
+    body
+}
+
+/// A produce: one message as a raw body (key and partition in the query), or a JSON batch with
+/// base64 payloads and keys.
+fn produce_request(op: &ClientOp) -> HttpRequest {
+    let ClientOp::Produce { topic, messages, batch } = op else {
+        unreachable!("invariant: called for produces only")
+    };
+    if !batch && messages.len() == 1 {
+        let message = &messages[0];
+        let mut query = Vec::new();
+        if let Some(key) = &message.key {
+            query.push(format!("key={}", encoded(&String::from_utf8_lossy(key))));
+        }
+        if let Some(partition) = message.partition {
+            query.push(format!("partition={partition}"));
+        }
+        let query = if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
+        let path = format!("/v1/topics/{}/produce{query}", encoded(topic));
+        return HttpRequest { method: Method::POST, path, body: message.payload.clone() };
+    }
+    let messages: Vec<Value> = messages
+        .iter()
+        .map(|m| {
+            let mut json = serde_json::json!({
+                "payload": STANDARD.encode(&m.payload),
+                "payload_encoding": "base64",
+            });
+            if let Some(key) = &m.key {
+                json["key"] = STANDARD.encode(key).into();
+                json["key_encoding"] = "base64".into();
+            }
+            if let Some(partition) = m.partition {
+                json["partition"] = partition.into();
+            }
+            json
+        })
+        .collect();
+    let body = json_body(&serde_json::json!({ "messages": messages }));
+    let path = format!("/v1/topics/{}/produce/batch", encoded(topic));
+    HttpRequest { method: Method::POST, path, body }
 }
 
 /// The `ClientReply` an answer with `status` and `body` stands for.
