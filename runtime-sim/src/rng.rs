@@ -39,6 +39,8 @@ pub enum Component {
     /// entropy seam (handshake nonces, dial jitter, quinn's seed) and its socket's datagram
     /// faults.
     Turmoil,
+    /// Tier 2: which scheduled process kills it turns into graceful restarts.
+    Tier2Faults,
     Entropy(u32),
     Datagrams(u32),
 }
@@ -59,6 +61,7 @@ impl Component {
             Component::Disk(node) => (1 << 32) | u64::from(node),
             Component::Node(node) => (2 << 32) | u64::from(node),
             Component::Turmoil => 12,
+            Component::Tier2Faults => 13,
             Component::Entropy(node) => (3 << 32) | u64::from(node),
             Component::Datagrams(node) => (4 << 32) | u64::from(node),
         }

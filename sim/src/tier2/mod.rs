@@ -31,7 +31,7 @@ use rand::RngExt;
 use crate::checker::inv;
 use crate::clock::since_start;
 use crate::outcome::RunOutcome;
-use crate::schedule::draw_schedule_on;
+use crate::schedule::{FaultAction, draw_schedule_on};
 use crate::swarm::{RunOptions, SwarmConfig};
 use crate::trace::{Trace, What};
 use host::{NodeSetup, host_name};
@@ -161,6 +161,7 @@ fn drive(sim: &mut turmoil::Sim<'_>, world: &world::Shared, cfg: &SwarmConfig, s
     let cap = ACTIVE_CAP * if nodes > 1 { 2 } else { 1 };
     let mut windows = faults::Windows::default();
     let mut supervisor = component_rng(seed, Component::Node(0));
+    let mut graceful = component_rng(seed, Component::Tier2Faults);
     let mut next = 0;
     loop {
         let elapsed = sim.elapsed();
@@ -169,7 +170,13 @@ fn drive(sim: &mut turmoil::Sim<'_>, world: &world::Shared, cfg: &SwarmConfig, s
         let mut f = faults::Faults { sim, world, windows: &mut windows, nodes };
         if phase == Phase::Active {
             while next < schedule.len() && u128::from(schedule[next].at_ms) <= elapsed.as_millis() {
-                f.apply(at, schedule[next].node, &schedule[next].action);
+                let mut action = schedule[next].action.clone();
+                // The first tier's schedule restarts gracefully only after a latch: here half
+                // its process kills are graceful restarts, so shutdown runs under load too.
+                if action == FaultAction::ProcessCrash && graceful.random_bool(0.5) {
+                    action = FaultAction::GracefulRestart;
+                }
+                f.apply(at, schedule[next].node, &action);
                 next += 1;
             }
             if elapsed > cap {
