@@ -103,6 +103,19 @@ pub struct ScheduledFault {
     pub action: FaultAction,
 }
 
+/// The links from each node of `group` to each node outside it (one direction).
+pub fn group_links(nodes: u32, group: &[u32]) -> Vec<(u32, u32)> {
+    (0..nodes)
+        .filter(|a| group.contains(a))
+        .flat_map(|a| (0..nodes).filter(|b| !group.contains(b)).map(move |b| (a, b)))
+        .collect()
+}
+
+/// The links from each node of `from` to each other node of `to`.
+pub fn one_way_links(from: &[u32], to: &[u32]) -> Vec<(u32, u32)> {
+    from.iter().flat_map(|&a| to.iter().filter(move |&&b| b != a).map(move |&b| (a, b))).collect()
+}
+
 impl FaultAction {
     /// Sets the disk knob this action turns (both tiers); false if it is not a disk knob.
     pub fn apply_to_disk(&self, disk: &mut DiskFaults) -> bool {

@@ -7,7 +7,7 @@ use narad_sim_runtime::{FaultClass, Link};
 
 use super::Simulation;
 use super::world::{NetWindow, WindowKind};
-use crate::schedule::FaultAction;
+use crate::schedule::{FaultAction, group_links, one_way_links};
 
 impl Simulation {
     /// Applies a network action; false if `action` is not one.
@@ -15,19 +15,12 @@ impl Simulation {
         let nodes = self.nodes() as u32;
         let (id, links, kind) = match action {
             FaultAction::Partition { id, group } => {
-                let links = (0..nodes)
-                    .filter(|a| group.contains(a))
-                    .flat_map(|a| (0..nodes).filter(|b| !group.contains(b)).map(move |b| (a, b)))
-                    .flat_map(|(a, b)| [(a, b), (b, a)])
-                    .collect();
-                (*id, links, WindowKind::Symmetric)
+                let links =
+                    group_links(nodes, group).into_iter().flat_map(|(a, b)| [(a, b), (b, a)]);
+                (*id, links.collect(), WindowKind::Symmetric)
             }
             FaultAction::OneWay { id, from, to } => {
-                let links = from
-                    .iter()
-                    .flat_map(|&a| to.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
-                    .collect();
-                (*id, links, WindowKind::OneWay)
+                (*id, one_way_links(from, to), WindowKind::OneWay)
             }
             FaultAction::IsolateLeader { id } => {
                 let Some(leader) = self.current_leader() else { return true };

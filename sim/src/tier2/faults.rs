@@ -14,7 +14,7 @@ use rand::RngExt;
 use super::host::host_name;
 use super::world::{Exit, Shared, lock};
 use crate::observe;
-use crate::schedule::FaultAction;
+use crate::schedule::{FaultAction, group_links, one_way_links};
 use crate::sim::action_name;
 use crate::trace::What;
 
@@ -160,20 +160,8 @@ impl Faults<'_, '_> {
     fn network(&mut self, action: &FaultAction) -> bool {
         let nodes = self.nodes;
         let (id, links, cut) = match action {
-            FaultAction::Partition { id, group } => {
-                let links = (0..nodes)
-                    .filter(|a| group.contains(a))
-                    .flat_map(|a| (0..nodes).filter(|b| !group.contains(b)).map(move |b| (a, b)))
-                    .collect();
-                (*id, links, Cut::Both)
-            }
-            FaultAction::OneWay { id, from, to } => {
-                let links = from
-                    .iter()
-                    .flat_map(|&a| to.iter().filter(move |&&b| b != a).map(move |&b| (a, b)))
-                    .collect();
-                (*id, links, Cut::OneWay)
-            }
+            FaultAction::Partition { id, group } => (*id, group_links(nodes, group), Cut::Both),
+            FaultAction::OneWay { id, from, to } => (*id, one_way_links(from, to), Cut::OneWay),
             FaultAction::Clog { id, links } => (*id, links.clone(), Cut::Hold),
             FaultAction::NetHeal { id } => {
                 self.end_window(*id);
