@@ -163,9 +163,9 @@ pub struct Driver {
     served: bool,
     disk_done: mpsc::UnboundedReceiver<Input>,
     commands: mpsc::Receiver<Command>,
-    waiters: BTreeMap<RequestId, oneshot::Sender<ClientReply>>,
-    /// The waiting requests that are produces (a graceful shutdown must answer every one).
-    produces_waiting: std::collections::BTreeSet<RequestId>,
+    /// Each request's reply channel, and whether it is a produce (a graceful shutdown must
+    /// answer every produce).
+    waiters: BTreeMap<RequestId, (oneshot::Sender<ClientReply>, bool)>,
     /// Disk operations held until the replies of this pass are written.
     deferred: Vec<(IoToken, DiskOp)>,
     /// Completions of WAL operations the driver ran itself (see `wal_op`), not yet handed over.
@@ -214,7 +214,6 @@ impl Driver {
             disk_done,
             commands,
             waiters: BTreeMap::new(),
-            produces_waiting: std::collections::BTreeSet::new(),
             deferred: Vec::new(),
             inline_done: Vec::new(),
             pass_commands: 0,
@@ -360,10 +359,7 @@ impl Driver {
             Command::Client { op, reply } => {
                 let request = RequestId(self.next_request);
                 self.next_request += 1;
-                self.waiters.insert(request, reply);
-                if matches!(op, ClientOp::Produce { .. }) {
-                    self.produces_waiting.insert(request);
-                }
+                self.waiters.insert(request, (reply, matches!(op, ClientOp::Produce { .. })));
                 let now = self.clock.now();
                 self.node.handle_input(now, Input::Client { request, op });
             }
@@ -438,11 +434,10 @@ impl Driver {
                 Effect::Reply { request, reply } => {
                     self.pass_replied = true;
                     self.observer.replied(&reply);
-                    self.produces_waiting.remove(&request);
                     match self.waiters.remove(&request) {
                         // A client that hung up no longer listens; its request still ran to the
                         // end.
-                        Some(waiter) => drop(waiter.send(reply)),
+                        Some((waiter, _)) => drop(waiter.send(reply)),
                         None => tracing::warn!(request = request.0, "reply to an unknown request"),
                     }
                 }
@@ -456,13 +451,14 @@ impl Driver {
     }
 
     fn finish(mut self) -> Stats {
-        self.observer.shut_down(self.produces_waiting.len(), self.waiters.len());
+        let produces = self.waiters.values().filter(|(_, produce)| *produce).count();
+        self.observer.shut_down(produces, self.waiters.len());
         if !self.waiters.is_empty() {
             // Reads and admin requests waiting on peers may go unanswered (their clients get a
             // 500: ambiguous); produces never should (their group commits finish first).
             tracing::warn!(
                 unanswered = self.waiters.len(),
-                produces = self.produces_waiting.len(),
+                produces,
                 "node stopped with requests unanswered"
             );
         }
