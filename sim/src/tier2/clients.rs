@@ -6,7 +6,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use narad_core::{ClientOp, ClientReply, RequestId};
+use narad_core::{ClientOp, RequestId};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
@@ -93,7 +93,7 @@ async fn send(world: &Shared, c: usize, node: u32, request: RequestId, op: &Clie
         Ok(Ok(reply)) => {
             let (status, count) = crate::sim::world::status_of(&reply);
             w.record(node, What::Reply { request: request.0, status, count });
-            reply_to(w, node, request, &reply)
+            w.workload.on_reply(node, request, &reply, &mut w.checker)
         }
         Ok(Err(CallError::Refused(reason))) => {
             tracing::debug!(node, %reason, "tier-2 client: no connection");
@@ -116,13 +116,4 @@ async fn send(world: &Shared, c: usize, node: u32, request: RequestId, op: &Clie
         }
     };
     woken.map_or(0, |(_, delay)| delay)
-}
-
-fn reply_to(
-    w: &mut super::world::World2,
-    node: u32,
-    request: RequestId,
-    reply: &ClientReply,
-) -> Option<(usize, u64)> {
-    w.workload.on_reply(node, request, reply, &mut w.checker)
 }

@@ -9,7 +9,6 @@
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use narad::cluster_cli::{ClusterArgs, ClusterPlan, Peers};
 use narad::datadir::Found;
@@ -77,7 +76,10 @@ enum Served {
 
 async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
     let n = setup.n;
-    let Some((node, clock)) = recover(world, setup) else { return Served::Refused };
+    let ip = turmoil::lookup(host_name(n));
+    let plan = plan(setup, ip).expect("invariant: the tier-2 cluster flags are valid");
+    let config = node_config(setup, &plan, ip);
+    let Some((node, clock)) = recover(world, n, config) else { return Served::Refused };
     let Ok(node) = node else { return Served::ExitedEarly("start-read-failed") };
     let (done_tx, disk_done) = mpsc::unbounded_channel();
     let (disk, completer) = SimDiskBackend::new(n, world.clone(), done_tx);
@@ -96,15 +98,13 @@ async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
     let mut rng_seed = [0u8; 32];
     rand::Rng::fill_bytes(&mut entropy, &mut rng_seed);
     let entropy = Arc::new(SimEntropy { rng: Mutex::new(entropy) });
-    let ip = turmoil::lookup(host_name(n));
-    // The previous incarnation's sockets close as its tasks wind down: retry for a while.
-    let Some(listener) = with_retries(|| SimListener::bind(HTTP_PORT)).await else {
+    // The previous incarnation's host was dropped with its sockets: the ports are free.
+    let Some(listener) = bound(SimListener::bind(HTTP_PORT).await) else {
         return Served::ExitedEarly("http-bind-failed");
     };
     let socket = if setup.cfg.nodes > 1 {
-        let any = std::net::Ipv4Addr::UNSPECIFIED.into();
-        let bind = || SimUdp::bind(SocketAddr::new(any, CLUSTER_PORT), Arc::clone(&datagrams));
-        let Some(udp) = with_retries(bind).await else {
+        let any = SocketAddr::new(std::net::Ipv4Addr::UNSPECIFIED.into(), CLUSTER_PORT);
+        let Some(udp) = bound(SimUdp::bind(any, datagrams).await) else {
             return Served::ExitedEarly("udp-bind-failed");
         };
         Some(narad::env::GivenSocket { socket: Arc::new(udp), rng_seed })
@@ -122,7 +122,6 @@ async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
         observer: Box::new(Observer { n, world: world.clone() }),
         transport,
     };
-    let plan = plan(setup, ip).expect("invariant: the tier-2 cluster flags are valid");
     let mut stop = Stop(stop_rx);
     let result = narad::server::run_node(parts, plan, listener, &mut stop).await;
     let mut w = lock(world);
@@ -140,29 +139,18 @@ async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
     }
 }
 
-/// Binds with `bind`, retrying every millisecond for up to a second while the port is taken.
-async fn with_retries<T, F: Future<Output = std::io::Result<T>>>(
-    bind: impl Fn() -> F,
-) -> Option<T> {
-    for _ in 0..1_000 {
-        match bind().await {
-            Ok(bound) => return Some(bound),
-            Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => {
-                tokio::time::sleep(Duration::from_millis(1)).await;
-            }
-            Err(error) => {
-                tracing::warn!(%error, "bind failed");
-                return None;
-            }
-        }
-    }
-    None
+/// The socket, or `None` after logging why the bind failed.
+fn bound<T>(result: std::io::Result<T>) -> Option<T> {
+    result.map_err(|error| tracing::warn!(%error, "bind failed")).ok()
 }
 
-/// Reads node `n`'s disk and recovers. `None`: recovery refused the disk (the checker heard);
+/// Reads node `n`'s disk and recovers it with `config`. `None`: recovery refused the disk (the checker heard);
 /// `Some(Err)`: the start-up read failed.
-fn recover(world: &Shared, setup: &NodeSetup) -> Option<(Result<Node, ()>, narad::clock::Clock)> {
-    let n = setup.n;
+fn recover(
+    world: &Shared,
+    n: u32,
+    config: narad_core::Config,
+) -> Option<(Result<Node, ()>, narad::clock::Clock)> {
     let mut w = lock(world);
     let now = now();
     let skew = Arc::clone(&w.nodes[n as usize].skew);
@@ -172,8 +160,6 @@ fn recover(world: &Shared, setup: &NodeSetup) -> Option<(Result<Node, ()>, narad
         Err(_) => return Some((Err(()), clock)),
     };
     w.checker_at(now).recovered_origins(n, &observe::recovered_origins(&files));
-    let ip = turmoil::lookup(host_name(n));
-    let config = node_config(setup, ip);
     match narad::server::recover(config, &mut clock, Found::from_files(files)) {
         Ok(node) => {
             w.nodes[n as usize].refused = false;
@@ -213,8 +199,7 @@ fn plan(setup: &NodeSetup, ip: std::net::IpAddr) -> anyhow::Result<ClusterPlan> 
 
 /// The node's configuration: production's for these flags, with the seed's file sizes (as the
 /// first tier sets them, so short runs reach snapshots, rotations and retention).
-fn node_config(setup: &NodeSetup, ip: std::net::IpAddr) -> narad_core::Config {
-    let plan = plan(setup, ip).expect("invariant: the tier-2 cluster flags are valid");
+fn node_config(setup: &NodeSetup, plan: &ClusterPlan, ip: std::net::IpAddr) -> narad_core::Config {
     let seed = component_seed(setup.seed, Component::Node(setup.n + 1));
     let mut config = plan.node_config(setup.n + 1, seed, SocketAddr::new(ip, HTTP_PORT));
     crate::sim::apply_sizes(&mut config, &setup.cfg);
