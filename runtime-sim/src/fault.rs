@@ -78,11 +78,14 @@ pub enum FaultClass {
     /// A start-up adopted at least one partition segment from its seal file without reading it
     /// (observed), so reads, commits and retention ran on adopted segments.
     PartitionSealAdopted,
+    /// Tier 2: a graceful restart began while a WAL fsync the driver submitted was in flight
+    /// (the shutdown must let that group commit finish and answer its produces).
+    RestartInGroupCommit,
 }
 
 impl FaultClass {
     /// Every class, in reporting order.
-    pub const ALL: [FaultClass; 33] = [
+    pub const ALL: [FaultClass; 34] = [
         FaultClass::ProcessCrash,
         FaultClass::PowerLoss,
         FaultClass::TornWrite,
@@ -116,6 +119,7 @@ impl FaultClass {
         FaultClass::PartitionCommitAfterFailure,
         FaultClass::PartitionSegmentRoll,
         FaultClass::PartitionSealAdopted,
+        FaultClass::RestartInGroupCommit,
     ];
 
     /// Stable snake_case name (JSON keys, reports).
@@ -154,6 +158,7 @@ impl FaultClass {
             FaultClass::PartitionCommitAfterFailure => "partition_commit_after_failure",
             FaultClass::PartitionSegmentRoll => "partition_segment_roll",
             FaultClass::PartitionSealAdopted => "partition_seal_adopted",
+            FaultClass::RestartInGroupCommit => "restart_in_group_commit",
         }
     }
 
@@ -220,7 +225,7 @@ mod tests {
         total.add(&hits);
         assert_eq!(total.get(FaultClass::BitFlip), 2);
         assert_eq!(total.classes_hit(), 1);
-        assert_eq!(FaultClass::ALL.len(), 33);
+        assert_eq!(FaultClass::ALL.len(), 34);
         for (i, class) in FaultClass::ALL.iter().enumerate() {
             assert_eq!(class.index(), i);
         }

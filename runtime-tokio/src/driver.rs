@@ -17,7 +17,7 @@ use narad_core::{
 use tokio::sync::{mpsc, oneshot, watch};
 
 use crate::clock::Clock;
-use crate::env::{DiskBackend, LogOnly, NodeObserver, WallClock};
+use crate::env::{DiskBackend, LogOnly, NodeObserver, PeerTraffic, WallClock};
 use crate::transport::{Outbox, TransportStats};
 
 /// Client requests queued for the node before senders wait (backpressure for HTTP handlers).
@@ -283,6 +283,9 @@ impl Driver {
                     peers_open = n > 0; // 0: no transport (a cluster of one)
                     let now = self.clock.now();
                     for input in peer_inputs.drain(..n) {
+                        if let Some(traffic) = peer_traffic(&input) {
+                            self.observer.peer(traffic);
+                        }
                         self.node.handle_input(now, input);
                     }
                 }
@@ -442,7 +445,10 @@ impl Driver {
                     }
                 }
                 Effect::Send { to, bytes } => match &self.peers_out {
-                    Some(outbox) => outbox.send(to, bytes),
+                    Some(outbox) => {
+                        self.observer.peer(PeerTraffic::Sent { to, bytes: &bytes });
+                        outbox.send(to, bytes);
+                    }
                     // A cluster of one never sends.
                     None => tracing::warn!(to = to.0, "no transport to other nodes; dropped"),
                 },
@@ -464,6 +470,15 @@ impl Driver {
         }
         self.ready.store(false, Ordering::Relaxed);
         self.node.stats()
+    }
+}
+
+/// The transport's input as the observer hears it.
+fn peer_traffic(input: &Input) -> Option<PeerTraffic<'_>> {
+    match input {
+        Input::Peer { from, bytes } => Some(PeerTraffic::Received { from: *from, bytes }),
+        Input::PeerUnreachable { to } => Some(PeerTraffic::Unreachable { to: *to }),
+        _ => None,
     }
 }
 

@@ -11,7 +11,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use narad_core::{ClientReply, DiskOp, Input, IoToken, Node, NodeEvent};
+use narad_core::{ClientReply, DiskOp, Input, IoToken, Node, NodeEvent, NodeId};
 use ring::rand::SecureRandom;
 
 /// Wall-clock time, in microseconds since the Unix epoch (it may step backwards: `Clock` clamps).
@@ -108,6 +108,21 @@ pub trait NodeObserver: Send + 'static {
     /// `produces` of them produces (those it must always answer: their group commits finish
     /// before the shutdown does; a read or admin request waiting on a peer may be left).
     fn shut_down(&mut self, _produces: usize, _unanswered: usize) {}
+
+    /// The node handed a message to the transport, or the driver fed it one from the transport
+    /// (a message, or a report that a peer is unreachable).
+    fn peer(&mut self, _traffic: PeerTraffic<'_>) {}
+}
+
+/// Node RPC as the driver sees it, at the boundary between the core and the transport.
+#[derive(Clone, Copy, Debug)]
+pub enum PeerTraffic<'a> {
+    /// `Effect::Send`: handed to the transport.
+    Sent { to: NodeId, bytes: &'a [u8] },
+    /// `Input::Peer`: fed to the node.
+    Received { from: NodeId, bytes: &'a [u8] },
+    /// `Input::PeerUnreachable`: fed to the node.
+    Unreachable { to: NodeId },
 }
 
 /// The production observer: the log is enough.

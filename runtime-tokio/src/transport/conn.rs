@@ -159,10 +159,12 @@ fn log_dial_failure(shared: &Shared, slot: &PeerSlot, error: &DialError, failure
 }
 
 /// Publishes an authenticated connection as the peer's, receives on it until it closes, then
-/// withdraws it. A connection lost (rather than replaced by a newer one) takes with it whatever
-/// was in flight, requests and their answers alike: the node hears `PeerUnreachable` so it
-/// retries now instead of when its timeouts expire (a retried commit lands once: commits are
-/// idempotent per origin and sequence).
+/// withdraws it. A connection that ends takes with it whatever was in flight on it, requests
+/// and their answers alike, whether it was lost or replaced by a newer one (a restarted peer
+/// dials again while we still hold its old connection, and what we had just written to that
+/// one is gone): the node hears `PeerUnreachable` so it retries now instead of when its
+/// timeouts expire (a retried commit lands once: commits are idempotent per origin and
+/// sequence).
 async fn run_connection(shared: &Shared, slot: &PeerSlot, conn: Connection, how: &'static str) {
     tls::open_for_messages(&conn);
     let generation = slot.publish(conn.clone());
@@ -173,9 +175,7 @@ async fn run_connection(shared: &Shared, slot: &PeerSlot, conn: Connection, how:
     let replaced = slot.link.borrow().as_ref().is_some_and(|l| l.generation != generation);
     slot.unpublish(generation);
     tracing::info!(peer = slot.id.0, %remote, %reason, replaced, "peer connection closed");
-    if !replaced {
-        report_unreachable(shared, slot).await;
-    }
+    report_unreachable(shared, slot).await;
 }
 
 /// Reads the peer's messages, one stream after another (so in the order they were sent), into

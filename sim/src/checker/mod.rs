@@ -49,6 +49,9 @@ pub mod inv {
     pub const LATCH: &str = "ack-after-latch";
     pub const WAL_BOUND: &str = "wal-unbounded";
     pub const LIVENESS: &str = "liveness";
+    /// Tier 2: a message one node's driver handed to the transport was neither fed to its
+    /// destination's node nor reported unreachable to its sender (see `tier2/peer_ledger.rs`).
+    pub const PEER_MESSAGE_LOST: &str = "peer-message-lost";
     pub const HALF_APPLIED: &str = "half-applied";
     pub const PROTOCOL: &str = "protocol";
     pub const RECOVERY: &str = "recovery-refused";

@@ -57,6 +57,9 @@ impl narad::env::DiskBackend for SimDiskBackend {
         let at = {
             let mut world = lock(&self.world);
             let now = now();
+            if matches!(op, DiskOp::Sync { file: FileId::WalSegment { .. } }) {
+                super::faults::stop_armed(&mut world, self.node);
+            }
             observe::note_stagings(world.checker_at(now), self.node, &op);
             let at = world.nodes[self.node as usize].disk.schedule(now, &op);
             let (kind, offset, len) = OpKind::of(&op);

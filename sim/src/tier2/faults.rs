@@ -12,7 +12,7 @@ use narad_sim_runtime::{FaultClass, Link};
 use rand::RngExt;
 
 use super::host::host_name;
-use super::world::{Exit, Shared, lock};
+use super::world::{Exit, Shared, World2, lock};
 use crate::observe;
 use crate::schedule::{FaultAction, group_links, one_way_links};
 use crate::sim::action_name;
@@ -130,6 +130,7 @@ impl Faults<'_, '_> {
             w.down_for_loss |= 1 << n;
         }
         w.checker.on_crash(n);
+        w.peers.life(n, at.0);
     }
 
     /// Starts node `n` again if it is down.
@@ -150,9 +151,27 @@ impl Faults<'_, '_> {
     /// Asks node `n`'s process to stop gracefully (it starts again at once).
     pub fn graceful_restart(&mut self, n: u32) {
         let mut w = lock(self.world);
-        if let Some(stop) = &w.nodes[n as usize].stop {
-            let _ = stop.send(());
-            w.hit(FaultClass::Restart);
+        w.nodes[n as usize].stop_at_wal_sync = None;
+        stop_now(&mut w, n);
+    }
+
+    /// Asks node `n`'s process to stop gracefully once its driver submits a WAL fsync (a
+    /// group commit in flight), or at `deadline` if none comes.
+    pub fn graceful_restart_in_group_commit(&mut self, n: u32, deadline: narad_core::Instant) {
+        let mut w = lock(self.world);
+        if w.nodes[n as usize].stop.is_some() {
+            w.nodes[n as usize].stop_at_wal_sync = Some(deadline);
+        }
+    }
+
+    /// Stops the processes whose armed graceful restart met no WAL fsync by its deadline.
+    pub fn armed_stops_due(&mut self, at: narad_core::Instant) {
+        let mut w = lock(self.world);
+        for n in 0..self.nodes {
+            if w.nodes[n as usize].stop_at_wal_sync.is_some_and(|deadline| deadline <= at) {
+                w.nodes[n as usize].stop_at_wal_sync = None;
+                stop_now(&mut w, n);
+            }
         }
     }
 
@@ -245,5 +264,21 @@ impl Faults<'_, '_> {
                 slot.datagrams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             datagrams.faults = Default::default();
         }
+    }
+}
+
+/// Node `n`'s driver submits a WAL fsync: a graceful restart armed for it goes now.
+pub fn stop_armed(w: &mut World2, n: u32) {
+    if w.nodes[n as usize].stop_at_wal_sync.take().is_some() {
+        stop_now(w, n);
+        w.hit(FaultClass::RestartInGroupCommit);
+    }
+}
+
+/// Asks node `n`'s running process, if any, to stop gracefully.
+fn stop_now(w: &mut World2, n: u32) {
+    if let Some(stop) = &w.nodes[n as usize].stop {
+        let _ = stop.send(());
+        w.hit(FaultClass::Restart);
     }
 }

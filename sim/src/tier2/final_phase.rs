@@ -51,6 +51,8 @@ pub async fn run(world: Shared, nodes: u32) {
     let mut w = lock(&world);
     let lost = w.lost_nodes;
     w.checker.set_now(now());
+    let w = &mut *w;
+    w.peers.judge(now().0, &mut w.checker);
     let verdict = w.checker.verdict(read_complete, lost);
     w.verdict = Some(verdict);
 }

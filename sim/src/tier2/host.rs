@@ -12,7 +12,7 @@ use std::sync::{Arc, Mutex};
 
 use narad::cluster_cli::{ClusterArgs, ClusterPlan, Peers};
 use narad::datadir::Found;
-use narad::env::NodeObserver;
+use narad::env::{NodeObserver, PeerTraffic};
 use narad::server::{NodeParts, StopRequests};
 use narad::{ClusterKey, TransportEnv};
 use narad_core::{Node, NodeEvent};
@@ -51,8 +51,10 @@ pub struct NodeSetup {
 /// stop, a little later otherwise, as a supervisor would.
 pub async fn run_host(world: Shared, setup: Arc<NodeSetup>) -> turmoil::Result {
     let n = setup.n;
+    lock(&world).peers.life(n, now().0);
     let served = start_and_serve(&world, &setup).await;
     let mut w = lock(&world);
+    w.peers.life(n, now().0);
     match served {
         Served::Stopped => w.nodes[n as usize].exited = Some(Exit::Graceful),
         Served::ExitedEarly(reason) => {
@@ -248,6 +250,10 @@ impl NodeObserver for Observer {
                 format!("n{}: graceful shutdown left {produces} produces unanswered", self.n);
             lock(&self.world).checker_at(now()).violation(crate::checker::inv::LIVENESS, detail);
         }
+    }
+
+    fn peer(&mut self, traffic: PeerTraffic<'_>) {
+        lock(&self.world).peers.traffic(self.n, now().0, traffic);
     }
 
     fn serving(&mut self, node: &Node) {

@@ -16,6 +16,7 @@ mod final_phase;
 mod host;
 mod http;
 mod net;
+mod peer_ledger;
 mod reconnect;
 mod world;
 
@@ -132,6 +133,7 @@ pub(crate) fn new_world(seed: u64, cfg: &SwarmConfig, keep_trace: bool) -> World
                 skew: Arc::new(AtomicI64::new(skew)),
                 stop: None,
                 exited: None,
+                stop_at_wal_sync: None,
                 refused: false,
                 restart_at: None,
             }
@@ -176,13 +178,21 @@ fn drive(sim: &mut turmoil::Sim<'_>, world: &world::Shared, cfg: &SwarmConfig, s
                 if action == FaultAction::ProcessCrash && graceful.random_bool(0.5) {
                     action = FaultAction::GracefulRestart;
                 }
-                f.apply(at, schedule[next].node, &action);
+                let n = schedule[next].node;
+                // And half of those wait for a group commit in flight (up to 2 s).
+                if action == FaultAction::GracefulRestart && graceful.random_bool(0.5) {
+                    lock(world).record_at(at, n, What::Fault { action: "graceful-restart-armed" });
+                    f.graceful_restart_in_group_commit(n, at.plus_micros(2_000_000));
+                } else {
+                    f.apply(at, n, &action);
+                }
                 next += 1;
             }
             if elapsed > cap {
                 lock(world).workload.stop();
             }
         }
+        f.armed_stops_due(at);
         f.supervise(at, &mut supervisor);
         if phase == Phase::HealAsked {
             heal(&mut f, at, nodes);

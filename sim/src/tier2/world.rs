@@ -11,6 +11,7 @@ use narad_sim_runtime::{FaultClass, FaultHits, SimDisk};
 use tokio::sync::mpsc;
 
 use super::net::DatagramState;
+use super::peer_ledger::PeerLedger;
 use crate::checker::Checker;
 use crate::clock::{START, since_start};
 use crate::outcome::ClusterTotals;
@@ -32,6 +33,9 @@ pub struct NodeSlot {
     pub skew: Arc<AtomicI64>,
     /// Asks the running process to stop gracefully (and start again).
     pub stop: Option<mpsc::UnboundedSender<()>>,
+    /// A graceful restart waits for the next WAL fsync the driver submits (so the shutdown
+    /// meets a group commit in flight), or for this deadline.
+    pub stop_at_wal_sync: Option<Instant>,
     /// The process exited; the harness has not yet dropped its host.
     pub exited: Option<Exit>,
     /// Its last start-up refused the disk (damage that cannot be repaired without losing
@@ -74,6 +78,8 @@ pub struct World2 {
     pub lost_nodes: u32,
     /// The verdict, once the client host's final read is done.
     pub verdict: Option<crate::checker::Verdict>,
+    /// What the drivers sent to each other and were fed (the transport's contract).
+    pub peers: PeerLedger,
 }
 
 /// The phases of a tier-2 run.
@@ -118,6 +124,7 @@ impl World2 {
             down_for_loss: 0,
             lost_nodes: 0,
             verdict: None,
+            peers: PeerLedger::default(),
         }
     }
 
