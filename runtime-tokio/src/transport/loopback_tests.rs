@@ -241,3 +241,36 @@ fn a_crashed_and_restarted_acceptor_is_noticed_at_once_by_its_reset_key() {
     main.block_on(t1.shutdown());
     restarted.block_on(t2.shutdown());
 }
+
+/// A connection replaced by a newer dial from the same peer (a restarted peer dials again
+/// while the acceptor still holds the old connection) takes what was in flight on it: the
+/// acceptor reports the peer unreachable, so its node retries now rather than after its 30 s
+/// commit timeout. Found by tier 2's transport ledger (seed 0x22e in seeds/runtime.txt).
+#[tokio::test]
+async fn an_acceptor_whose_connection_is_replaced_reports_the_peer_unreachable() {
+    let pair = Pair::new();
+    let secret = "the same secret, 32 bytes long!!";
+    let (t1, out1, _in1) = pair.start(1, secret).await; // node 1 dials node 2
+    let (t2, _out2, mut in2) = pair.start(2, secret).await;
+    exchange(&out1, NodeId(2), &mut in2).await;
+    drain(&mut in2);
+    // Node 1 again, from another address, while the first connection still lives.
+    let peers = [(NodeId(2), pair.addrs[&NodeId(2)].to_string())].into_iter().collect();
+    let config = TransportConfig { me: NodeId(1), bind: free_addr(), peers, key: key(secret) };
+    let (tx, _in1b) = mpsc::channel(super::INBOX_MESSAGES);
+    let (t1b, out1b) = Transport::start(config, TransportEnv::os(), tx).expect("second node 1");
+    exchange(&out1b, NodeId(2), &mut in2).await;
+    let reported = tokio::time::timeout(WAIT, async {
+        loop {
+            match in2.recv().await.expect("inbox open") {
+                Input::PeerUnreachable { to } => return to,
+                _ => continue,
+            }
+        }
+    })
+    .await;
+    assert_eq!(reported.ok(), Some(NodeId(1)), "the replaced connection was reported");
+    t1b.shutdown().await;
+    t1.shutdown().await;
+    t2.shutdown().await;
+}
