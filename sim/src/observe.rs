@@ -14,16 +14,19 @@ use crate::payload::{ids_in, parse_id};
 
 /// WAL writes name the records node `node` staged: message id and topic incarnation (the
 /// checker learns which incarnation each attempt really reached).
-pub fn note_stagings(checker: &mut Checker, node: u32, op: &DiskOp) {
-    let DiskOp::Write { file: FileId::WalSegment { .. }, data, .. } = op else { return };
+pub fn note_stagings(checker: &mut Checker, node: u32, op: &DiskOp) -> usize {
+    let DiskOp::Write { file: FileId::WalSegment { .. }, data, .. } = op else { return 0 };
+    let mut staged = 0;
     for frame in codec::scan(data).frames {
         let Some(record) = narad_core::wal::WalRecord::decode(frame.body(data)) else {
             continue;
         };
         if let Some(id) = parse_id(&record.payload) {
             checker.staged(node, record.seq, id, record.topic_id, record.timestamp_ms);
+            staged += 1;
         }
     }
+    staged
 }
 
 /// A write to a partition log landed: records past the reported watermark may be in the file,

@@ -31,6 +31,8 @@ pub struct SimDiskBackend {
     wake: Arc<Notify>,
     /// WAL operations submitted whose completion the driver has not been handed yet.
     wal_pending: BTreeSet<IoToken>,
+    /// Records were staged in the WAL since its last fsync (the next one is a group commit's).
+    staged_since_sync: bool,
 }
 
 impl SimDiskBackend {
@@ -44,7 +46,14 @@ impl SimDiskBackend {
         let pending = Arc::new(Mutex::new(Pending::default()));
         let wake = Arc::new(Notify::new());
         let completer = complete_loop(node, world.clone(), pending.clone(), wake.clone(), done);
-        let backend = SimDiskBackend { node, world, pending, wake, wal_pending: BTreeSet::new() };
+        let backend = SimDiskBackend {
+            node,
+            world,
+            pending,
+            wake,
+            wal_pending: BTreeSet::new(),
+            staged_since_sync: false,
+        };
         (backend, completer)
     }
 }
@@ -57,10 +66,11 @@ impl narad::env::DiskBackend for SimDiskBackend {
         let at = {
             let mut world = lock(&self.world);
             let now = now();
-            if matches!(op, DiskOp::Sync { file: FileId::WalSegment { .. } }) {
+            self.staged_since_sync |=
+                observe::note_stagings(world.checker_at(now), self.node, &op) > 0;
+            if group_commit_sync(&mut self.staged_since_sync, &op) {
                 super::faults::stop_armed(&mut world, self.node);
             }
-            observe::note_stagings(world.checker_at(now), self.node, &op);
             let at = world.nodes[self.node as usize].disk.schedule(now, &op);
             let (kind, offset, len) = OpKind::of(&op);
             let what = What::DiskIssue {
@@ -87,17 +97,30 @@ impl narad::env::DiskBackend for SimDiskBackend {
     }
 
     /// Runs at once (no simulated time passes: the driver's thread would block on it) when
-    /// nothing of the WAL is pending, as the production executor does.
+    /// nothing of the WAL is pending, as the production executor does, unless a graceful
+    /// restart waits for a group commit in flight.
     fn run_wal_inline(&mut self, token: IoToken, op: DiskOp) -> Result<Input, DiskOp> {
         if !matches!(op.file(), FileId::WalSegment { .. }) || !self.wal_pending.is_empty() {
             return Err(op);
         }
         let mut world = lock(&self.world);
+        if world.nodes[self.node as usize].stop_at_wal_sync.is_some() {
+            // A graceful restart waits for a group commit in flight: the WAL thread takes this
+            // one, as it does whenever it is busy.
+            return Err(op);
+        }
         let now = now();
-        observe::note_stagings(world.checker_at(now), self.node, &op);
+        self.staged_since_sync |= observe::note_stagings(world.checker_at(now), self.node, &op) > 0;
+        group_commit_sync(&mut self.staged_since_sync, &op);
         let result = complete_one(&mut world, self.node, token, &op);
         Ok(Input::Disk { token, result })
     }
+}
+
+/// Whether `op` is the fsync of a WAL group commit (records were staged since the last one).
+fn group_commit_sync(staged_since_sync: &mut bool, op: &DiskOp) -> bool {
+    matches!(op, DiskOp::Sync { file: FileId::WalSegment { .. } })
+        && std::mem::take(staged_since_sync)
 }
 
 /// Completes each operation at its time, handing the completions to the driver.

@@ -155,8 +155,8 @@ impl Faults<'_, '_> {
         stop_now(&mut w, n);
     }
 
-    /// Asks node `n`'s process to stop gracefully once its driver submits a WAL fsync (a
-    /// group commit in flight), or at `deadline` if none comes.
+    /// Asks node `n`'s process to stop gracefully once its driver submits the fsync of a WAL
+    /// group commit, or at `deadline` if none comes.
     pub fn graceful_restart_in_group_commit(&mut self, n: u32, deadline: narad_core::Instant) {
         let mut w = lock(self.world);
         if w.nodes[n as usize].stop.is_some() {
@@ -267,7 +267,8 @@ impl Faults<'_, '_> {
     }
 }
 
-/// Node `n`'s driver submits a WAL fsync: a graceful restart armed for it goes now.
+/// Node `n`'s driver submits the fsync of a WAL group commit (records staged since the last
+/// fsync): a graceful restart armed for it goes now.
 pub fn stop_armed(w: &mut World2, n: u32) {
     if w.nodes[n as usize].stop_at_wal_sync.take().is_some() {
         stop_now(w, n);
