@@ -94,6 +94,12 @@ pub const MIN_RETENTION_BYTES: u64 = 4 * 1024 * 1024;
 pub const MAX_RETENTION_BYTES: u64 = (1 << 53) - 1;
 /// Longest topic name.
 pub const MAX_TOPIC_NAME_BYTES: usize = 200;
+/// Longest user name (docs/design.md §8).
+pub const MAX_USER_NAME_BYTES: usize = 64;
+/// Most grants one user holds (each request is checked against all of them).
+pub const MAX_GRANTS_PER_USER: usize = 64;
+/// Most users the metastore holds (every replica keeps them all in memory and in each snapshot).
+pub const MAX_USERS: usize = 10_000;
 /// Most records one consume returns.
 pub const MAX_CONSUME_RECORDS: u32 = 1_000;
 /// Most payload bytes one consume reads (at least one record is always returned).

@@ -16,6 +16,7 @@
 #![warn(clippy::too_many_lines)]
 
 pub mod accept;
+pub mod access;
 pub mod api;
 pub mod codec;
 pub mod constants;

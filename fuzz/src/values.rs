@@ -2,7 +2,9 @@
 //! that check `decode(encode(x)) == x`, kept here when more than one target needs them.
 
 use arbitrary::{Arbitrary, Unstructured};
+use narad_core::access::{Action, Grant, PasswordHash, TopicPattern};
 use narad_core::meta::MetaCommand;
+use narad_core::meta::users::{UserChange, UserCommand, UserId};
 use narad_core::{NodeId, TopicChange, TopicId};
 
 /// Topic names a state target draws from, so creates and deletes meet each other.
@@ -34,7 +36,8 @@ pub fn command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::Result
     let name = |u: &mut Unstructured<'_>| -> arbitrary::Result<String> {
         if short_names { Ok((*u.choose(&NAMES)?).to_string()) } else { u.arbitrary() }
     };
-    Ok(match u.int_in_range(0..=5u8)? {
+    Ok(match u.int_in_range(0..=6u8)? {
+        6 => MetaCommand::User(user_command(u, short_names)?),
         0 => MetaCommand::CreateTopic {
             name: name(u)?,
             partitions: u.arbitrary()?,
@@ -61,4 +64,59 @@ pub fn command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::Result
             change: change(u)?,
         },
     })
+}
+
+/// User names a state target draws from, so creates, changes and deletes meet each other.
+const USER_NAMES: [&str; 3] = ["alice", "bob", "ops@eu"];
+/// Topic patterns grants draw from.
+const PATTERNS: [&str; 5] = ["*", "orders.*", "orders", "a", "t*"];
+
+/// A user command (any kind) with fields from the input; see `command` for `short_names`.
+pub fn user_command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::Result<UserCommand> {
+    let name = if short_names { (*u.choose(&USER_NAMES)?).to_string() } else { u.arbitrary()? };
+    let id = UserId(if short_names { u.int_in_range(0..=4)? } else { u.arbitrary()? });
+    Ok(match u.int_in_range(0..=3u8)? {
+        0 => UserCommand::Create {
+            name,
+            hash: hash(u)?,
+            grants: grants(u)?,
+            now_ms: u.arbitrary()?,
+            seen_next_id: u.arbitrary()?,
+        },
+        1 => UserCommand::Change {
+            name,
+            id,
+            change: UserChange::Grants(grants(u)?),
+            now_ms: u.arbitrary()?,
+        },
+        2 => UserCommand::Change {
+            name,
+            id,
+            change: UserChange::Password(hash(u)?),
+            now_ms: u.arbitrary()?,
+        },
+        _ => UserCommand::Delete { name, id },
+    })
+}
+
+/// Up to 4 grants on the patterns above.
+fn grants(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<Grant>> {
+    let mut grants = Vec::new();
+    for _ in 0..u.int_in_range(0..=4u8)? {
+        let action = *u.choose(&Action::ALL)?;
+        let topics = TopicPattern::parse(u.choose(&PATTERNS)?).expect("the patterns above parse");
+        grants.push(Grant { action, topics });
+    }
+    Ok(grants)
+}
+
+/// A hash string the encoding can carry (1 to 512 bytes).
+fn hash(u: &mut Unstructured<'_>) -> arbitrary::Result<PasswordHash> {
+    let text: String = u.arbitrary()?;
+    let text = if text.is_empty() { "h".to_string() } else { text };
+    let mut end = text.len().min(PasswordHash::MAX_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    Ok(PasswordHash::new(text[..end].to_string()).expect("1 to 512 bytes"))
 }

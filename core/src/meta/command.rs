@@ -2,6 +2,7 @@
 //! command travels as inside a Raft entry. Decoders never panic: a committed entry that does not
 //! decode is applied as a no-op (identically on every replica) and counted.
 
+use super::users::{CMD_USER_FIRST, CMD_USER_LAST, UserCommand, UserInfo};
 use crate::api::{QueueSettings, TopicChange, TopicInfo};
 use crate::codec::Reader;
 use crate::ids::{NodeId, TopicId};
@@ -40,6 +41,8 @@ pub enum MetaCommand {
     MarkDead { node: NodeId, seen_heartbeats: u64 },
     /// Mark a member alive again (heartbeats do this by themselves; kept for operators).
     MarkAlive { node: NodeId },
+    /// A change to the users (docs/design.md §8).
+    User(UserCommand),
 }
 
 /// What applying a command did.
@@ -57,6 +60,12 @@ pub enum Applied {
     Liveness { node: NodeId, alive: bool },
     /// The command was valid but changed nothing (e.g. a stale `MarkDead`).
     Unchanged,
+    /// A user was created.
+    UserCreated(UserInfo),
+    /// A user's grants or password changed: the user as it is now.
+    UserChanged(UserInfo),
+    /// A user was deleted.
+    UserDeleted(UserInfo),
 }
 
 // ---- Encoding -----------------------------------------------------------------------------
@@ -174,6 +183,7 @@ pub fn encode_command(command: &MetaCommand) -> Vec<u8> {
             out.push(CMD_MARK_ALIVE);
             put_u32(&mut out, node.0);
         }
+        MetaCommand::User(command) => command.encode(&mut out),
     }
     out
 }
@@ -207,6 +217,9 @@ pub fn decode_command(bytes: &[u8]) -> Option<MetaCommand> {
             MetaCommand::MarkDead { node: NodeId(r.u32()?), seen_heartbeats: r.u64()? }
         }
         CMD_MARK_ALIVE => MetaCommand::MarkAlive { node: NodeId(r.u32()?) },
+        tag @ CMD_USER_FIRST..=CMD_USER_LAST => {
+            MetaCommand::User(UserCommand::decode(&mut r, tag)?)
+        }
         _ => return None,
     };
     r.rest().is_empty().then_some(command)

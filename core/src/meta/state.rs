@@ -16,6 +16,8 @@ use crate::codec::Reader;
 use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
 use crate::ids::{NodeId, PartitionKey, TopicId};
 
+use super::users::{UserCommand, Users};
+
 use super::command::{
     Applied, MetaCommand, NONE_U64, get_str, get_u8, optional_u64, put_str, put_u32, put_u64,
 };
@@ -69,6 +71,7 @@ pub struct MetaState {
     tombstones: BTreeMap<String, TopicId>,
     tombstone_names: BTreeMap<TopicId, String>,
     tombstone_floor: u64,
+    users: Users,
 }
 
 /// Deleted incarnations remembered for refusing late creates (a bounded memory: a create whose
@@ -173,7 +176,25 @@ impl MetaState {
                 Ok(self.mark_dead(node, seen_heartbeats))
             }
             MetaCommand::MarkAlive { node } => Ok(self.set_alive(node, true)),
+            MetaCommand::User(command) => self.apply_user(command),
         }
+    }
+
+    fn apply_user(&mut self, command: UserCommand) -> Result<Applied, ClientError> {
+        Ok(match command {
+            UserCommand::Create { name, hash, grants, now_ms, seen_next_id } => {
+                Applied::UserCreated(self.users.create(name, hash, grants, now_ms, seen_next_id)?)
+            }
+            UserCommand::Change { name, id, change, now_ms } => {
+                Applied::UserChanged(self.users.change(&name, id, change, now_ms)?)
+            }
+            UserCommand::Delete { name, id } => Applied::UserDeleted(self.users.delete(&name, id)?),
+        })
+    }
+
+    /// The users (docs/design.md §8).
+    pub fn users(&self) -> &Users {
+        &self.users
     }
 
     fn create(
@@ -387,6 +408,9 @@ const IMAGE_V2: u8 = 2;
 const IMAGE_V3: u8 = 3;
 /// `IMAGE_V3` with each topic's queue settings after its `retention_bytes`.
 const IMAGE_V4: u8 = 4;
+/// `IMAGE_V4` (every topic in its layout) with the users after the tombstones; written once a
+/// user was ever created.
+const IMAGE_V5: u8 = 5;
 
 impl MetaState {
     /// The whole state as bytes (a snapshot image), in the oldest layout that holds it: v2 until
@@ -394,9 +418,12 @@ impl MetaState {
     /// field existed for as long as nobody uses it. Decoding stays canonical: a v3 image none of
     /// whose topics has a size limit is not what `encode` writes, and is refused.
     pub fn encode(&self) -> Vec<u8> {
-        let v4 = self.topics.values().any(|t| !t.info.queue.is_default());
+        let v5 = !self.users.is_pristine();
+        let v4 = v5 || self.topics.values().any(|t| !t.info.queue.is_default());
         let v3 = v4 || self.topics.values().any(|t| t.info.retention_bytes.is_some());
-        let mut out = vec![if v4 {
+        let mut out = vec![if v5 {
+            IMAGE_V5
+        } else if v4 {
             IMAGE_V4
         } else if v3 {
             IMAGE_V3
@@ -439,6 +466,9 @@ impl MetaState {
             put_u64(&mut out, id.0);
             put_str(&mut out, name);
         }
+        if v5 {
+            self.users.encode(&mut out);
+        }
         out
     }
 
@@ -453,7 +483,7 @@ impl MetaState {
     fn decode_fields(bytes: &[u8]) -> Option<MetaState> {
         let mut r = Reader::new(bytes);
         let layout = get_u8(&mut r)?;
-        if !(IMAGE_V2..=IMAGE_V4).contains(&layout) {
+        if !(IMAGE_V2..=IMAGE_V5).contains(&layout) {
             return None;
         }
         let mut state =
@@ -481,6 +511,9 @@ impl MetaState {
             let name = get_str(&mut r)?;
             state.tombstones.insert(name.clone(), id);
             state.tombstone_names.insert(id, name);
+        }
+        if layout >= IMAGE_V5 {
+            state.users = Users::decode(&mut r)?;
         }
         r.rest().is_empty().then_some(state)
     }
@@ -1003,5 +1036,75 @@ mod tests {
         with_none[0] = 6;
         put_u64(&mut with_none, u64::MAX);
         assert_eq!(decode_command(&with_none), None);
+    }
+
+    #[test]
+    fn users_travel_in_commands_and_in_the_v5_image() {
+        use crate::access::{Action, Grant, PasswordHash, TopicPattern};
+        use crate::meta::users::{UserChange, UserId};
+        let hash = |h: &str| PasswordHash::new(h.to_string()).expect("valid");
+        let grant =
+            Grant { action: Action::Produce, topics: TopicPattern::parse("orders.*").unwrap() };
+        let mut state = MetaState::new();
+        state.apply(heartbeat(1)).unwrap();
+        state.apply(create("t", 1)).unwrap();
+        assert_ne!(state.encode()[0], IMAGE_V5, "no user ever: the earlier layout");
+        let commands = [
+            MetaCommand::User(UserCommand::Create {
+                name: "alice".into(),
+                hash: hash("$argon2id$a"),
+                grants: vec![grant.clone()],
+                now_ms: 3,
+                seen_next_id: 1,
+            }),
+            MetaCommand::User(UserCommand::Change {
+                name: "alice".into(),
+                id: UserId(1),
+                change: UserChange::Grants(vec![]),
+                now_ms: 4,
+            }),
+            MetaCommand::User(UserCommand::Change {
+                name: "alice".into(),
+                id: UserId(1),
+                change: UserChange::Password(hash("$argon2id$b")),
+                now_ms: 5,
+            }),
+            MetaCommand::User(UserCommand::Create {
+                name: "bob".into(),
+                hash: hash("$argon2id$c"),
+                grants: vec![grant],
+                now_ms: 6,
+                seen_next_id: 2,
+            }),
+            MetaCommand::User(UserCommand::Delete { name: "bob".into(), id: UserId(2) }),
+        ];
+        for command in commands {
+            let bytes = encode_command(&command);
+            assert_eq!(decode_command(&bytes), Some(command.clone()));
+            for cut in 0..bytes.len() {
+                assert_eq!(decode_command(&bytes[..cut]), None, "{command:?} cut at {cut}");
+            }
+            assert!(state.apply(command).is_ok());
+        }
+        let (alice, alice_hash) = state.users().get("alice").expect("alice is there");
+        assert_eq!((alice.grants.len(), alice_hash.expose()), (0, "$argon2id$b"));
+        assert!(state.users().get("bob").is_none());
+        let image = state.encode();
+        assert_eq!(image[0], IMAGE_V5);
+        assert_eq!(MetaState::decode(&image), Some(state.clone()));
+        for cut in 0..image.len() {
+            assert_eq!(MetaState::decode(&image[..cut]), None);
+        }
+        // bob's late create (its proposer looked before the delete) stays refused after a
+        // snapshot too: the tombstones travel in the image.
+        let mut restored = MetaState::decode(&image).unwrap();
+        let late = MetaCommand::User(UserCommand::Create {
+            name: "bob".into(),
+            hash: hash("$argon2id$d"),
+            grants: vec![],
+            now_ms: 7,
+            seen_next_id: 2,
+        });
+        assert!(matches!(restored.apply(late), Err(ClientError::Unavailable(_))));
     }
 }
