@@ -23,6 +23,7 @@ mod retention;
 pub mod state;
 #[doc(hidden)] // public for the fuzz targets (fuzz/) only
 pub mod storage;
+mod tombstones;
 pub mod users;
 
 #[cfg(test)]

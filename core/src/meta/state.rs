@@ -16,6 +16,9 @@ use crate::codec::Reader;
 use crate::constants::{DEFAULT_PARTITIONS, MAX_PARTITIONS};
 use crate::ids::{NodeId, PartitionKey, TopicId};
 
+#[cfg(test)]
+use super::tombstones::MAX_TOMBSTONES;
+use super::tombstones::Tombstones;
 use super::users::{UserCommand, Users};
 
 use super::command::{
@@ -66,17 +69,10 @@ pub struct MetaState {
     cursor: u64,
     members: BTreeMap<NodeId, Member>,
     /// The last deleted incarnation of each name, so that a create can tell whether the name
-    /// changed after its proposer looked (see `MetaCommand::CreateTopic`). At most
-    /// `MAX_TOMBSTONES`, the oldest dropped first; `tombstone_floor` is the newest id dropped.
-    tombstones: BTreeMap<String, TopicId>,
-    tombstone_names: BTreeMap<TopicId, String>,
-    tombstone_floor: u64,
+    /// changed after its proposer looked (see `MetaCommand::CreateTopic`).
+    tombstones: Tombstones<TopicId>,
     users: Users,
 }
-
-/// Deleted incarnations remembered for refusing late creates (a bounded memory: a create whose
-/// proposer looked before the oldest one remembered is refused with "retry").
-const MAX_TOMBSTONES: usize = 1_024;
 
 impl MetaState {
     pub fn new() -> MetaState {
@@ -311,8 +307,7 @@ impl MetaState {
         if self.topics.contains_key(name) {
             return Ok(());
         }
-        let deleted_since = self.tombstones.get(name).is_some_and(|id| id.0 >= seen_next_id);
-        if deleted_since || seen_next_id <= self.tombstone_floor {
+        if self.tombstones.is_late(name, seen_next_id) {
             return Err(ClientError::Unavailable(format!(
                 "topic `{name}` was created and deleted after the node that took this request \
                  last looked (its catalogue was behind, or the request reached the log late); \
@@ -320,19 +315,6 @@ impl MetaState {
             )));
         }
         Ok(())
-    }
-
-    /// Remembers that incarnation `id` of `name` was deleted (bounded, oldest dropped first).
-    fn bury(&mut self, name: &str, id: TopicId) {
-        if let Some(older) = self.tombstones.insert(name.to_string(), id) {
-            self.tombstone_names.remove(&older);
-        }
-        self.tombstone_names.insert(id, name.to_string());
-        while self.tombstone_names.len() > MAX_TOMBSTONES {
-            let (oldest, name) = self.tombstone_names.pop_first().expect("over the bound");
-            self.tombstones.remove(&name);
-            self.tombstone_floor = self.tombstone_floor.max(oldest.0);
-        }
     }
 
     /// Deletes incarnation `id` of `name` if it is still the current one. Anything else (the
@@ -352,7 +334,7 @@ impl MetaState {
         }
         let topic = self.topics.remove(name).expect("invariant: matched just above");
         self.names.remove(&topic.info.id);
-        self.bury(name, topic.info.id);
+        self.tombstones.bury(name, topic.info.id);
         Ok(Applied::Deleted(topic.info))
     }
 
@@ -460,12 +442,7 @@ impl MetaState {
             put_u64(&mut out, m.last_heartbeat_ms);
             put_u64(&mut out, m.heartbeats);
         }
-        put_u64(&mut out, self.tombstone_floor);
-        put_u32(&mut out, self.tombstone_names.len() as u32);
-        for (id, name) in &self.tombstone_names {
-            put_u64(&mut out, id.0);
-            put_str(&mut out, name);
-        }
+        self.tombstones.encode(&mut out);
         if v5 {
             self.users.encode(&mut out);
         }
@@ -505,13 +482,7 @@ impl MetaState {
             };
             state.members.insert(id, member);
         }
-        state.tombstone_floor = r.u64()?;
-        for _ in 0..r.u32()? {
-            let id = TopicId(r.u64()?);
-            let name = get_str(&mut r)?;
-            state.tombstones.insert(name.clone(), id);
-            state.tombstone_names.insert(id, name);
-        }
+        state.tombstones = Tombstones::decode(&mut r)?;
         if layout >= IMAGE_V5 {
             state.users = Users::decode(&mut r)?;
         }
@@ -774,7 +745,6 @@ mod tests {
             state.apply(MetaCommand::DeleteTopic { name, id }).unwrap();
         }
         assert_eq!(state.tombstones.len(), MAX_TOMBSTONES);
-        assert_eq!(state.tombstone_names.len(), MAX_TOMBSTONES);
         let ancient = |name: &str| MetaCommand::CreateTopic {
             name: name.into(),
             partitions: None,
@@ -786,7 +756,7 @@ mod tests {
         };
         // t0's tombstone was dropped; the floor still refuses its late create, and any other
         // create whose proposer looked that long ago.
-        assert!(!state.tombstones.contains_key("t0"));
+        assert!(!state.tombstones.holds("t0"));
         assert!(matches!(state.apply(ancient("t0")), Err(ClientError::Unavailable(_))));
         assert!(matches!(state.apply(ancient("never-used")), Err(ClientError::Unavailable(_))));
         assert!(matches!(state.apply(create("never-used", 1)), Ok(Applied::Created(_))));

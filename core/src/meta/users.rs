@@ -9,6 +9,7 @@
 use std::collections::BTreeMap;
 
 use super::command::{get_str, get_u8, put_str, put_u32, put_u64};
+use super::tombstones::{Incarnation, Tombstones};
 use crate::access::{
     Action, Grant, PasswordHash, TopicPattern, validate_grants, validate_user_name,
 };
@@ -20,6 +21,16 @@ use crate::constants::MAX_USERS;
 /// one.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct UserId(pub u64);
+
+impl Incarnation for UserId {
+    fn number(self) -> u64 {
+        self.0
+    }
+
+    fn from_number(number: u64) -> Self {
+        UserId(number)
+    }
+}
 
 /// A user as answers show it: everything but the hash.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -127,30 +138,18 @@ impl UserCommand {
     }
 }
 
-/// Deleted users remembered for refusing late creates (bounded like the topics' tombstones).
-const MAX_USER_TOMBSTONES: usize = 1_024;
-
 /// Every user, with the memory of deleted ones that late creates are judged against.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Users {
     users: BTreeMap<String, User>,
     /// Next incarnation id; every id below it was issued once.
     next_id: u64,
-    tombstones: BTreeMap<String, UserId>,
-    tombstone_names: BTreeMap<UserId, String>,
-    /// The newest id dropped from the tombstones: a create that looked before it is refused.
-    tombstone_floor: u64,
+    tombstones: Tombstones<UserId>,
 }
 
 impl Default for Users {
     fn default() -> Users {
-        Users {
-            users: BTreeMap::new(),
-            next_id: 1,
-            tombstones: BTreeMap::new(),
-            tombstone_names: BTreeMap::new(),
-            tombstone_floor: 0,
-        }
+        Users { users: BTreeMap::new(), next_id: 1, tombstones: Tombstones::default() }
     }
 }
 
@@ -193,8 +192,7 @@ impl Users {
         if self.users.contains_key(&name) {
             return Err(ClientError::Conflict(format!("user `{name}` already exists")));
         }
-        let deleted_since = self.tombstones.get(&name).is_some_and(|id| id.0 >= seen_next_id);
-        if deleted_since || seen_next_id <= self.tombstone_floor {
+        if self.tombstones.is_late(&name, seen_next_id) {
             return Err(ClientError::Unavailable(format!(
                 "user `{name}` was created and deleted after the node that took this request \
                  last looked; nothing was created: retry"
@@ -233,15 +231,7 @@ impl Users {
     pub(super) fn delete(&mut self, name: &str, id: UserId) -> Result<UserInfo, ClientError> {
         self.current(name, id)?;
         let user = self.users.remove(name).expect("invariant: found just above");
-        if let Some(older) = self.tombstones.insert(name.to_string(), id) {
-            self.tombstone_names.remove(&older);
-        }
-        self.tombstone_names.insert(id, name.to_string());
-        while self.tombstone_names.len() > MAX_USER_TOMBSTONES {
-            let (oldest, name) = self.tombstone_names.pop_first().expect("over the bound");
-            self.tombstones.remove(&name);
-            self.tombstone_floor = self.tombstone_floor.max(oldest.0);
-        }
+        self.tombstones.bury(name, id);
         Ok(user.info)
     }
 
@@ -269,12 +259,7 @@ impl Users {
             put_u64(out, info.updated_ms);
             encode_grants(out, &info.grants);
         }
-        put_u64(out, self.tombstone_floor);
-        put_u32(out, self.tombstone_names.len() as u32);
-        for (id, name) in &self.tombstone_names {
-            put_u64(out, id.0);
-            put_str(out, name);
-        }
+        self.tombstones.encode(out);
     }
 
     /// Inverse of `encode` (the image's canonical check re-encodes the whole state).
@@ -289,13 +274,7 @@ impl Users {
             let info = UserInfo { name: name.clone(), id, grants, created_ms, updated_ms };
             users.users.insert(name, User { info, hash });
         }
-        users.tombstone_floor = r.u64()?;
-        for _ in 0..r.u32()? {
-            let id = UserId(r.u64()?);
-            let name = get_str(r)?;
-            users.tombstones.insert(name.clone(), id);
-            users.tombstone_names.insert(id, name);
-        }
+        users.tombstones = Tombstones::decode(r)?;
         Some(users)
     }
 }
