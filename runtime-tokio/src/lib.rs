@@ -17,6 +17,7 @@ mod driver;
 pub mod env;
 mod follow;
 mod http;
+pub mod password;
 mod payload_json;
 pub mod server;
 pub mod sub;
