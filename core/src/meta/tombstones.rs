@@ -96,3 +96,28 @@ impl<Id: Incarnation> Tombstones<Id> {
         Some(tombstones)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ids::TopicId;
+
+    #[test]
+    fn the_memory_is_bounded_by_name_and_id_alike_and_the_floor_refuses_older_creates() {
+        let mut tombstones = Tombstones::<TopicId>::default();
+        for i in 0..=MAX_TOMBSTONES as u64 {
+            tombstones.bury(&format!("t{i}"), TopicId(i + 1));
+        }
+        assert_eq!(tombstones.len(), MAX_TOMBSTONES);
+        assert_eq!(tombstones.by_name.len(), MAX_TOMBSTONES, "both maps drop the same entry");
+        assert!(!tombstones.holds("t0") && tombstones.holds("t1"));
+        assert!(tombstones.is_late("t0", 1), "forgotten, but below the floor");
+        assert!(tombstones.is_late("t5", 6), "deleted since the proposer looked");
+        assert!(!tombstones.is_late("t5", 7));
+        tombstones.bury("t5", TopicId(5_000)); // a later incarnation of a name replaces its entry
+        assert_eq!(tombstones.by_name.len(), tombstones.by_id.len());
+        let mut out = Vec::new();
+        tombstones.encode(&mut out);
+        assert_eq!(Tombstones::decode(&mut Reader::new(&out)), Some(tombstones));
+    }
+}

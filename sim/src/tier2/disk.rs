@@ -66,9 +66,8 @@ impl narad::env::DiskBackend for SimDiskBackend {
         let at = {
             let mut world = lock(&self.world);
             let now = now();
-            self.staged_since_sync |=
-                observe::note_stagings(world.checker_at(now), self.node, &op) > 0;
-            if group_commit_sync(&mut self.staged_since_sync, &op) {
+            let checker = world.checker_at(now);
+            if observe_wal_op(&mut self.staged_since_sync, checker, self.node, &op) {
                 super::faults::stop_armed(&mut world, self.node);
             }
             let at = world.nodes[self.node as usize].disk.schedule(now, &op);
@@ -110,15 +109,21 @@ impl narad::env::DiskBackend for SimDiskBackend {
             return Err(op);
         }
         let now = now();
-        self.staged_since_sync |= observe::note_stagings(world.checker_at(now), self.node, &op) > 0;
-        group_commit_sync(&mut self.staged_since_sync, &op);
+        observe_wal_op(&mut self.staged_since_sync, world.checker_at(now), self.node, &op);
         let result = complete_one(&mut world, self.node, token, &op);
         Ok(Input::Disk { token, result })
     }
 }
 
-/// Whether `op` is the fsync of a WAL group commit (records were staged since the last one).
-fn group_commit_sync(staged_since_sync: &mut bool, op: &DiskOp) -> bool {
+/// Tells the checker what WAL write `op` stages; returns whether `op` is the fsync of a WAL
+/// group commit (records were staged since the last one).
+fn observe_wal_op(
+    staged_since_sync: &mut bool,
+    checker: &mut crate::checker::Checker,
+    node: u32,
+    op: &DiskOp,
+) -> bool {
+    *staged_since_sync |= observe::note_stagings(checker, node, op) > 0;
     matches!(op, DiskOp::Sync { file: FileId::WalSegment { .. } })
         && std::mem::take(staged_since_sync)
 }
