@@ -119,6 +119,7 @@ impl Faults<'_, '_> {
         slot.up = false;
         slot.serving = false;
         slot.stop = None;
+        slot.stop_at_wal_sync = None; // armed for the process that is gone
         slot.disk.process_crash();
         w.checker.set_now(at);
         if power {
