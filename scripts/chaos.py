@@ -353,6 +353,8 @@ class Cluster:
         return [self.binary, "serve", "--node-id", str(i), "--http", f"{client_ip(i)}:{HTTP_PORT}",
                 "--cluster", f"{cluster_ip(i)}:{RPC_PORT}", "--peers", peers,
                 "--cluster-secret-file", self.secret,
+                # Chaos exercises the write path, not access control (bound off loopback).
+                "--insecure-no-auth",
                 "--data-dir", os.path.join(self.workdir, f"n{i}")]
 
     def log_path(self, i):

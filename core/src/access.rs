@@ -121,6 +121,8 @@ pub enum Needs<'a> {
     Topic(Action, &'a str),
     /// Managing users or the cluster: `admin` on `*`.
     ClusterAdmin,
+    /// Any grant covering topic `name`, whatever its action (reading a topic's details).
+    AnyOn(&'a str),
     /// Only to be someone (listing topics: the answer holds only what the caller may see).
     Authenticated,
 }
@@ -134,6 +136,7 @@ pub fn allows(grants: &[Grant], needs: Needs<'_>) -> bool {
         Needs::ClusterAdmin => {
             grants.iter().any(|g| g.action == Action::Admin && g.topics == TopicPattern::Any)
         }
+        Needs::AnyOn(name) => sees(grants, name),
         Needs::Authenticated => true,
     }
 }
@@ -193,6 +196,42 @@ impl PasswordHash {
 impl fmt::Debug for PasswordHash {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("PasswordHash(<redacted>)")
+    }
+}
+
+/// Incarnation id of a user: a user deleted and created again under the same name gets a new
+/// one.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct UserId(pub u64);
+
+/// A user as answers show it: everything but the hash.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserInfo {
+    pub name: String,
+    pub id: UserId,
+    pub grants: Vec<Grant>,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+}
+
+/// Who a request comes from, as the runtime established it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Principal {
+    /// Access control is off for this request: a node with no users on a loopback address, a
+    /// node started with `--insecure-no-auth`, or the node itself. Everything is allowed.
+    Trusted,
+    /// A user whose password the runtime verified against incarnation `id` of `name`. The
+    /// core allows what that incarnation's grants allow, as its replica knows them now.
+    User { name: String, id: UserId },
+}
+
+impl Principal {
+    /// The user's name, for logs (`-` when trusted).
+    pub fn name(&self) -> &str {
+        match self {
+            Principal::Trusted => "-",
+            Principal::User { name, .. } => name,
+        }
     }
 }
 

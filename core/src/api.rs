@@ -11,6 +11,7 @@ pub use queue_settings::{
     QueueSettings,
 };
 
+use crate::access::{Grant, PasswordHash, UserInfo};
 use crate::ids::TopicId;
 
 /// A request from a client.
@@ -51,6 +52,18 @@ pub enum ClientOp {
     /// Settle the leases `handles` name (receipt handles as the client sent them). `batch`:
     /// the batch form (one result per handle); otherwise exactly one handle.
     Settle { topic: String, handles: Vec<String>, action: SettleAction, batch: bool },
+    /// Create a user (`POST /v1/users`); `hash` is the password's KDF hash, made by the runtime.
+    CreateUser { name: String, hash: PasswordHash, grants: Vec<Grant> },
+    /// Every user (admins only).
+    ListUsers,
+    /// One user (an admin, or the user itself).
+    GetUser { name: String },
+    /// Delete a user (admins only).
+    DeleteUser { name: String },
+    /// Replace a user's grants (admins only).
+    SetGrants { name: String, grants: Vec<Grant> },
+    /// Replace a user's password hash (an admin, or the user itself).
+    SetPassword { name: String, hash: PasswordHash },
 }
 
 /// What a settle does to a lease.
@@ -109,6 +122,16 @@ pub enum ClientReply {
     /// A settle's outcome per handle, in request order: 204 / the error (single form), or
     /// 200 with every result (batch form).
     Settled(Vec<Result<(), ClientError>>),
+    /// 201: the user was created.
+    UserCreated(UserInfo),
+    /// 200: the user's grants or password were replaced; the user as it is now.
+    UserChanged(UserInfo),
+    /// 204: the user was deleted.
+    UserDeleted,
+    /// 200: every user.
+    Users(Vec<UserInfo>),
+    /// 200: one user.
+    User(UserInfo),
     /// The request failed and changed nothing (except `WalFailed`, which is ambiguous).
     Error(ClientError),
 }
@@ -248,6 +271,12 @@ pub enum ClientError {
     /// handle, or never ours): 410, do not retry.
     #[error("{0}")]
     StaleHandle(String),
+    /// No credentials, wrong ones, or a user that no longer exists: 401.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The user holds no grant for this: 403.
+    #[error("{0}")]
+    Forbidden(String),
 }
 
 impl ClientError {
@@ -262,6 +291,8 @@ impl ClientError {
             ClientError::ShuttingDown | ClientError::Unavailable(_) => 503,
             ClientError::Overloaded(_) => 503,
             ClientError::Gone { .. } | ClientError::StaleHandle(_) => 410,
+            ClientError::Unauthenticated(_) => 401,
+            ClientError::Forbidden(_) => 403,
         }
     }
 }
@@ -275,6 +306,9 @@ pub struct Stats {
     pub records_accepted: u64,
     /// Produce requests rejected (any status other than 202).
     pub produce_requests_rejected: u64,
+    /// Requests refused by the grant check (401 for a user that no longer exists, 403), this
+    /// node's clients' and those other nodes forwarded.
+    pub requests_refused_access: u64,
     /// Group commits of the ingress WAL (one write + one fsync each).
     pub wal_group_commits: u64,
     /// fsyncs issued on the ingress WAL (segments and checkpoint).

@@ -10,6 +10,7 @@
 
 use bytes::Bytes;
 
+use crate::access::Principal;
 use crate::api::{ClientOp, ClientReply};
 use crate::ids::{IoToken, NodeId, PartitionKey, RequestId, TopicId};
 
@@ -166,8 +167,8 @@ pub enum DiskError {
 /// Everything a runtime feeds into a node.
 #[derive(Clone, Debug)]
 pub enum Input {
-    /// A client request (HTTP in production, the workload in the simulator).
-    Client { request: RequestId, op: ClientOp },
+    /// A client request (HTTP in production, the workload in the simulator), from `who`.
+    Client { request: RequestId, op: ClientOp, who: Principal },
     /// Completion of the disk operation the node emitted with `token`.
     Disk { token: IoToken, result: Result<DiskDone, DiskError> },
     /// Bytes from another node (a `peer::PeerMessage`), over an authenticated connection: the

@@ -7,6 +7,7 @@
 //! deadline from `poll_timeout` passes), then drain `poll_effect` to `None`, execute each effect,
 //! and re-arm the timer with `poll_timeout`.
 
+mod authorize;
 mod client;
 mod cluster;
 mod commit;
@@ -25,12 +26,14 @@ mod receive_watch;
 mod recovery;
 mod retention;
 mod routing;
+mod users;
 
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
 use crate::accept::Resolver;
+use crate::access::Principal;
 use crate::api::{ClientError, ClientOp, ClientReply, Stats};
 use crate::dispatch::{Dispatcher, Placement};
 use crate::ids::{Instant, IoToken, NodeId, PartitionKey, RequestId, TopicId};
@@ -219,7 +222,7 @@ enum ConsumeAsker {
 /// An input held until the node serves (see `Node::deferred`).
 #[derive(Debug)]
 enum Deferred {
-    Client(RequestId, ClientOp),
+    Client(RequestId, ClientOp, Principal),
     Peer(NodeId, Bytes),
 }
 
@@ -302,6 +305,7 @@ pub struct Node {
 struct NodeCounters {
     produce_requests_accepted: u64,
     produce_requests_rejected: u64,
+    requests_refused_access: u64,
     records_accepted: u64,
     remote_commits_ok: u64,
     remote_commits_failed: u64,
@@ -478,8 +482,8 @@ impl Node {
     pub fn handle_input(&mut self, now: Instant, input: Input) {
         self.now = self.now.max(now);
         match input {
-            Input::Client { request, op } if self.startup_syncs_left > 0 => {
-                self.defer_client(request, op);
+            Input::Client { request, op, who } if self.startup_syncs_left > 0 => {
+                self.defer_client(request, op, who);
             }
             Input::Peer { from, bytes } if self.startup_syncs_left > 0 => {
                 let peers =
@@ -488,7 +492,7 @@ impl Node {
                     self.deferred.push_back(Deferred::Peer(from, bytes));
                 }
             }
-            Input::Client { request, op } => self.handle_client(request, op),
+            Input::Client { request, op, who } => self.handle_client(request, op, &who),
             Input::Disk { token, result } => self.handle_disk(token, result),
             Input::Peer { from, bytes } => self.handle_peer(from, &bytes),
             Input::PeerUnreachable { to } => self.on_peer_unreachable(to),
@@ -503,10 +507,10 @@ impl Node {
     }
 
     /// Holds a client request until the start-up syncs are done, or refuses it past the bound.
-    fn defer_client(&mut self, request: RequestId, op: ClientOp) {
+    fn defer_client(&mut self, request: RequestId, op: ClientOp, who: Principal) {
         let clients = self.deferred.iter().filter(|d| matches!(d, Deferred::Client(..))).count();
         if clients < DEFERRED_CLIENT_MAX {
-            self.deferred.push_back(Deferred::Client(request, op));
+            self.deferred.push_back(Deferred::Client(request, op, who));
         } else {
             let error = ClientError::Overloaded("too many requests held during start-up".into());
             self.reply(request, ClientReply::Error(error));
@@ -556,6 +560,17 @@ impl Node {
         .filter(|&at| at > self.now)
         .chain(meta_tick)
         .min()
+    }
+
+    /// The users as this node's metastore replica knows them, hashes included: the runtime
+    /// verifies passwords against them (docs/design.md §8).
+    pub fn users(&self) -> &crate::meta::users::Users {
+        self.meta.users()
+    }
+
+    /// Changes whenever `users()` may have changed since it was last read.
+    pub fn users_epoch(&self) -> u64 {
+        self.meta.users_epoch()
     }
 
     /// True once recovery's syncs and repairs are durable, the metastore replica knows a leader
@@ -640,6 +655,7 @@ impl Node {
             produce_requests_accepted: self.counters.produce_requests_accepted,
             records_accepted: self.counters.records_accepted,
             produce_requests_rejected: self.counters.produce_requests_rejected,
+            requests_refused_access: self.counters.requests_refused_access,
             wal_group_commits: wal.group_commits,
             wal_fsyncs: wal.fsyncs,
             wal_records_synced: wal.records_synced,

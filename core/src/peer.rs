@@ -9,17 +9,20 @@
 
 use bytes::Bytes;
 
+use crate::access::{Principal, UserId, UserInfo, validate_user_name};
 use crate::api::{ClientError, PartitionNumbers, QueueSettings, SettleAction, TopicInfo};
 use crate::codec::{Reader, put_optional_bytes};
 use crate::ids::{PartitionKey, TopicId};
+use crate::meta::users::{decode_user_info, encode_user_info};
 use crate::queue::ReceiptHandle;
 
 mod queue_wire;
 pub use queue_wire::WireLeased;
 
 /// Version of the node protocol. Bump it when a message's layout changes (3: a topic in an
-/// admin result carries its queue settings, and a queue receive its wait).
-pub const PROTOCOL_VERSION: u8 = 4;
+/// admin result carries its queue settings, and a queue receive its wait; 5: forwarded requests
+/// carry their principal, and an admin result may be a user).
+pub const PROTOCOL_VERSION: u8 = 5;
 
 /// One record in a commit batch sent to a partition's owner.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -55,15 +58,16 @@ pub enum PeerMessage {
     ConfirmGone { id: u64, topic: TopicId },
     /// The leader's answer (after its read barrier).
     ConfirmGoneReply { id: u64, topic: TopicId, gone: bool },
-    /// A follower forwards a metastore command (`meta::encode_command`) to the leader.
-    Propose { id: u64, command: Bytes },
+    /// A follower forwards a metastore command (`meta::encode_command`) to the leader, for
+    /// `who` (the leader checks the grant again).
+    Propose { id: u64, who: Principal, command: Bytes },
     /// The leader's answer once the command was applied (or refused).
     ProposeReply { id: u64, result: WireAdminResult },
     /// Read committed records of a partition the receiver owns; with `wait_ms` > 0 (a
     /// long-poll), an owner that has nothing at `offset` answers once a record there is visible
     /// or the wait ended (empty). A consume without a wait keeps the earlier layout (tag 8);
     /// one with a wait has its own tag, so the encoding stays canonical.
-    Consume { id: u64, target: PartitionKey, offset: u64, max: u32, wait_ms: u64 },
+    Consume { id: u64, who: Principal, target: PartitionKey, offset: u64, max: u32, wait_ms: u64 },
     /// The owner's answer.
     ConsumeReply { id: u64, result: Result<Vec<WireConsumed>, WireError> },
     /// Watermark and size of the receiver's partitions of `topic` (for `GET /v1/topics/{t}`).
@@ -72,11 +76,17 @@ pub enum PeerMessage {
     TopicStatsReply { id: u64, partitions: Vec<(u32, PartitionNumbers)> },
     /// Queue receive on a partition the receiver owns: lease up to `max` messages, waiting up
     /// to `wait_ms` (parked on the owner) if none is available.
-    Receive { id: u64, target: PartitionKey, max: u32, wait_ms: u64 },
+    Receive { id: u64, who: Principal, target: PartitionKey, max: u32, wait_ms: u64 },
     /// The owner's answer: what it leased (empty: nothing available).
     ReceiveReply { id: u64, result: Result<Vec<WireLeased>, WireError> },
     /// Settle these leases of the receiver's partitions of `topic`.
-    Settle { id: u64, topic: TopicId, action: SettleAction, handles: Vec<ReceiptHandle> },
+    Settle {
+        id: u64,
+        who: Principal,
+        topic: TopicId,
+        action: SettleAction,
+        handles: Vec<ReceiptHandle>,
+    },
     /// One result per handle of `Settle { id, .. }`, in order.
     SettleReply { id: u64, results: Vec<Result<(), WireError>> },
     /// A topic-wide queue receive waits: answer once a message may be available on one of the
@@ -91,6 +101,8 @@ pub enum PeerMessage {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum WireAdminResult {
     Created(TopicInfo),
+    /// A user created or changed: the user as it is now.
+    User(UserInfo),
     /// A topic update applied: the topic as it is now.
     Updated(TopicInfo),
     Done,
@@ -119,6 +131,8 @@ impl WireError {
     pub fn into_client(self) -> ClientError {
         match self.status {
             400 => ClientError::BadRequest(self.message),
+            401 => ClientError::Unauthenticated(self.message),
+            403 => ClientError::Forbidden(self.message),
             404 => ClientError::NotFound(self.message),
             409 => ClientError::Conflict(self.message),
             413 => ClientError::TooLarge(self.message),
@@ -210,9 +224,10 @@ impl PeerMessage {
                 put_u64s(&mut out, &[*id, topic.0]);
                 out.push(u8::from(*gone));
             }
-            PeerMessage::Propose { id, command } => {
+            PeerMessage::Propose { id, who, command } => {
                 out.push(TAG_PROPOSE);
                 put_u64s(&mut out, &[*id]);
+                put_principal(&mut out, who);
                 out.extend_from_slice(command);
             }
             PeerMessage::ProposeReply { id, result } => {
@@ -220,9 +235,11 @@ impl PeerMessage {
                 put_u64s(&mut out, &[*id]);
                 encode_admin_result(&mut out, result);
             }
-            PeerMessage::Consume { id, target, offset, max, wait_ms } => {
+            PeerMessage::Consume { id, who, target, offset, max, wait_ms } => {
                 out.push(if *wait_ms == 0 { TAG_CONSUME } else { TAG_CONSUME_WAIT });
-                put_u64s(&mut out, &[*id, target.topic.0, *offset]);
+                put_u64s(&mut out, &[*id]);
+                put_principal(&mut out, who);
+                put_u64s(&mut out, &[target.topic.0, *offset]);
                 out.extend_from_slice(&target.partition.to_le_bytes());
                 out.extend_from_slice(&max.to_le_bytes());
                 if *wait_ms != 0 {
@@ -258,9 +275,7 @@ impl PeerMessage {
         let tag = reader.take(1).ok_or(DecodeError::Malformed)?[0];
         let message = match tag {
             TAG_RAFT => Some(PeerMessage::Raft(bytes.slice(2..))),
-            TAG_PROPOSE => {
-                reader.u64().map(|id| PeerMessage::Propose { id, command: bytes.slice(10..) })
-            }
+            TAG_PROPOSE => decode_propose(bytes, &mut reader),
             TAG_COMMIT => decode_commit(&mut reader),
             TAG_COMMIT_REPLY | TAG_CONFIRM | TAG_CONFIRM_REPLY => decode_small(tag, &mut reader),
             TAG_PROPOSE_REPLY | TAG_CONSUME | TAG_CONSUME_REPLY => decode_small(tag, &mut reader),
@@ -318,6 +333,42 @@ fn encode_topic_stats_reply(out: &mut Vec<u8>, id: u64, partitions: &[(u32, Part
     }
 }
 
+/// A forwarded command: its id, its principal, then the command's bytes to the end.
+fn decode_propose(bytes: &Bytes, reader: &mut Reader<'_>) -> Option<PeerMessage> {
+    let id = reader.u64()?;
+    let who = get_principal(reader)?;
+    let command = bytes.slice(bytes.len() - reader.remaining()..);
+    Some(PeerMessage::Propose { id, who, command })
+}
+
+const PRINCIPAL_TRUSTED: u8 = 0;
+const PRINCIPAL_USER: u8 = 1;
+
+/// Who a forwarded request is for: a tag, and for a user its name and incarnation.
+pub(crate) fn put_principal(out: &mut Vec<u8>, who: &Principal) {
+    match who {
+        Principal::Trusted => out.push(PRINCIPAL_TRUSTED),
+        Principal::User { name, id } => {
+            out.push(PRINCIPAL_USER);
+            put_optional_bytes(out, Some(name.as_bytes()));
+            put_u64s(out, &[id.0]);
+        }
+    }
+}
+
+/// Inverse of `put_principal`; `None` for an unknown tag or a name no user could have.
+pub(crate) fn get_principal(reader: &mut Reader<'_>) -> Option<Principal> {
+    match reader.take(1)?[0] {
+        PRINCIPAL_TRUSTED => Some(Principal::Trusted),
+        PRINCIPAL_USER => {
+            let name = std::str::from_utf8(reader.optional_bytes()??).ok()?;
+            validate_user_name(name).ok()?;
+            Some(Principal::User { name: name.to_string(), id: UserId(reader.u64()?) })
+        }
+        _ => None,
+    }
+}
+
 fn put_u64s(out: &mut Vec<u8>, values: &[u64]) {
     for value in values {
         out.extend_from_slice(&value.to_le_bytes());
@@ -341,12 +392,13 @@ fn decode_small(tag: u8, reader: &mut Reader<'_>) -> Option<PeerMessage> {
         }
         TAG_PROPOSE_REPLY => PeerMessage::ProposeReply { id, result: decode_admin_result(reader)? },
         TAG_CONSUME | TAG_CONSUME_WAIT => {
+            let who = get_principal(reader)?;
             let (topic, offset) = (TopicId(reader.u64()?), reader.u64()?);
             let target = PartitionKey { topic, partition: reader.u32()? };
             let max = reader.u32()?;
             // A wait of 0 has exactly one spelling: the tag without a wait.
             let wait_ms = if tag == TAG_CONSUME { 0 } else { reader.u64().filter(|&w| w != 0)? };
-            PeerMessage::Consume { id, target, offset, max, wait_ms }
+            PeerMessage::Consume { id, who, target, offset, max, wait_ms }
         }
         TAG_TOPIC_STATS => PeerMessage::TopicStats { id, topic: TopicId(reader.u64()?) },
         TAG_RECEIVE_WATCH => {
@@ -451,6 +503,8 @@ const ADMIN_ERROR: u8 = 2;
 const ADMIN_CREATED_BYTES: u8 = 3;
 /// An updated topic: `ADMIN_CREATED`'s layout, then `retention_bytes` (`u64::MAX`: none).
 const ADMIN_UPDATED: u8 = 4;
+/// A created or changed user (`meta::users::encode_user_info`).
+const ADMIN_USER: u8 = 5;
 
 fn encode_admin_result(out: &mut Vec<u8>, result: &WireAdminResult) {
     match result {
@@ -467,6 +521,10 @@ fn encode_admin_result(out: &mut Vec<u8>, result: &WireAdminResult) {
             out.push(ADMIN_UPDATED);
             encode_topic(out, topic);
             put_u64s(out, &[topic.retention_bytes.unwrap_or(u64::MAX)]);
+        }
+        WireAdminResult::User(user) => {
+            out.push(ADMIN_USER);
+            encode_user_info(out, user);
         }
         WireAdminResult::Done => out.push(ADMIN_DONE),
         WireAdminResult::Error(error) => {
@@ -498,6 +556,7 @@ fn decode_topic(reader: &mut Reader<'_>) -> Option<TopicInfo> {
 fn decode_admin_result(reader: &mut Reader<'_>) -> Option<WireAdminResult> {
     match reader.take(1)?[0] {
         ADMIN_CREATED => Some(WireAdminResult::Created(decode_topic(reader)?)),
+        ADMIN_USER => Some(WireAdminResult::User(decode_user_info(reader)?)),
         ADMIN_CREATED_BYTES => {
             let topic = decode_topic(reader)?;
             // Present: a create without a limit has its own layout (one spelling per value).
@@ -609,28 +668,66 @@ mod tests {
             (any::<u64>(), any::<u64>(), any::<bool>()).prop_map(|(id, t, gone)| {
                 PeerMessage::ConfirmGoneReply { id, topic: TopicId(t), gone }
             }),
-            (any::<u64>(), key, any::<u64>(), any::<u32>(), prop_oneof![Just(0u64), any::<u64>()])
-                .prop_map(|(id, target, offset, max, wait_ms)| PeerMessage::Consume {
-                    id,
-                    target,
-                    offset,
-                    max,
-                    wait_ms
+            (
+                (any::<u64>(), arb_principal()),
+                key,
+                any::<u64>(),
+                any::<u32>(),
+                prop_oneof![Just(0u64), any::<u64>()]
+            )
+                .prop_map(|((id, who), target, offset, max, wait_ms)| {
+                    PeerMessage::Consume { id, who, target, offset, max, wait_ms }
                 }),
             arb_queue_message(),
         ]
     }
 
+    fn arb_principal() -> impl Strategy<Value = Principal> {
+        prop_oneof![
+            Just(Principal::Trusted),
+            ("[a-z0-9._@-]{1,64}", any::<u64>())
+                .prop_map(|(name, id)| Principal::User { name, id: UserId(id) }),
+        ]
+    }
+
+    fn arb_settle() -> impl Strategy<Value = PeerMessage> {
+        (
+            (any::<u64>(), arb_principal()),
+            any::<u64>(),
+            0u8..3,
+            prop::collection::vec((any::<u32>(), any::<u64>(), any::<u64>()), 0..5),
+        )
+            .prop_map(|((id, who), t, action, handles)| PeerMessage::Settle {
+                id,
+                who,
+                topic: TopicId(t),
+                action: [SettleAction::Ack, SettleAction::Extend, SettleAction::Nack]
+                    [usize::from(action)],
+                handles: handles
+                    .into_iter()
+                    .map(|(partition, offset, nonce)| ReceiptHandle { partition, offset, nonce })
+                    .collect(),
+            })
+    }
+
     fn arb_queue_message() -> impl Strategy<Value = PeerMessage> {
         prop_oneof![
-            (any::<u64>(), any::<u64>(), any::<u32>(), any::<u32>(), any::<u64>()).prop_map(
-                |(id, t, partition, max, wait_ms)| PeerMessage::Receive {
-                    id,
-                    target: PartitionKey { topic: TopicId(t), partition },
-                    max,
-                    wait_ms,
-                }
-            ),
+            (
+                (any::<u64>(), arb_principal()),
+                any::<u64>(),
+                any::<u32>(),
+                any::<u32>(),
+                any::<u64>()
+            )
+                .prop_map(|((id, who), t, partition, max, wait_ms)| {
+                    PeerMessage::Receive {
+                        id,
+                        who,
+                        target: PartitionKey { topic: TopicId(t), partition },
+                        max,
+                        wait_ms,
+                    }
+                }),
             (any::<u64>(), prop::collection::vec((any::<u64>(), any::<u32>(), arb_record()), 0..4))
                 .prop_map(|(id, leased)| PeerMessage::ReceiveReply {
                     id,
@@ -651,26 +748,7 @@ mod tests {
             (any::<u64>(), any::<u16>(), ".{0,20}").prop_map(|(id, status, message)| {
                 PeerMessage::ReceiveReply { id, result: Err(WireError { status, message }) }
             }),
-            (
-                any::<u64>(),
-                any::<u64>(),
-                0u8..3,
-                prop::collection::vec((any::<u32>(), any::<u64>(), any::<u64>()), 0..5)
-            )
-                .prop_map(|(id, t, action, handles)| PeerMessage::Settle {
-                    id,
-                    topic: TopicId(t),
-                    action: [SettleAction::Ack, SettleAction::Extend, SettleAction::Nack]
-                        [usize::from(action)],
-                    handles: handles
-                        .into_iter()
-                        .map(|(partition, offset, nonce)| ReceiptHandle {
-                            partition,
-                            offset,
-                            nonce
-                        })
-                        .collect(),
-                }),
+            arb_settle(),
             (
                 any::<u64>(),
                 prop::collection::vec(proptest::option::of((any::<u16>(), ".{0,9}")), 0..5)
@@ -751,15 +829,30 @@ mod tests {
         assert_eq!(PeerMessage::decode(&Bytes::from(bytes)), Err(DecodeError::Malformed));
     }
 
-    /// A consume without a wait keeps the layout peers of the earlier build read (tag 8); a
-    /// wait has its own tag and never spells 0, so each message has one encoding.
+    /// A consume without a wait has its own layout (tag 8); a wait has its own tag and never
+    /// spells 0, so each message has one encoding.
     #[test]
-    fn a_consume_wait_keeps_the_earlier_layout_and_one_spelling() {
+    fn a_consume_wait_has_its_own_tag_and_one_spelling() {
         let target = PartitionKey { topic: TopicId(3), partition: 1 };
-        let plain = PeerMessage::Consume { id: 9, target, offset: 4, max: 10, wait_ms: 0 };
+        let plain = PeerMessage::Consume {
+            id: 9,
+            who: Principal::Trusted,
+            target,
+            offset: 4,
+            max: 10,
+            wait_ms: 0,
+        };
         let bytes = plain.encode();
-        assert_eq!((bytes[1], bytes.len()), (TAG_CONSUME, 2 + 24 + 8), "version, tag, body");
-        let waiting = PeerMessage::Consume { id: 9, target, offset: 4, max: 10, wait_ms: 5_000 };
+        // Version, tag, id, the principal (one byte: trusted), topic, offset, partition, max.
+        assert_eq!((bytes[1], bytes.len()), (TAG_CONSUME, 2 + 8 + 1 + 16 + 8), "the layout");
+        let waiting = PeerMessage::Consume {
+            id: 9,
+            who: Principal::Trusted,
+            target,
+            offset: 4,
+            max: 10,
+            wait_ms: 5_000,
+        };
         let long = waiting.encode();
         assert_eq!(long[1], TAG_CONSUME_WAIT);
         assert_eq!(&long[2..long.len() - 8], &bytes[2..], "the same body, then the wait");

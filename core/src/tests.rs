@@ -1,5 +1,6 @@
 //! Whole-node and whole-cluster tests of the core, driven by small in-memory runtimes.
 
+mod access_flow;
 mod cluster_flow;
 mod cluster_harness;
 mod flush_pairing;

@@ -14,7 +14,7 @@ use narad_core::peer::{
 use narad_core::queue::ReceiptHandle;
 use narad_core::{PartitionKey, TopicId};
 use narad_fuzz::alloc::{Counting, measure};
-use narad_fuzz::values::{retention, retention_bytes};
+use narad_fuzz::values::{principal, retention, retention_bytes, user_info};
 
 #[global_allocator]
 static ALLOCATOR: Counting = Counting;
@@ -61,10 +61,11 @@ fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage>
             topic: TopicId(u.arbitrary()?),
             gone: u.arbitrary()?,
         },
-        5 => PeerMessage::Propose { id, command: bytes(u)? },
+        5 => PeerMessage::Propose { id, who: principal(u)?, command: bytes(u)? },
         6 => PeerMessage::ProposeReply { id, result: admin_result(u)? },
         7 => PeerMessage::Consume {
             id,
+            who: principal(u)?,
             target: target(u)?,
             offset: u.arbitrary()?,
             max: u.arbitrary()?,
@@ -74,6 +75,7 @@ fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage>
         9 => PeerMessage::TopicStats { id, topic: TopicId(u.arbitrary()?) },
         10 => PeerMessage::Receive {
             id,
+            who: principal(u)?,
             target: target(u)?,
             max: u.arbitrary()?,
             wait_ms: u.arbitrary()?,
@@ -81,6 +83,7 @@ fn arbitrary_message(u: &mut Unstructured<'_>) -> arbitrary::Result<PeerMessage>
         11 => PeerMessage::ReceiveReply { id, result: receive_result(u)? },
         12 => PeerMessage::Settle {
             id,
+            who: principal(u)?,
             topic: TopicId(u.arbitrary()?),
             action: *u.choose(&[SettleAction::Ack, SettleAction::Extend, SettleAction::Nack])?,
             handles: many(u, handle)?,
@@ -183,8 +186,9 @@ fn wire_error(u: &mut Unstructured<'_>) -> arbitrary::Result<WireError> {
 }
 
 fn admin_result(u: &mut Unstructured<'_>) -> arbitrary::Result<WireAdminResult> {
-    Ok(match u.int_in_range(0..=3u8)? {
+    Ok(match u.int_in_range(0..=4u8)? {
         0 => WireAdminResult::Created(topic_info(u)?),
+        3 => WireAdminResult::User(user_info(u)?),
         1 => WireAdminResult::Done,
         2 => WireAdminResult::Error(wire_error(u)?),
         _ => WireAdminResult::Updated(topic_info(u)?),

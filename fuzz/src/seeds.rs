@@ -4,6 +4,7 @@
 //! `corpus/<target>/seed-<n>`; `scripts/fuzz.sh` minimises the corpus after runs.
 
 use bytes::Bytes;
+use narad_core::access::{Principal, UserId};
 use narad_core::api::TopicInfo;
 use narad_core::meta::state::MetaState;
 use narad_core::meta::storage::{SnapRecord, encode_snap_record, put_entries, put_header};
@@ -123,8 +124,22 @@ fn peer_messages() -> Vec<Vec<u8>> {
         PeerMessage::CommitReply { id: 1, result: WireCommitResult::Failed("disk".into()) },
         PeerMessage::ConfirmGoneReply { id: 2, topic: TopicId(4), gone: true },
         PeerMessage::ProposeReply { id: 3, result: WireAdminResult::Created(topic) },
-        PeerMessage::Consume { id: 4, target, offset: 0, max: 10, wait_ms: 0 },
-        PeerMessage::Consume { id: 5, target, offset: 3, max: 10, wait_ms: 5_000 },
+        PeerMessage::Consume {
+            id: 4,
+            who: Principal::Trusted,
+            target,
+            offset: 0,
+            max: 10,
+            wait_ms: 0,
+        },
+        PeerMessage::Consume {
+            id: 5,
+            who: Principal::User { name: "ann".into(), id: UserId(2) },
+            target,
+            offset: 3,
+            max: 10,
+            wait_ms: 5_000,
+        },
         PeerMessage::ConsumeReply { id: 4, result: Ok(Vec::new()) },
         PeerMessage::TopicStatsReply {
             id: 5,

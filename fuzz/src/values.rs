@@ -2,7 +2,7 @@
 //! that check `decode(encode(x)) == x`, kept here when more than one target needs them.
 
 use arbitrary::{Arbitrary, Unstructured};
-use narad_core::access::{Action, Grant, PasswordHash, TopicPattern};
+use narad_core::access::{Action, Grant, PasswordHash, Principal, TopicPattern, UserInfo};
 use narad_core::meta::MetaCommand;
 use narad_core::meta::users::{UserChange, UserCommand, UserId};
 use narad_core::{NodeId, TopicChange, TopicId};
@@ -99,8 +99,29 @@ pub fn user_command(u: &mut Unstructured<'_>, short_names: bool) -> arbitrary::R
     })
 }
 
+/// Who a forwarded request is for: trusted, or one of the names above with any incarnation.
+pub fn principal(u: &mut Unstructured<'_>) -> arbitrary::Result<Principal> {
+    Ok(if u.arbitrary()? {
+        Principal::Trusted
+    } else {
+        let name = (*u.choose(&USER_NAMES)?).to_string();
+        Principal::User { name, id: UserId(u.arbitrary()?) }
+    })
+}
+
+/// A user as an admin result shows it.
+pub fn user_info(u: &mut Unstructured<'_>) -> arbitrary::Result<UserInfo> {
+    Ok(UserInfo {
+        name: (*u.choose(&USER_NAMES)?).to_string(),
+        id: UserId(u.arbitrary()?),
+        grants: grants(u)?,
+        created_ms: u.arbitrary()?,
+        updated_ms: u.arbitrary()?,
+    })
+}
+
 /// Up to 4 grants on the patterns above.
-fn grants(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<Grant>> {
+pub fn grants(u: &mut Unstructured<'_>) -> arbitrary::Result<Vec<Grant>> {
     let mut grants = Vec::new();
     for _ in 0..u.int_in_range(0..=4u8)? {
         let action = *u.choose(&Action::ALL)?;

@@ -99,6 +99,8 @@ pub struct ServeArgs {
           value_parser = clap::value_parser!(u64).range(4096..))]
     pub partition_segment_bytes: u64,
     #[command(flatten)]
+    pub access: crate::auth::setup::AccessArgs,
+    #[command(flatten)]
     pub cluster: crate::cluster_cli::ClusterArgs,
 }
 

@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use narad_core::access::Principal;
 use narad_core::{
     ClientOp, ClientReply, DiskOp, Effect, FileId, Input, Instant, IoToken, Node, NodeEvent,
     RequestId, Stats,
@@ -19,6 +20,7 @@ use tokio::sync::{mpsc, oneshot, watch};
 use crate::clock::Clock;
 use crate::env::{DiskBackend, LogOnly, NodeObserver, PeerTraffic, WallClock};
 use crate::transport::{Outbox, TransportStats};
+use crate::user_directory::{SharedDirectory, UserDirectory};
 
 /// Client requests queued for the node before senders wait (backpressure for HTTP handlers).
 const COMMAND_QUEUE: usize = 4_096;
@@ -31,8 +33,8 @@ const INLINE_WRITE_BYTES: usize = 64 * 1024;
 
 /// A request to the driver task.
 enum Command {
-    /// A client operation; the node's answer goes back on `reply`.
-    Client { op: ClientOp, reply: oneshot::Sender<ClientReply> },
+    /// A client operation from `who`; the node's answer goes back on `reply`.
+    Client { op: ClientOp, who: Principal, reply: oneshot::Sender<ClientReply> },
     /// A snapshot of the node's counters (served without a request id).
     Stats { reply: oneshot::Sender<Stats> },
 }
@@ -69,13 +71,15 @@ pub struct NodeHandle {
     data_dir: Option<Arc<std::path::Path>>,
     /// The node's wall clock, for the times the API shows.
     wall: Arc<dyn WallClock>,
+    /// The users' credentials as the node's replica last showed them.
+    users: SharedDirectory,
 }
 
 impl NodeHandle {
-    /// Sends `op` to the node and waits for its reply.
-    pub async fn request(&self, op: ClientOp) -> Result<ClientReply, NodeGone> {
+    /// Sends `op` from `who` to the node and waits for its reply.
+    pub async fn request(&self, op: ClientOp, who: Principal) -> Result<ClientReply, NodeGone> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.commands.send(Command::Client { op, reply }).await;
+        let sent = self.commands.send(Command::Client { op, who, reply }).await;
         sent.map_err(|_| NodeGone::Stopped)?;
         answer.await.map_err(|_| NodeGone::Unanswered)
     }
@@ -84,6 +88,11 @@ impl NodeHandle {
     pub fn with_data_dir(mut self, dir: &std::path::Path) -> NodeHandle {
         self.data_dir = Some(Arc::from(dir));
         self
+    }
+
+    /// The users' credentials as the node's metastore replica last showed them.
+    pub fn users(&self) -> Arc<UserDirectory> {
+        self.users.load()
     }
 
     /// The node's data directory, if this handle knows it.
@@ -148,6 +157,7 @@ impl NodeHandle {
             peers: Arc::new(OnceLock::new()),
             data_dir: None,
             wall: Arc::new(crate::env::SystemClock),
+            users: SharedDirectory::default(),
         }
     }
 }
@@ -182,6 +192,10 @@ pub struct Driver {
     peers_in: mpsc::Receiver<Input>,
     /// The outbox as HTTP handlers see it (for its counters).
     peers: Arc<OnceLock<Outbox>>,
+    /// The users' credentials as HTTP handlers see them, and the replica's users epoch they
+    /// were copied at.
+    users: SharedDirectory,
+    users_epoch: u64,
 }
 
 impl Driver {
@@ -197,6 +211,9 @@ impl Driver {
         let stopping = Arc::new(AtomicBool::new(false));
         let (_, peers_in) = mpsc::channel(1); // closed until `with_peers`
         let peers = Arc::new(OnceLock::new());
+        let users = SharedDirectory::default();
+        users.replace(UserDirectory::of(node.users()));
+        let users_epoch = node.users_epoch();
         let handle = NodeHandle {
             commands: tx,
             ready: Arc::clone(&ready),
@@ -204,6 +221,7 @@ impl Driver {
             peers: Arc::clone(&peers),
             data_dir: None,
             wall: clock.wall(),
+            users: users.clone(),
         };
         let driver = Driver {
             node,
@@ -225,6 +243,8 @@ impl Driver {
             peers_out: None,
             peers_in,
             peers,
+            users,
+            users_epoch,
         };
         (driver, handle)
     }
@@ -359,12 +379,12 @@ impl Driver {
 
     fn on_command(&mut self, command: Command) {
         match command {
-            Command::Client { op, reply } => {
+            Command::Client { op, who, reply } => {
                 let request = RequestId(self.next_request);
                 self.next_request += 1;
                 self.waiters.insert(request, (reply, matches!(op, ClientOp::Produce { .. })));
                 let now = self.clock.now();
-                self.node.handle_input(now, Input::Client { request, op });
+                self.node.handle_input(now, Input::Client { request, op, who });
             }
             Command::Stats { reply } => {
                 let _ = reply.send(self.node.stats()); // The asker may have gone: fine.
@@ -397,6 +417,10 @@ impl Driver {
         }
         self.deadline = self.node.poll_timeout();
         self.ready.store(self.node.is_ready(), Ordering::Relaxed);
+        if self.node.users_epoch() != self.users_epoch {
+            self.users_epoch = self.node.users_epoch();
+            self.users.replace(UserDirectory::of(self.node.users()));
+        }
     }
 
     /// A WAL operation: to the WAL thread, or run right here when the pass is a lone request on

@@ -4,6 +4,7 @@
 //! node on simulated seams (`env`, `server::run_node`). Only what those call is public; the
 //! `fuzzing` module is not an API (it may change with any commit).
 
+pub mod auth;
 pub mod bench;
 pub mod cli;
 pub mod client;
@@ -22,6 +23,7 @@ mod payload_json;
 pub mod server;
 pub mod sub;
 mod transport;
+mod user_directory;
 
 pub use transport::{ClusterKey, TransportEnv};
 

@@ -4,6 +4,7 @@
 //! checkpoint (bounded), and exit.
 
 use std::net::TcpListener as StdListener;
+use std::sync::Arc;
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -14,6 +15,8 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinHandle;
 use tracing::Instrument;
 
+use crate::auth::Gate;
+use crate::auth::setup::{Access, bootstrap_admin};
 use crate::cli::ServeArgs;
 use crate::clock::Clock;
 use crate::cluster_cli::ClusterPlan;
@@ -33,9 +36,6 @@ const HTTP_DRAIN_GRACE: Duration = Duration::from_secs(3);
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let plan = ClusterPlan::new(args.node_id, &args.cluster)?;
     let _lock = datadir::lock(&args.data_dir)?;
-    let listener = StdListener::bind(args.http)
-        .with_context(|| format!("binding the HTTP API to {}", args.http))?;
-    listener.set_nonblocking(true)?;
     let found = datadir::load(&args.data_dir)?;
     tracing::info!(
         data_dir = %args.data_dir.display(),
@@ -49,6 +49,13 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     config.partition_segment_bytes = args.partition_segment_bytes;
     let mut clock = Clock::default();
     let node = recover(config, &mut clock, found)?;
+    let has_users = !node.users().is_empty();
+    let access = Access::from_args(&args.access, args.http, has_users)?;
+    access.log(args.http, has_users);
+    // Bound only once the node may serve: a refused start never listened.
+    let listener = StdListener::bind(args.http)
+        .with_context(|| format!("binding the HTTP API to {}", args.http))?;
+    listener.set_nonblocking(true)?;
     let runtime = match args.threads {
         1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
         n => tokio::runtime::Builder::new_multi_thread()
@@ -58,7 +65,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .build(),
     }
     .context("starting the tokio runtime")?;
-    runtime.block_on(run(args, plan, listener, node, clock))
+    runtime.block_on(run(args, plan, listener, node, clock, access))
 }
 
 /// Rebuilds the node from what start-up found on disk (`datadir::load`, or the simulator's
@@ -98,6 +105,7 @@ async fn run(
     listener: StdListener,
     node: Node,
     clock: Clock,
+    access: Access,
 ) -> anyhow::Result<()> {
     let mut signals = Signals::register(args.exit_with_parent)?;
     let (done_tx, disk_done) = mpsc::unbounded_channel();
@@ -115,6 +123,7 @@ async fn run(
         data_dir: Some(args.data_dir.clone()),
         observer: Box::new(LogOnly),
         transport: TransportEnv::os(),
+        access,
     };
     run_node(parts, plan, listener, &mut signals).await.map(drop)
 }
@@ -132,6 +141,8 @@ pub struct NodeParts {
     pub data_dir: Option<std::path::PathBuf>,
     pub observer: Box<dyn NodeObserver>,
     pub transport: TransportEnv,
+    /// Who may do what, and the first admin to create.
+    pub access: Access,
 }
 
 /// What asks a node to stop: signals in production, the simulator's restarts in tier 2. A
@@ -156,7 +167,9 @@ where
     L::Addr: std::fmt::Debug,
     S: StopRequests,
 {
-    let NodeParts { id, node, clock, disk, disk_done, data_dir, observer, transport } = parts;
+    let NodeParts { id, node, clock, disk, disk_done, data_dir, observer, transport, access } =
+        parts;
+    let gate = Arc::new(Gate::new(access.settings, Arc::clone(&transport.entropy)));
     let (driver, handle) = Driver::new(node, clock, disk, disk_done);
     let driver = driver.with_observer(observer);
     let handle = match &data_dir {
@@ -169,7 +182,10 @@ where
     let mut driver = tokio::spawn(driver.run(stop_rx.clone()).instrument(span));
 
     let addr = listener.local_addr()?;
-    let server = axum::serve(listener, http::router(handle))
+    if let Some(hash) = access.bootstrap_admin {
+        tokio::spawn(bootstrap_admin(handle.clone(), hash));
+    }
+    let server = axum::serve(listener, http::router(handle, gate))
         .with_graceful_shutdown(stopped(stop_rx))
         .into_future();
     let mut server = tokio::spawn(server);

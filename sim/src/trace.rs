@@ -163,7 +163,9 @@ impl TopicTag {
             Op::UpdateTopic { name, .. } => name,
             Op::Produce { topic, .. } | Op::Consume { topic, .. } => topic,
             Op::Receive { topic, .. } | Op::Settle { topic, .. } => topic,
-            Op::ListTopics | Op::Members => return TopicTag::default(),
+            Op::CreateUser { name, .. } | Op::GetUser { name } | Op::DeleteUser { name } => name,
+            Op::SetGrants { name, .. } | Op::SetPassword { name, .. } => name,
+            Op::ListTopics | Op::Members | Op::ListUsers => return TopicTag::default(),
         };
         let mut tag = TopicTag::default();
         let n = name.len().min(tag.bytes.len());

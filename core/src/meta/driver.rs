@@ -436,6 +436,11 @@ impl<W> Metastore<W> {
             _ => {}
         }
         let result = self.state.apply(command);
+        if let Ok(Applied::UserCreated(_) | Applied::UserChanged(_) | Applied::UserDeleted(_)) =
+            &result
+        {
+            self.users_epoch += 1;
+        }
         if let Ok(Applied::Liveness { node, alive }) = &result {
             tracing::info!(node = node.0, alive, "metastore: member liveness changed");
             self.outputs.push_back(MetaOutput::MembershipChanged { node: *node, alive: *alive });
@@ -450,6 +455,7 @@ impl<W> Metastore<W> {
         let state = MetaState::decode(snapshot.get_data())
             .expect("invariant: step_message only steps snapshots whose image decodes");
         let old = std::mem::replace(&mut self.state, state);
+        self.users_epoch += 1;
         self.report_differences(&old);
         self.applied = self.applied.max(index);
         // Committed entries still waiting for their commit index to be durable are in the image.

@@ -200,6 +200,9 @@ pub struct Metastore<W> {
     last_heartbeat: Option<Instant>,
     outputs: VecDeque<MetaOutput<W>>,
     counters: MetaCounters,
+    /// Bumped whenever the users may have changed (a user command applied, a snapshot
+    /// installed): what a runtime's copy of the users is refreshed by.
+    users_epoch: u64,
 }
 
 impl<W> Metastore<W> {
@@ -255,6 +258,7 @@ impl<W> Metastore<W> {
             last_heartbeat: None,
             outputs: VecDeque::new(),
             counters: MetaCounters::default(),
+            users_epoch: 0,
         };
         if single {
             // Nobody else can be leader: do not wait for an election timeout.
@@ -355,6 +359,21 @@ impl<W> Metastore<W> {
 
     pub fn topics(&self) -> impl Iterator<Item = &TopicInfo> {
         self.state.topics()
+    }
+
+    /// The user `name` as this replica knows it.
+    pub fn user(&self, name: &str) -> Option<&users::UserInfo> {
+        self.state.users().get(name).map(|(info, _)| info)
+    }
+
+    /// The users (docs/design.md §8), hashes included (for the runtime's password checks).
+    pub fn users(&self) -> &users::Users {
+        self.state.users()
+    }
+
+    /// Changes whenever `users()` may have changed since it was last read.
+    pub fn users_epoch(&self) -> u64 {
+        self.users_epoch
     }
 
     /// Owner of a partition (sticky: a dead owner keeps its partitions).

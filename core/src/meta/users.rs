@@ -17,10 +17,7 @@ use crate::api::ClientError;
 use crate::codec::Reader;
 use crate::constants::MAX_USERS;
 
-/// Incarnation id of a user: a user deleted and created again under the same name gets a new
-/// one.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct UserId(pub u64);
+pub use crate::access::{UserId, UserInfo};
 
 impl Incarnation for UserId {
     fn number(self) -> u64 {
@@ -30,16 +27,6 @@ impl Incarnation for UserId {
     fn from_number(number: u64) -> Self {
         UserId(number)
     }
-}
-
-/// A user as answers show it: everything but the hash.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct UserInfo {
-    pub name: String,
-    pub id: UserId,
-    pub grants: Vec<Grant>,
-    pub created_ms: u64,
-    pub updated_ms: u64,
 }
 
 /// What a change to a user sets.
@@ -224,7 +211,9 @@ impl Users {
             UserChange::Grants(grants) => user.info.grants = grants,
             UserChange::Password(hash) => user.hash = hash,
         }
-        user.info.updated_ms = user.info.updated_ms.max(now_ms);
+        // Strictly later than the previous change: a node waiting to show this change knows it
+        // by this number (`updated_ms` is a version as well as a time).
+        user.info.updated_ms = (user.info.updated_ms + 1).max(now_ms);
         Ok(user.info.clone())
     }
 
@@ -277,6 +266,25 @@ impl Users {
         users.tombstones = Tombstones::decode(r)?;
         Some(users)
     }
+}
+
+/// A user as answers show it (no hash), for a forwarded command's result.
+pub(crate) fn encode_user_info(out: &mut Vec<u8>, info: &UserInfo) {
+    put_str(out, &info.name);
+    put_u64(out, info.id.0);
+    put_u64(out, info.created_ms);
+    put_u64(out, info.updated_ms);
+    encode_grants(out, &info.grants);
+}
+
+/// Inverse of `encode_user_info`; `None` for a name no user could have.
+pub(crate) fn decode_user_info(r: &mut Reader<'_>) -> Option<UserInfo> {
+    let name = get_str(r)?;
+    validate_user_name(&name).ok()?;
+    let id = UserId(r.u64()?);
+    let (created_ms, updated_ms) = (r.u64()?, r.u64()?);
+    let grants = decode_grants(r)?;
+    Some(UserInfo { name, id, grants, created_ms, updated_ms })
 }
 
 /// Grants as a count, then each one's action code and pattern text.

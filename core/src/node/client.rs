@@ -5,6 +5,7 @@
 use super::cluster::{FORWARD_TIMEOUT_MS, Forwarded};
 use super::parked::Waiter;
 use super::{ConsumeAsker, IoPurpose, Node, PRODUCE_WAITERS_MAX, ProduceWaiter, STAGED_BYTES_MAX};
+use crate::access::Principal;
 use crate::api::{
     ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, PartitionStats, ProduceMessage,
 };
@@ -16,7 +17,11 @@ use crate::partition::{ReadDamage, ReadPlan, ReadRefusal};
 use crate::peer::{PeerMessage, WireConsumed, WireError};
 
 impl Node {
-    pub(super) fn handle_client(&mut self, request: RequestId, op: ClientOp) {
+    pub(super) fn handle_client(&mut self, request: RequestId, op: ClientOp, who: &Principal) {
+        if let Err(error) = self.authorize(who, &op) {
+            self.counters.requests_refused_access += 1;
+            return self.reply(request, ClientReply::Error(error));
+        }
         match op {
             ClientOp::CreateTopic { name, partitions, retention_ms, retention_bytes, queue } => {
                 let valid = validate_requested(retention_ms, retention_bytes)
@@ -36,9 +41,9 @@ impl Node {
                     now_ms,
                     seen_next_id,
                 };
-                self.propose_admin(request, command);
+                self.propose_admin(request, command, who);
             }
-            ClientOp::UpdateTopic { name, change } => self.update_topic(request, name, change),
+            ClientOp::UpdateTopic { name, change } => self.update_topic(request, name, change, who),
             ClientOp::DeleteTopic { name } => {
                 // Bind the name to the incarnation this replica knows now: the command may reach
                 // the log late (or twice), after the name was deleted and created again.
@@ -46,10 +51,11 @@ impl Node {
                     let error = self.unknown_topic(&name);
                     return self.reply(request, ClientReply::Error(error));
                 };
-                self.propose_admin(request, MetaCommand::DeleteTopic { name, id });
+                self.propose_admin(request, MetaCommand::DeleteTopic { name, id }, who);
             }
             ClientOp::ListTopics => {
-                let topics = self.meta.topics().cloned().collect();
+                let topics = self.meta.topics().filter(|t| self.may_see(who, &t.name)).cloned();
+                let topics = topics.collect();
                 self.reply(request, ClientReply::Topics(topics));
             }
             ClientOp::GetTopic { name } => match self.topic_detail(&name) {
@@ -60,28 +66,35 @@ impl Node {
                 self.produce(request, &topic, messages, batch);
             }
             ClientOp::Consume { topic, partition, offset, max, wait_ms } => {
-                self.consume(request, &topic, partition, offset, (max, wait_ms));
+                self.consume(request, &topic, partition, offset, (max, wait_ms), who);
             }
             ClientOp::Members => {
                 let members = self.member_views();
                 self.reply(request, ClientReply::Members(members));
             }
             ClientOp::Receive { topic, partition, max, wait_ms } => {
-                self.receive(request, &topic, partition, (max, wait_ms));
+                self.receive(request, &topic, partition, (max, wait_ms), who);
             }
             ClientOp::Settle { topic, handles, action, batch } => {
                 if !batch && handles.len() != 1 {
                     let error = ClientError::BadRequest("one receipt handle".into());
                     return self.reply(request, ClientReply::Error(error));
                 }
-                self.settle(request, &topic, &handles, action);
+                self.settle(request, &topic, &handles, action, who);
             }
+            user_op => self.handle_user_op(request, user_op, who),
         }
     }
 
     /// Validates an update (400 before anything is proposed) and binds the name to the
     /// incarnation this replica knows now, like a delete: the command may reach the log late.
-    fn update_topic(&mut self, request: RequestId, name: String, change: crate::api::TopicChange) {
+    fn update_topic(
+        &mut self,
+        request: RequestId,
+        name: String,
+        change: crate::api::TopicChange,
+        who: &Principal,
+    ) {
         if let Err(error) = validate_change(&change) {
             return self.reply(request, ClientReply::Error(error));
         }
@@ -89,7 +102,7 @@ impl Node {
             let error = self.unknown_topic(&name);
             return self.reply(request, ClientReply::Error(error));
         };
-        self.propose_admin(request, MetaCommand::UpdateTopic { name, id, change });
+        self.propose_admin(request, MetaCommand::UpdateTopic { name, id, change }, who);
     }
 
     fn topic_detail(&self, name: &str) -> ClientReply {
@@ -226,6 +239,7 @@ impl Node {
         partition: u32,
         offset: u64,
         (max, wait_ms): (u32, u64),
+        who: &Principal,
     ) {
         let Some(info) = self.meta.topic(topic) else {
             let error = self.unknown_topic(topic);
@@ -250,6 +264,7 @@ impl Node {
                 let timeout = FORWARD_TIMEOUT_MS + wait_ms;
                 self.forward_with_timeout(owner, kind, timeout, |id| PeerMessage::Consume {
                     id,
+                    who: who.clone(),
                     target: key,
                     offset,
                     max,

@@ -7,12 +7,14 @@ use std::collections::BTreeMap;
 
 use super::{ConsumeAsker, IoPurpose, MetaWaiter, Node, PEER_COMMIT_JOBS_MAX, PEER_REQUESTS_MAX};
 use crate::accept::check_record_limits;
+use crate::access::{UserId, UserInfo};
 use crate::api::{ClientError, ClientReply, ConsumedRecord, PartitionNumbers};
 use crate::constants::{COMMIT_TIMEOUT_MS, MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS};
 use crate::dispatch::CommitResult;
 use crate::ids::{Instant, NodeId, PartitionKey, RequestId, TopicId};
 use crate::io::DiskOp;
-use crate::meta::decode_command;
+use crate::meta::users::UserCommand;
+use crate::meta::{MetaCommand, decode_command};
 use crate::partition::{CommitId, PartitionRecord};
 use crate::peer::{
     PeerMessage, WireAdminResult, WireCommitResult, WireConsumed, WireError, WireRecord,
@@ -87,11 +89,44 @@ pub(super) enum Settle {
     Updated(TopicId),
     /// An updated incarnation: it shows the answered retention, or it is gone since.
     Shows(crate::api::TopicInfo),
+    /// A created user: its name is present.
+    UserPresent(String),
+    /// A deleted user incarnation: it is absent.
+    UserAbsent(String, UserId),
+    /// A change of a user incarnation was proposed (replaced by `UserShows` once answered).
+    UserChange(String, UserId),
+    /// A changed user incarnation: it shows the answered change (or is gone since).
+    UserShows(UserInfo),
 }
 
 impl Settle {
+    /// What the effect of a client's `command` will be.
+    pub(super) fn of_command(command: &MetaCommand) -> Settle {
+        match command {
+            MetaCommand::CreateTopic { name, .. } => Settle::Present(name.clone()),
+            MetaCommand::DeleteTopic { id, .. } => Settle::Absent(*id),
+            MetaCommand::UpdateTopic { id, .. } => Settle::Updated(*id),
+            MetaCommand::User(UserCommand::Create { name, .. }) => {
+                Settle::UserPresent(name.clone())
+            }
+            MetaCommand::User(UserCommand::Delete { name, id }) => {
+                Settle::UserAbsent(name.clone(), *id)
+            }
+            MetaCommand::User(UserCommand::Change { name, id, .. }) => {
+                Settle::UserChange(name.clone(), *id)
+            }
+            _ => unreachable!("only topic and user commands come from clients"),
+        }
+    }
+
     pub(super) fn shown_by(&self, meta: &crate::meta::Metastore<MetaWaiter>) -> bool {
         match self {
+            Settle::UserPresent(name) => meta.user(name).is_some(),
+            Settle::UserAbsent(name, id) => meta.user(name).is_none_or(|user| user.id != *id),
+            Settle::UserChange(..) => false, // replaced by `UserShows` once the leader answered
+            Settle::UserShows(shown) => meta
+                .user(&shown.name)
+                .is_none_or(|user| user.id != shown.id || user.updated_ms >= shown.updated_ms),
             Settle::Present(name) => meta.topic(name).is_some(),
             Settle::Absent(id) => meta.topic_by_id(*id).is_none(),
             Settle::Updated(_) => false, // replaced by `Shows` once the leader answered
@@ -142,6 +177,9 @@ impl Node {
         if !self.is_serving() {
             return; // nothing read at start-up is trusted yet; peers retry
         }
+        if self.refuse_forwarded(from, &message) {
+            return;
+        }
         match message {
             PeerMessage::Raft(bytes) => self.meta.handle_message(self.now, from, &bytes),
             PeerMessage::CommitBatch { id, origin_checkpoint, target, records } => {
@@ -157,9 +195,11 @@ impl Node {
                     self.on_leader_confirmation(topic, gone);
                 }
             }
-            PeerMessage::Propose { id, command } => self.on_forwarded_command(from, id, &command),
+            PeerMessage::Propose { id, command, .. } => {
+                self.on_forwarded_command(from, id, &command);
+            }
             PeerMessage::ProposeReply { id, result } => self.on_propose_reply(id, result),
-            PeerMessage::Consume { id, target, offset, max, wait_ms } => {
+            PeerMessage::Consume { id, target, offset, max, wait_ms, .. } => {
                 self.on_forwarded_consume(from, id, target, offset, max, wait_ms);
             }
             PeerMessage::ConsumeReply { id, result } => self.on_consume_reply(id, result),
@@ -170,7 +210,7 @@ impl Node {
             PeerMessage::TopicStatsReply { id, partitions } => {
                 self.on_topic_stats(from, id, &partitions);
             }
-            PeerMessage::Receive { id, target, max, wait_ms } => {
+            PeerMessage::Receive { id, target, max, wait_ms, .. } => {
                 self.on_peer_receive(from, id, target, (max, wait_ms));
             }
             PeerMessage::ReceiveReply { id, result } => {
@@ -185,7 +225,7 @@ impl Node {
                 self.on_receive_watch(from, id, topic, wait_ms);
             }
             PeerMessage::ReceiveWatchReply { id } => self.on_receive_watch_reply(id),
-            PeerMessage::Settle { id, topic, action, handles } => {
+            PeerMessage::Settle { id, topic, action, handles, .. } => {
                 self.on_peer_settle(from, id, topic, action, &handles);
             }
             PeerMessage::SettleReply { id, results } => {
@@ -296,6 +336,17 @@ impl Node {
             }
             (WireAdminResult::Updated(topic), Settle::Updated(id)) if topic.id == id => {
                 (ClientReply::TopicUpdated(topic.clone()), Settle::Shows(topic))
+            }
+            (WireAdminResult::User(user), Settle::UserPresent(name)) if user.name == name => {
+                (ClientReply::UserCreated(user), Settle::UserPresent(name))
+            }
+            (WireAdminResult::Done, Settle::UserAbsent(name, id)) => {
+                (ClientReply::UserDeleted, Settle::UserAbsent(name, id))
+            }
+            (WireAdminResult::User(user), Settle::UserChange(name, id))
+                if user.name == name && user.id == id =>
+            {
+                (ClientReply::UserChanged(user.clone()), Settle::UserShows(user))
             }
             (WireAdminResult::Error(error), _) => {
                 return self.reply(request, ClientReply::Error(error.into_client()));

@@ -5,6 +5,7 @@
 
 use super::cluster::{Forwarded, Settle};
 use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
+use crate::access::Principal;
 use crate::api::{ClientError, ClientReply};
 use crate::io::{NodeEvent, TopicApplied};
 use crate::meta::{Applied, MetaCommand, MetaOutput, ProposeError, encode_command};
@@ -18,25 +19,27 @@ impl Node {
             match self.meta.propose(self.now, heartbeat.clone(), MetaWaiter::Heartbeat) {
                 Ok(()) => {}
                 Err(ProposeError::NotLeader { leader: Some(leader) }) => {
-                    self.forward_command(leader, &heartbeat, Forwarded::Heartbeat);
+                    let who = Principal::Trusted; // the node itself
+                    self.forward_command(leader, &heartbeat, Forwarded::Heartbeat, who);
                 }
                 Err(error) => tracing::debug!(%error, "membership heartbeat not proposed"),
             }
         }
     }
 
-    /// A client's topic create, update or delete: proposed here if we lead, else forwarded.
-    pub(super) fn propose_admin(&mut self, request: crate::ids::RequestId, command: MetaCommand) {
-        let settle = match &command {
-            MetaCommand::CreateTopic { name, .. } => Settle::Present(name.clone()),
-            MetaCommand::DeleteTopic { id, .. } => Settle::Absent(*id),
-            MetaCommand::UpdateTopic { id, .. } => Settle::Updated(*id),
-            _ => unreachable!("only topic commands come from clients"),
-        };
+    /// A client's topic or user command: proposed here if we lead, else forwarded for `who`.
+    pub(super) fn propose_admin(
+        &mut self,
+        request: crate::ids::RequestId,
+        command: MetaCommand,
+        who: &Principal,
+    ) {
+        let settle = Settle::of_command(&command);
         match self.meta.propose(self.now, command.clone(), MetaWaiter::Client(request)) {
             Ok(()) => {}
             Err(ProposeError::NotLeader { leader: Some(leader) }) => {
-                self.forward_command(leader, &command, Forwarded::Admin { request, settle });
+                let kind = Forwarded::Admin { request, settle };
+                self.forward_command(leader, &command, kind, who.clone());
             }
             Err(ProposeError::NotLeader { leader: None }) => {
                 let error = ClientError::Unavailable("no metastore leader (no quorum?)".into());
@@ -54,9 +57,10 @@ impl Node {
         leader: crate::ids::NodeId,
         command: &MetaCommand,
         kind: Forwarded,
+        who: Principal,
     ) {
         let command = bytes::Bytes::from(encode_command(command));
-        self.forward(leader, kind, |id| PeerMessage::Propose { id, command });
+        self.forward(leader, kind, |id| PeerMessage::Propose { id, who, command });
     }
 
     /// Carries out everything the metastore asked for or reported.
@@ -102,6 +106,9 @@ impl Node {
                 let reply = match admin_result(result) {
                     Ok(Applied::Created(topic)) => ClientReply::TopicCreated(topic),
                     Ok(Applied::Updated(topic)) => ClientReply::TopicUpdated(topic),
+                    Ok(Applied::UserCreated(user)) => ClientReply::UserCreated(user),
+                    Ok(Applied::UserChanged(user)) => ClientReply::UserChanged(user),
+                    Ok(Applied::UserDeleted(_)) => ClientReply::UserDeleted,
                     Ok(_) => ClientReply::TopicDeleted,
                     Err(error) => ClientReply::Error(error),
                 };
@@ -111,6 +118,9 @@ impl Node {
                 let result = match admin_result(result) {
                     Ok(Applied::Created(topic)) => WireAdminResult::Created(topic),
                     Ok(Applied::Updated(topic)) => WireAdminResult::Updated(topic),
+                    Ok(Applied::UserCreated(user) | Applied::UserChanged(user)) => {
+                        WireAdminResult::User(user)
+                    }
                     Ok(_) => WireAdminResult::Done,
                     Err(error) => WireAdminResult::Error(WireError::from_client(&error)),
                 };
@@ -161,12 +171,13 @@ fn topic_change(applied: &Applied) -> Option<(TopicApplied, &crate::api::TopicIn
     }
 }
 
-/// What a topic command's waiter may be told: a create, update or delete, or an error. Any other
-/// applied result (a heartbeat, "unchanged") would mean the waiter was matched to another
-/// command's entry: an internal error, never answered as a delete.
+/// What a topic or user command's waiter may be told: a create, update or delete, or an error.
+/// Any other applied result (a heartbeat, "unchanged") would mean the waiter was matched to
+/// another command's entry: an internal error, never answered as a delete.
 fn admin_result(result: Result<Applied, ClientError>) -> Result<Applied, ClientError> {
     match result {
         Ok(Applied::Created(_) | Applied::Updated(_) | Applied::Deleted(_)) | Err(_) => result,
+        Ok(Applied::UserCreated(_) | Applied::UserChanged(_) | Applied::UserDeleted(_)) => result,
         Ok(other) => Err(ClientError::Internal(format!(
             "a topic command's waiter was handed another command's result ({other:?})"
         ))),

@@ -13,6 +13,7 @@ use super::oldest::OldestProbes;
 use super::parked::Waiter;
 use super::receive_watch::ReceiveWatches;
 use super::{IoPurpose, Node};
+use crate::access::Principal;
 use crate::api::{ClientError, ClientReply, ConsumedRecord, LeasedRecord, SettleAction};
 use crate::constants::{
     MAX_CONSUME_BYTES, MAX_CONSUME_WAIT_MS, MAX_RECEIVE_MESSAGES, MAX_SETTLE_HANDLES,
@@ -77,6 +78,8 @@ struct Granted {
 /// A client's receive going through the topic's partitions in turn.
 struct ClientReceive {
     request: RequestId,
+    /// Whom it is for: each owner asked checks the grant again.
+    who: Principal,
     topic: String,
     topic_id: TopicId,
     partitions: Vec<u32>,
@@ -295,6 +298,7 @@ impl Node {
         topic: &str,
         partition: Option<u32>,
         (max, wait_ms): (u32, u64),
+        who: &Principal,
     ) {
         let Some(info) = self.meta.topic(topic) else {
             let error = self.unknown_topic(topic);
@@ -325,6 +329,7 @@ impl Node {
         let topic = topic.to_string();
         let pending = ClientReceive {
             request,
+            who: who.clone(),
             topic,
             topic_id,
             partitions,
@@ -373,8 +378,10 @@ impl Node {
                         pending.until = None;
                     }
                     let kind = Forwarded::Receive { pending: id };
+                    let who = pending.who.clone();
                     return self.forward(owner, kind, |fid| PeerMessage::Receive {
                         id: fid,
+                        who,
                         target: key,
                         max,
                         wait_ms,
@@ -885,6 +892,7 @@ impl Node {
         topic: &str,
         handles: &[String],
         action: SettleAction,
+        who: &Principal,
     ) {
         let Some(info) = self.meta.topic(topic) else {
             let error = self.unknown_topic(topic);
@@ -938,6 +946,7 @@ impl Node {
             let kind = Forwarded::Settle { batch, slots };
             self.forward(owner, kind, |id| PeerMessage::Settle {
                 id,
+                who: who.clone(),
                 topic: topic_id,
                 action,
                 handles,

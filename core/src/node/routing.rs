@@ -143,7 +143,7 @@ impl Node {
         }
         while let Some(deferred) = self.deferred.pop_front() {
             match deferred {
-                Deferred::Client(request, op) => self.handle_client(request, op),
+                Deferred::Client(request, op, who) => self.handle_client(request, op, &who),
                 Deferred::Peer(from, bytes) => self.handle_peer(from, &bytes),
             }
         }

@@ -5,8 +5,10 @@
 use bytes::Bytes;
 
 use super::{
-    PeerMessage, WireConsumed, WireError, capacity_for, decode_error, encode_error, put_u64s,
+    PeerMessage, WireConsumed, WireError, capacity_for, decode_error, encode_error, get_principal,
+    put_principal, put_u64s,
 };
+use crate::access::Principal;
 use crate::api::SettleAction;
 use crate::codec::{Reader, put_optional_bytes};
 use crate::ids::{PartitionKey, TopicId};
@@ -32,18 +34,20 @@ pub(super) fn encode(message: &PeerMessage, out: &mut Vec<u8>) {
             out.push(super::TAG_RECEIVE_WATCH_REPLY);
             put_u64s(out, &[*id]);
         }
-        PeerMessage::Receive { id, target, max, wait_ms } => {
+        PeerMessage::Receive { id, who, target, max, wait_ms } => {
             out.push(super::TAG_RECEIVE);
-            encode_receive(out, *id, *target, *max);
+            encode_receive(out, *id, who, *target, *max);
             put_u64s(out, &[*wait_ms]);
         }
         PeerMessage::ReceiveReply { id, result } => {
             out.push(super::TAG_RECEIVE_REPLY);
             encode_receive_reply(out, *id, result);
         }
-        PeerMessage::Settle { id, topic, action, handles } => {
+        PeerMessage::Settle { id, who, topic, action, handles } => {
             out.push(super::TAG_SETTLE);
-            encode_settle(out, *id, *topic, *action, handles);
+            put_u64s(out, &[*id]);
+            put_principal(out, who);
+            encode_settle(out, *topic, *action, handles);
         }
         PeerMessage::SettleReply { id, results } => {
             out.push(super::TAG_SETTLE_REPLY);
@@ -53,16 +57,18 @@ pub(super) fn encode(message: &PeerMessage, out: &mut Vec<u8>) {
     }
 }
 
-fn encode_receive(out: &mut Vec<u8>, id: u64, target: PartitionKey, max: u32) {
-    put_u64s(out, &[id, target.topic.0]);
+fn encode_receive(out: &mut Vec<u8>, id: u64, who: &Principal, target: PartitionKey, max: u32) {
+    put_u64s(out, &[id]);
+    put_principal(out, who);
+    put_u64s(out, &[target.topic.0]);
     out.extend_from_slice(&target.partition.to_le_bytes());
     out.extend_from_slice(&max.to_le_bytes());
 }
 
 pub(super) fn decode_receive(reader: &mut Reader<'_>) -> Option<PeerMessage> {
-    let (id, topic) = (reader.u64()?, TopicId(reader.u64()?));
-    let target = PartitionKey { topic, partition: reader.u32()? };
-    Some(PeerMessage::Receive { id, target, max: reader.u32()?, wait_ms: reader.u64()? })
+    let (id, who) = (reader.u64()?, get_principal(reader)?);
+    let target = PartitionKey { topic: TopicId(reader.u64()?), partition: reader.u32()? };
+    Some(PeerMessage::Receive { id, who, target, max: reader.u32()?, wait_ms: reader.u64()? })
 }
 
 fn encode_receive_reply(out: &mut Vec<u8>, id: u64, result: &Result<Vec<WireLeased>, WireError>) {
@@ -118,12 +124,11 @@ fn action_byte(action: SettleAction) -> u8 {
 
 fn encode_settle(
     out: &mut Vec<u8>,
-    id: u64,
     topic: TopicId,
     action: SettleAction,
     handles: &[ReceiptHandle],
 ) {
-    put_u64s(out, &[id, topic.0]);
+    put_u64s(out, &[topic.0]);
     out.push(action_byte(action));
     put_u64s(out, &[handles.len() as u64]);
     for handle in handles {
@@ -133,7 +138,8 @@ fn encode_settle(
 }
 
 pub(super) fn decode_settle(reader: &mut Reader<'_>) -> Option<PeerMessage> {
-    let (id, topic) = (reader.u64()?, TopicId(reader.u64()?));
+    let (id, who) = (reader.u64()?, get_principal(reader)?);
+    let topic = TopicId(reader.u64()?);
     let action = match reader.take(1)?[0] {
         0 => SettleAction::Ack,
         1 => SettleAction::Extend,
@@ -146,7 +152,7 @@ pub(super) fn decode_settle(reader: &mut Reader<'_>) -> Option<PeerMessage> {
         let partition = reader.u32()?;
         handles.push(ReceiptHandle { partition, offset: reader.u64()?, nonce: reader.u64()? });
     }
-    Some(PeerMessage::Settle { id, topic, action, handles })
+    Some(PeerMessage::Settle { id, who, topic, action, handles })
 }
 
 fn encode_settle_reply(out: &mut Vec<u8>, id: u64, results: &[Result<(), WireError>]) {

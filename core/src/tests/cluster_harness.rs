@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, BTreeSet, VecDeque};
 
 use bytes::Bytes;
 
+use crate::access::Principal;
 use crate::api::{ClientOp, ClientReply};
 use crate::ids::{Instant, NodeId, RequestId};
 use crate::io::{DiskDone, DiskOp, Effect, FileId, Input};
@@ -111,15 +112,33 @@ impl Cluster {
 
     /// Sends a client request to node `ix` (not run yet).
     pub fn submit(&mut self, ix: Ix, op: ClientOp) -> RequestId {
+        self.submit_as(ix, op, Principal::Trusted)
+    }
+
+    /// Sends a client request from `who` to node `ix` (not run yet).
+    pub fn submit_as(&mut self, ix: Ix, op: ClientOp, who: Principal) -> RequestId {
         let request = RequestId(self.next_request);
         self.next_request += 1;
-        self.feed(ix, Input::Client { request, op });
+        self.feed(ix, Input::Client { request, op, who });
         request
     }
 
     /// Sends a request and runs until it is answered (at most `max_ms` of virtual time).
     pub fn call(&mut self, ix: Ix, op: ClientOp, max_ms: u64) -> Option<ClientReply> {
         let request = self.submit(ix, op);
+        self.run_until(max_ms, |c| c.replies.contains_key(&request));
+        self.replies.remove(&request)
+    }
+
+    /// Sends a request from `who` and runs until it is answered (at most `max_ms`).
+    pub fn call_as(
+        &mut self,
+        ix: Ix,
+        op: ClientOp,
+        who: &Principal,
+        max_ms: u64,
+    ) -> Option<ClientReply> {
+        let request = self.submit_as(ix, op, who.clone());
         self.run_until(max_ms, |c| c.replies.contains_key(&request));
         self.replies.remove(&request)
     }

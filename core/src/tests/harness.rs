@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
+use crate::access::Principal;
 use crate::api::{ClientOp, ClientReply, ConsumedRecord};
 use crate::ids::{Instant, RequestId};
 use crate::io::{DiskError, DiskOp, Effect, FileId, Input};
@@ -108,9 +109,13 @@ impl Harness {
     }
 
     pub fn submit(&mut self, op: ClientOp) -> RequestId {
+        self.submit_as(op, Principal::Trusted)
+    }
+
+    pub fn submit_as(&mut self, op: ClientOp, who: Principal) -> RequestId {
         let request = RequestId(self.next_request);
         self.next_request += 1;
-        self.feed(Input::Client { request, op });
+        self.feed(Input::Client { request, op, who });
         request
     }
 

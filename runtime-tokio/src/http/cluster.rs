@@ -1,15 +1,13 @@
 //! `GET /v1/cluster/members`: the cluster's members as this node's metastore replica sees them
 //! (a node without a quorum still answers, with what it last knew).
 
-use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::Response;
 use narad_core::api::MemberView;
 use narad_core::{ClientOp, ClientReply};
 use serde::Serialize;
 
-use super::{ApiError, call, json_response};
-use crate::driver::NodeHandle;
+use super::{ApiError, Caller, call, json_response};
 
 /// One member as the API shows it.
 #[derive(Serialize)]
@@ -42,7 +40,7 @@ impl<'a> From<&'a MemberView> for MemberJson<'a> {
 }
 
 /// `GET /v1/cluster/members` → 200 `{"members": [...]}`, sorted by id.
-pub async fn members(State(node): State<NodeHandle>) -> Result<Response, ApiError> {
+pub async fn members(node: Caller) -> Result<Response, ApiError> {
     match call(&node, ClientOp::Members).await? {
         ClientReply::Members(members) => {
             let members: Vec<MemberJson<'_>> = members.iter().map(MemberJson::from).collect();

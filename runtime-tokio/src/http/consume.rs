@@ -6,20 +6,19 @@
 //! when the wait ends; a wait past `MAX_CONSUME_WAIT_MS` (20 s) is cut to it and the answer
 //! carries `X-Narad-Wait-Clamped` with the wait used (docs/design.md §4.9).
 
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::{HeaderValue, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use narad_core::constants::MAX_CONSUME_WAIT_MS;
 use narad_core::{ClientOp, ClientReply, ConsumedRecord};
 
 use super::query::consume_params;
-use super::{ApiError, call, json_response};
-use crate::driver::NodeHandle;
+use super::{ApiError, Caller, call, json_response};
 use crate::payload_json::write_record;
 
 /// Reads committed records.
 pub async fn consume(
-    State(node): State<NodeHandle>,
+    node: Caller,
     Path(topic): Path<String>,
     uri: Uri,
 ) -> Result<Response, ApiError> {

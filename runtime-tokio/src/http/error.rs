@@ -1,6 +1,9 @@
 //! The API's error answer: a status code and `{"error": "<what went wrong>"}` (a 410 to a consume
 //! below a partition's log start adds `"log_start_offset"`).
 //!
+//! Every 401 carries the Basic challenge (`WWW-Authenticate: Basic realm="narad"`), whoever
+//! refused: the HTTP layer (no or wrong credentials) or the node (a user deleted meanwhile).
+//!
 //! An overloaded node (a bound of its internal queues reached, `ClientError::Overloaded`) answers
 //! 503 with `Retry-After: 1`, not 429: the limit is the node's, not the client's (429 says "you
 //! send too much"), and 503 is what clients already retry for every other transient refusal.
@@ -62,6 +65,12 @@ impl ApiError {
         ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error: unexpected reply")
     }
 
+    /// This error with a `Retry-After` of `secs` seconds.
+    pub fn with_retry_after(mut self, secs: u32) -> ApiError {
+        self.retry_after = Some(secs);
+        self
+    }
+
     /// The HTTP status of this error.
     pub fn status(&self) -> StatusCode {
         self.status
@@ -94,6 +103,10 @@ impl IntoResponse for ApiError {
             (self.status, [(header::CONTENT_TYPE, content_type)], body).into_response();
         if let Some(secs) = self.retry_after {
             response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from(secs));
+        }
+        if self.status == StatusCode::UNAUTHORIZED {
+            let challenge = HeaderValue::from_static(r#"Basic realm="narad", charset="UTF-8""#);
+            response.headers_mut().insert(header::WWW_AUTHENTICATE, challenge);
         }
         response
     }

@@ -67,7 +67,7 @@ struct Scalar {
 }
 
 /// Every node-wide metric, in exposition order.
-const SCALARS: [Scalar; 38] = [
+const SCALARS: [Scalar; 39] = [
     Scalar {
         name: "narad_produce_requests_accepted_total",
         kind: Kind::Counter,
@@ -79,6 +79,12 @@ const SCALARS: [Scalar; 38] = [
         kind: Kind::Counter,
         help: "Produce requests answered with an error.",
         value: |s| s.produce_requests_rejected,
+    },
+    Scalar {
+        name: "narad_requests_refused_access_total",
+        kind: Kind::Counter,
+        help: "Requests refused by the grant check (401 for a deleted user, 403).",
+        value: |s| s.requests_refused_access,
     },
     Scalar {
         name: "narad_records_accepted_total",

@@ -3,6 +3,7 @@
 //! codes come from `ClientError::http_status`, errors are `{"error": "..."}`. Validation that needs
 //! the topic catalogue lives in the core; this layer only rejects what it cannot even decode.
 
+mod access;
 pub(crate) mod body;
 mod cluster;
 mod consume;
@@ -13,19 +14,24 @@ pub(crate) mod produce;
 pub(crate) mod query;
 mod queue;
 mod topics;
+mod users;
 
-use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{get, post};
+use axum::routing::{get, post, put};
+use axum::{Extension, Router};
 use narad_core::{ClientOp, ClientReply};
 
-use crate::driver::{NodeGone, NodeHandle};
+use crate::auth::SharedGate;
+use crate::driver::NodeHandle;
+pub use access::Caller;
 pub use error::ApiError;
 
-/// Every route of the v1 API plus the health, readiness and metrics endpoints.
-pub fn router(node: NodeHandle) -> Router {
+/// Every route of the v1 API plus the health, readiness and metrics endpoints, behind the door
+/// that gives each request its principal (`access`).
+pub fn router(node: NodeHandle, gate: SharedGate) -> Router {
+    let door = access::Door { node: node.clone(), gate: gate.clone() };
     Router::new()
         .route("/v1/topics", post(topics::create).get(topics::list))
         .route("/v1/topics/{topic}", get(topics::get).patch(topics::update).delete(topics::delete))
@@ -34,23 +40,23 @@ pub fn router(node: NodeHandle) -> Router {
         .route("/v1/topics/{topic}/consume", get(consume::consume))
         .route("/v1/topics/{topic}/ack", post(queue::ack))
         .route("/v1/cluster/members", get(cluster::members))
+        .route("/v1/users", post(users::create).get(users::list))
+        .route("/v1/users/{user}", get(users::get).delete(users::delete))
+        .route("/v1/users/{user}/grants", put(users::set_grants))
+        .route("/v1/users/{user}/password", put(users::set_password))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
+        .layer(Extension(gate))
+        .layer(axum::middleware::from_fn_with_state(door, access::door))
         .with_state(node)
 }
 
-/// Sends `op` to the node; an error reply becomes an `ApiError` with its status.
-async fn call(node: &NodeHandle, op: ClientOp) -> Result<ClientReply, ApiError> {
-    match node.request(op).await {
-        Ok(ClientReply::Error(error)) => Err(ApiError::from(error)),
-        Ok(reply) => Ok(reply),
-        Err(NodeGone::Stopped) => Err(ApiError::node_stopped()),
-        // Not a clean refusal: what was handed over may have taken effect (ambiguous, 500).
-        Err(NodeGone::Unanswered) => Err(ApiError::node_died()),
-    }
+/// Sends `op` to the node for the caller; an error reply becomes an `ApiError`.
+async fn call(node: &Caller, op: ClientOp) -> Result<ClientReply, ApiError> {
+    node.call(op).await
 }
 
 /// Liveness: the process is up and serving HTTP, `{"status": "ok"}`; 503 `{"status": "shutting
@@ -142,7 +148,7 @@ mod tests {
     /// query. Both are refused before the node is asked (a detached node would answer 503).
     #[tokio::test]
     async fn refused_before_the_node_is_asked() {
-        let node = || State(NodeHandle::detached(true, false));
+        let node = || Caller::trusted(NodeHandle::detached(true, false));
         let headers = HeaderMap::new;
         let create = topics::create(node(), headers(), Body::from(r#"["t",3,null]"#)).await;
         assert_eq!(create.expect_err("array body").status(), StatusCode::BAD_REQUEST);
@@ -171,7 +177,7 @@ mod tests {
     async fn a_request_the_node_took_and_never_answered_is_ambiguous() {
         let uri: Uri = "/v1/topics/t/produce".parse().expect("uri");
         let path = Path("t".to_string());
-        let state = State(NodeHandle::dying());
+        let state = Caller::trusted(NodeHandle::dying());
         let answer = produce::single(state, path, uri, HeaderMap::new(), Body::from("x")).await;
         let error = answer.expect_err("the node never answered");
         assert_eq!(error.status(), StatusCode::INTERNAL_SERVER_ERROR, "{error:?}");

@@ -5,7 +5,7 @@
 //! silently ignored.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::Response;
 use narad_core::constants::{MAX_BATCH_BYTES, MAX_BATCH_MESSAGES, MAX_MESSAGE_BYTES};
@@ -16,13 +16,12 @@ use serde_json::value::RawValue;
 use super::body::read_limited;
 use super::json::{Object, object};
 use super::query::{batch_params, produce_params};
-use super::{ApiError, call, json_response};
-use crate::driver::NodeHandle;
+use super::{ApiError, Caller, call, json_response};
 use crate::payload_json::{key_from_json, payload_from_json};
 
 /// One message, body = payload.
 pub async fn single(
-    State(node): State<NodeHandle>,
+    node: Caller,
     Path(topic): Path<String>,
     uri: Uri,
     headers: HeaderMap,
@@ -63,7 +62,7 @@ struct BatchMessage<'a> {
 
 /// Many messages, all validated before any is staged; one WAL append, one 202.
 pub async fn batch(
-    State(node): State<NodeHandle>,
+    node: Caller,
     Path(topic): Path<String>,
     uri: Uri,
     headers: HeaderMap,

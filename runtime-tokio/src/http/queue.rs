@@ -5,7 +5,7 @@
 use std::io::Write;
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use narad_core::api::{LeasedRecord, SettleAction};
@@ -15,8 +15,7 @@ use serde::Deserialize;
 
 use super::body::read_limited;
 use super::query::settle_params;
-use super::{ApiError, call, json_response};
-use crate::driver::NodeHandle;
+use super::{ApiError, Caller, call, json_response};
 use crate::payload_json::write_record;
 
 /// Largest body of a batch ack.
@@ -25,7 +24,7 @@ const MAX_SETTLE_BODY_BYTES: usize = 64 * 1024;
 /// Leases up to `max` messages (one, in the single-message shape, without `max`), waiting up to
 /// `wait_ms` (already clamped) for one to become available.
 pub async fn receive(
-    node: &NodeHandle,
+    node: &Caller,
     topic: String,
     partition: Option<u32>,
     max: Option<u32>,
@@ -72,7 +71,7 @@ struct SettleBody {
 
 /// `POST /v1/topics/{t}/ack?receipt_handle=H[&extend=true|1|0|false]`, or the batch form.
 pub async fn ack(
-    State(node): State<NodeHandle>,
+    node: Caller,
     Path(topic): Path<String>,
     uri: Uri,
     headers: HeaderMap,

@@ -4,7 +4,7 @@
 //! `owner_node` as a string.
 
 use axum::body::Body;
-use axum::extract::{Path, State};
+use axum::extract::Path;
 use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use narad_core::api::{PartitionStats, QueueSettings, TopicInfo};
@@ -13,8 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::body::read_limited;
 use super::json::object;
-use super::{ApiError, call, json_response};
-use crate::driver::NodeHandle;
+use super::{ApiError, Caller, call, json_response};
 
 /// Largest create-topic body we read (the real content is well under 1 KiB).
 const CREATE_BODY_BYTES: usize = 64 * 1024;
@@ -166,11 +165,7 @@ impl<'a> TopicJson<'a> {
 }
 
 /// `POST /v1/topics` → 201 with the topic.
-pub async fn create(
-    State(node): State<NodeHandle>,
-    headers: HeaderMap,
-    body: Body,
-) -> Result<Response, ApiError> {
+pub async fn create(node: Caller, headers: HeaderMap, body: Body) -> Result<Response, ApiError> {
     let body = read_limited(&headers, body, CREATE_BODY_BYTES).await?;
     let request: CreateTopic = object(&body, "topic body")?;
     let queue = QueueSettings::requested(
@@ -193,7 +188,7 @@ pub async fn create(
 }
 
 /// `GET /v1/topics` → 200 `{"topics": [...]}`.
-pub async fn list(State(node): State<NodeHandle>) -> Result<Response, ApiError> {
+pub async fn list(node: Caller) -> Result<Response, ApiError> {
     match call(&node, ClientOp::ListTopics).await? {
         ClientReply::Topics(topics) => {
             let topics: Vec<TopicJson<'_>> = topics.iter().map(TopicJson::new).collect();
@@ -204,10 +199,7 @@ pub async fn list(State(node): State<NodeHandle>) -> Result<Response, ApiError> 
 }
 
 /// `GET /v1/topics/{t}` → 200 with `partition_stats`.
-pub async fn get(
-    State(node): State<NodeHandle>,
-    Path(name): Path<String>,
-) -> Result<Response, ApiError> {
+pub async fn get(node: Caller, Path(name): Path<String>) -> Result<Response, ApiError> {
     match call(&node, ClientOp::GetTopic { name }).await? {
         ClientReply::Topic(info, stats) => {
             let json = TopicJson::with_stats(&info, &stats, node.unix_millis());
@@ -219,7 +211,7 @@ pub async fn get(
 
 /// `PATCH /v1/topics/{t}` → 200 with the topic as it is now (without `partition_stats`).
 pub async fn update(
-    State(node): State<NodeHandle>,
+    node: Caller,
     Path(name): Path<String>,
     headers: HeaderMap,
     body: Body,
@@ -242,10 +234,7 @@ pub async fn update(
 }
 
 /// `DELETE /v1/topics/{t}` → 204.
-pub async fn delete(
-    State(node): State<NodeHandle>,
-    Path(name): Path<String>,
-) -> Result<Response, ApiError> {
+pub async fn delete(node: Caller, Path(name): Path<String>) -> Result<Response, ApiError> {
     match call(&node, ClientOp::DeleteTopic { name }).await? {
         ClientReply::TopicDeleted => Ok(StatusCode::NO_CONTENT.into_response()),
         other => Err(ApiError::unexpected(&other)),

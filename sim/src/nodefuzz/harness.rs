@@ -153,14 +153,18 @@ impl Harness {
             ClientOp::Produce { topic, .. } => {
                 let probe = self.next_id();
                 self.oracle.sent_probe(probe, topic);
-                self.input(Input::Client { request: probe, op: ClientOp::ListTopics });
+                self.input(Input::Client {
+                    request: probe,
+                    op: ClientOp::ListTopics,
+                    who: narad_core::access::Principal::Trusted,
+                });
                 Some(probe)
             }
             _ => None,
         };
         let request = self.next_id();
         self.oracle.sent(request, &op, probe);
-        self.input(Input::Client { request, op });
+        self.input(Input::Client { request, op, who: narad_core::access::Principal::Trusted });
         request
     }
 
@@ -169,7 +173,7 @@ impl Harness {
     pub fn ask(&mut self, op: ClientOp, within_micros: u64) -> Option<ClientReply> {
         let request = self.next_id();
         self.oracle.sent_harness(request);
-        self.input(Input::Client { request, op });
+        self.input(Input::Client { request, op, who: narad_core::access::Principal::Trusted });
         let mut answer = self.oracle.take_answer(request);
         let deadline = Instant(self.now.0 + within_micros);
         while answer.is_none() && self.node.is_some() && self.now < deadline {

@@ -196,9 +196,11 @@ impl Values {
             PeerSel::ConfirmGoneReply { id, topic, gone } => {
                 PeerMessage::ConfirmGoneReply { id: *id, topic: self.topic_id(*topic), gone: *gone }
             }
-            PeerSel::Propose { id, command } => {
-                PeerMessage::Propose { id: *id, command: self.command(*id, command) }
-            }
+            PeerSel::Propose { id, command } => PeerMessage::Propose {
+                id: *id,
+                who: narad_core::access::Principal::Trusted,
+                command: self.command(*id, command),
+            },
             PeerSel::ProposeReply { id, ok } => {
                 let result =
                     if *ok { WireAdminResult::Done } else { WireAdminResult::Error(wire_error()) };
@@ -206,6 +208,7 @@ impl Values {
             }
             PeerSel::Consume { id, target, offset, max } => PeerMessage::Consume {
                 id: *id,
+                who: narad_core::access::Principal::Trusted,
                 target: self.target(*target),
                 offset: offset_value(*offset),
                 max: *max,

@@ -36,7 +36,11 @@ impl Simulation {
             topic: crate::trace::TopicTag::of(&op),
         };
         self.world.record(node as u32, what);
-        self.hosts[node].deliver(now, Input::Client { request, op }, &mut self.world);
+        self.hosts[node].deliver(
+            now,
+            Input::Client { request, op, who: narad_core::access::Principal::Trusted },
+            &mut self.world,
+        );
         let deadline = Instant(now.0 + CALL_TIMEOUT_MICROS);
         while self.world.harness_reply.is_none() && !self.aborted {
             match self.world.queue.peek_time() {

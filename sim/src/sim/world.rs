@@ -187,6 +187,10 @@ pub fn status_of(reply: &ClientReply) -> (u16, u64) {
             (if leased.is_empty() { 204 } else { 200 }, leased.len() as u64)
         }
         ClientReply::Settled(results) => (200, results.iter().filter(|r| r.is_ok()).count() as u64),
+        ClientReply::UserCreated(_) => (201, 1),
+        ClientReply::UserChanged(_) | ClientReply::User(_) => (200, 1),
+        ClientReply::UserDeleted => (204, 0),
+        ClientReply::Users(users) => (200, users.len() as u64),
         ClientReply::Error(e) => (e.http_status(), 0),
     }
 }
@@ -228,6 +232,12 @@ pub fn op_name(op: &ClientOp) -> &'static str {
         ClientOp::Members => "members",
         ClientOp::Receive { .. } => "receive",
         ClientOp::Settle { .. } => "settle",
+        ClientOp::CreateUser { .. } => "create-user",
+        ClientOp::ListUsers => "list-users",
+        ClientOp::GetUser { .. } => "get-user",
+        ClientOp::DeleteUser { .. } => "delete-user",
+        ClientOp::SetGrants { .. } => "set-grants",
+        ClientOp::SetPassword { .. } => "set-password",
     }
 }
 

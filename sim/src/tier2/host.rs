@@ -123,6 +123,7 @@ async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
         data_dir: None,
         observer: Box::new(Observer { n, world: world.clone() }),
         transport,
+        access: narad::auth::setup::Access::open(),
     };
     let mut stop = Stop(stop_rx);
     let result = narad::server::run_node(parts, plan, listener, &mut stop).await;

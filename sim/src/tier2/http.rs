@@ -135,6 +135,12 @@ pub fn request_of(op: &ClientOp) -> HttpRequest {
         ClientOp::Receive { .. } | ClientOp::Settle { .. } => {
             unreachable!("tier-2 seeds run no queue workers")
         }
+        ClientOp::CreateUser { .. }
+        | ClientOp::ListUsers
+        | ClientOp::GetUser { .. }
+        | ClientOp::DeleteUser { .. }
+        | ClientOp::SetGrants { .. }
+        | ClientOp::SetPassword { .. } => unreachable!("tier-2 seeds run no user workload"),
     }
 }
 
@@ -231,6 +237,12 @@ pub fn reply_of(op: &ClientOp, status: u16, body: &[u8]) -> ClientReply {
         ClientOp::Consume { .. } if status == 204 => Some(ClientReply::Records(Vec::new())),
         ClientOp::Consume { .. } => records_of(body).map(ClientReply::Records),
         ClientOp::Members | ClientOp::Receive { .. } | ClientOp::Settle { .. } => None,
+        ClientOp::CreateUser { .. }
+        | ClientOp::ListUsers
+        | ClientOp::GetUser { .. }
+        | ClientOp::DeleteUser { .. }
+        | ClientOp::SetGrants { .. }
+        | ClientOp::SetPassword { .. } => None,
     };
     decoded.unwrap_or_else(|| {
         let text = String::from_utf8_lossy(body);

@@ -1,0 +1,126 @@
+//! The door every request passes before its handler (docs/design.md §8): the probes go through
+//! untouched; everything else gets a `Principal` from its credentials (`auth::Gate`), or its 401,
+//! 429 or 503. While credentials are required, a request that changes something must also say it
+//! comes from a program, not from a web page riding on a browser's remembered Basic credentials:
+//! a JSON or octet-stream body, or an `X-Narad-Client` header (a page cannot send either across
+//! origins without the browser asking the node first, and the node never says yes). Handlers take
+//! a `Caller`: the node and the principal, which every request to the node carries.
+
+use axum::extract::{FromRequestParts, Request, State};
+use axum::http::request::Parts;
+use axum::http::{Method, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use narad_core::access::Principal;
+use narad_core::{ClientOp, ClientReply};
+
+use super::ApiError;
+use crate::auth::SharedGate;
+use crate::driver::{NodeGone, NodeHandle};
+
+/// The header a program may send instead of a JSON or octet-stream content type.
+pub const CLIENT_HEADER: &str = "x-narad-client";
+
+/// What the door needs.
+#[derive(Clone)]
+pub struct Door {
+    pub node: NodeHandle,
+    pub gate: SharedGate,
+}
+
+/// The middleware: a principal for the request, or its refusal.
+pub async fn door(State(door): State<Door>, mut request: Request, next: Next) -> Response {
+    let path = request.uri().path();
+    if path == "/healthz" || path == "/readyz" {
+        return next.run(request).await;
+    }
+    let users = door.node.users();
+    let open = path == "/metrics" && door.gate.settings().metrics_unauthenticated;
+    let who = if open {
+        Principal::Trusted
+    } else {
+        if door.gate.requires_credentials(&users)
+            && let Err(refusal) = from_a_program(&request)
+        {
+            return refusal.into_response();
+        }
+        let authorization = request.headers().get(header::AUTHORIZATION);
+        match door.gate.principal(&users, authorization).await {
+            Ok(who) => who,
+            Err(refusal) => return refusal.into_response(),
+        }
+    };
+    request.extensions_mut().insert(who);
+    next.run(request).await
+}
+
+/// The browser guard: a request that changes something says it comes from a program.
+fn from_a_program(request: &Request) -> Result<(), ApiError> {
+    let changes = matches!(*request.method(), Method::POST | Method::PUT | Method::PATCH)
+        || request.method() == Method::DELETE;
+    if !changes || request.headers().contains_key(CLIENT_HEADER) {
+        return Ok(());
+    }
+    let content_type = request.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok());
+    let essence =
+        content_type.map(|v| v.split(';').next().unwrap_or("").trim().to_ascii_lowercase());
+    match essence.as_deref() {
+        Some("application/json" | "application/octet-stream") => Ok(()),
+        _ => Err(ApiError::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "with access control on, a request that changes something needs Content-Type: \
+             application/json or application/octet-stream, or an X-Narad-Client header",
+        )),
+    }
+}
+
+/// The node and who is asking: what every handler that asks the node takes.
+pub struct Caller {
+    node: NodeHandle,
+    who: Principal,
+}
+
+impl Caller {
+    /// A caller with access control off (for tests of the handlers alone).
+    #[cfg(test)]
+    pub fn trusted(node: NodeHandle) -> Caller {
+        Caller { node, who: Principal::Trusted }
+    }
+
+    /// Sends `op` to the node; an error reply becomes an `ApiError` with its status.
+    pub async fn call(&self, op: ClientOp) -> Result<ClientReply, ApiError> {
+        match self.node.request(op, self.who.clone()).await {
+            Ok(ClientReply::Error(error)) => Err(ApiError::from(error)),
+            Ok(reply) => Ok(reply),
+            Err(NodeGone::Stopped) => Err(ApiError::node_stopped()),
+            // Not a clean refusal: what was handed over may have taken effect (ambiguous, 500).
+            Err(NodeGone::Unanswered) => Err(ApiError::node_died()),
+        }
+    }
+
+    pub fn node(&self) -> &NodeHandle {
+        &self.node
+    }
+
+    pub fn who(&self) -> &Principal {
+        &self.who
+    }
+
+    /// Milliseconds since the Unix epoch on the node's wall clock.
+    pub fn unix_millis(&self) -> u64 {
+        self.node.unix_millis()
+    }
+}
+
+impl FromRequestParts<NodeHandle> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, node: &NodeHandle) -> Result<Caller, ApiError> {
+        // Fail closed: a route the door did not run for has no principal, and is refused.
+        let who = parts.extensions.get::<Principal>().cloned().ok_or_else(|| {
+            tracing::error!(path = %parts.uri.path(), "a request reached its handler without a principal");
+            ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal error: no principal")
+        })?;
+        Ok(Caller { node: node.clone(), who })
+    }
+}
