@@ -230,9 +230,26 @@ pub enum NodeEvent {
     /// `trimmed` says what it held and where the log starts now; `now_ms` is the owner's clock
     /// when the deletion completed (it was judged past retention when it was started, earlier).
     SegmentDeleted { key: PartitionKey, trimmed: crate::partition::Trimmed, now_ms: u64 },
+    /// This node's metastore replica applied a committed user create, change or delete, the
+    /// entry at Raft log `index` (replayed entries are reported again after a restart).
+    /// Checkers rebuild the users' history from these (every grant check is judged against it).
+    UserApplied { index: u64, change: UserApplied },
+    /// This replica's users are now as the log's first `index` entries left them (recovered
+    /// from its snapshot, or a snapshot installed from the leader): what it checks grants with
+    /// until its next `UserApplied`.
+    UsersReplaced { index: u64 },
     /// The message at `key`@`offset` was moved to its topic's dead-letter topic: its copy was
     /// durable in this node's ingress WAL before the original's ack (now durable) was written.
     DeadLettered { key: PartitionKey, offset: u64 },
+}
+
+/// Which user change a `NodeEvent::UserApplied` reports.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum UserApplied {
+    /// Created or changed: the user as it is now.
+    Put(crate::access::UserInfo),
+    /// Incarnation `id` of `name` was deleted.
+    Removed { name: String, id: crate::access::UserId },
 }
 
 /// Which topic change a `NodeEvent::TopicApplied` reports.

@@ -40,7 +40,9 @@ pub use api::{
     TopicChange,
 };
 pub use ids::{Instant, IoToken, NodeId, PartitionKey, RequestId, TopicId};
-pub use io::{DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent, TopicApplied};
+pub use io::{
+    DiskDone, DiskError, DiskOp, Effect, FileId, Input, NodeEvent, TopicApplied, UserApplied,
+};
 pub use node::{Config, Node, Recovery};
 pub use partition::{PartitionLog, PartitionScan};
 pub use recovery_error::RecoveryError;

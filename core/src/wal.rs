@@ -579,6 +579,14 @@ impl<W> Wal<W> {
         Some(value)
     }
 
+    /// Once start-up's syncs made what recovery read durable: deletes the segments wholly below
+    /// the recovered checkpoint. A crash after a checkpoint became durable and before its
+    /// compaction ran leaves them; without this a node with nothing new to checkpoint would
+    /// keep them forever.
+    pub fn compact_recovered(&mut self) {
+        self.compact();
+    }
+
     /// Deletes segments wholly below the durable checkpoint (never the active one).
     fn compact(&mut self) {
         let checkpoint = self.checkpoint.durable;

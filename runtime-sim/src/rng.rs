@@ -35,6 +35,9 @@ pub enum Component {
     /// The workload's long-poll draws (their own stream, so seeds without long-polls keep
     /// every other workload draw).
     WorkloadLongPoll,
+    /// The access client (users, grants, and requests as those users): its own stream, so
+    /// seeds without it keep every other draw; also whether a seed runs it at all.
+    WorkloadAccess,
     /// Tier 2: turmoil's own random choices (message latencies), and per node the runtime's
     /// entropy seam (handshake nonces, dial jitter, quinn's seed) and its socket's datagram
     /// faults.
@@ -62,6 +65,7 @@ impl Component {
             Component::Node(node) => (2 << 32) | u64::from(node),
             Component::Turmoil => 12,
             Component::Tier2Faults => 13,
+            Component::WorkloadAccess => 14,
             Component::Entropy(node) => (3 << 32) | u64::from(node),
             Component::Datagrams(node) => (4 << 32) | u64::from(node),
         }

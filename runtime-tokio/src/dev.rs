@@ -1,8 +1,10 @@
 //! `narad dev --nodes N`: a local cluster in one command, for trying Narad out. Starts N
 //! `narad serve` child processes on 127.0.0.1 with free ports, data directories and logs under
-//! `./narad-dev/`, and a generated cluster secret (kept in `./narad-dev/cluster-secret`, so a
-//! second run reuses the data). Prints the nodes' URLs, reports when all are ready, and on Ctrl-C
-//! (or SIGTERM) stops them all gracefully.
+//! `./narad-dev/`, a generated cluster secret (kept in `./narad-dev/cluster-secret`, so a
+//! second run reuses the data) and a generated password for the first admin (user `admin`, in
+//! `./narad-dev/admin-password`: the nodes serve with access control on, as a real cluster
+//! does). Prints the nodes' URLs, reports when all are ready and the admin can log in, with the
+//! `NARAD_USER` to export, and on Ctrl-C (or SIGTERM) stops them all gracefully.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -50,6 +52,9 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", args.dir.display()))?;
     let secret = args.dir.join("cluster-secret");
     ensure_secret(&secret)?;
+    let admin_password = args.dir.join("admin-password");
+    ensure_secret(&admin_password)?;
+    let admin = format!("{}:{}", crate::auth::setup::BOOTSTRAP_ADMIN, read_line(&admin_password)?);
     let stop = watch_signals()?;
     let ports: Vec<(u16, u16)> = (0..args.nodes)
         .map(|_| Ok((free_tcp_port()?, free_udp_port()?)))
@@ -68,7 +73,8 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
     );
     let mut nodes = Vec::new();
     for (i, (http, udp)) in ports.iter().enumerate() {
-        let node = spawn(&args.dir, &secret, i as u32 + 1, *http, *udp, &peers);
+        let files = (secret.as_path(), admin_password.as_path());
+        let node = spawn(&args.dir, files, i as u32 + 1, (*http, *udp), &peers);
         match node {
             Ok(node) => nodes.push(node),
             Err(error) => {
@@ -86,17 +92,16 @@ pub fn run(args: DevArgs) -> anyhow::Result<()> {
             node.log.display()
         );
     }
-    supervise(&mut nodes, &stop);
+    supervise(&mut nodes, &stop, &admin);
     stop_all(&mut nodes);
     Ok(())
 }
 
 fn spawn(
     dir: &Path,
-    secret: &Path,
+    (secret, admin_password): (&Path, &Path),
     id: u32,
-    http: u16,
-    udp: u16,
+    (http, udp): (u16, u16),
     peers: &str,
 ) -> anyhow::Result<DevNode> {
     let exe = std::env::current_exe().context("locating the narad binary")?;
@@ -116,6 +121,8 @@ fn spawn(
         .arg(dir.join(format!("node-{id}")))
         .arg("--cluster-secret-file")
         .arg(secret)
+        .arg("--admin-password-file")
+        .arg(admin_password)
         // They stop (gracefully) when we die, however we die.
         .arg("--exit-with-parent")
         .env_remove("NARAD_CLUSTER_SECRET")
@@ -135,8 +142,9 @@ fn spawn(
     })
 }
 
-/// Watches the nodes until a signal: reports readiness once, and any node that exits.
-fn supervise(nodes: &mut [DevNode], stop: &AtomicBool) {
+/// Watches the nodes until a signal: reports readiness (every node ready, the admin can log
+/// in) once, and any node that exits.
+fn supervise(nodes: &mut [DevNode], stop: &AtomicBool, admin: &str) {
     let agent: ureq::Agent = ureq::Agent::config_builder()
         .http_status_as_error(false)
         .timeout_global(Some(Duration::from_millis(500)))
@@ -152,12 +160,18 @@ fn supervise(nodes: &mut [DevNode], stop: &AtomicBool) {
                 node.child = None;
             }
         }
-        if !ready_reported && nodes.iter().all(|n| is_ready(&agent, &n.url)) {
+        if !ready_reported
+            && nodes.iter().all(|n| is_ready(&agent, &n.url))
+            && admin_logs_in(&agent, &nodes[0].url, admin)
+        {
             ready_reported = true;
             let first = &nodes[0].url;
             println!(
-                "all {} nodes ready after {:.1} s. Try:\n  narad topic create demo --partitions 6 --url {first}\n  \
-                 echo hello | narad produce demo --url {}\n  narad cluster members --url {first}\n\
+                "all {} nodes ready after {:.1} s; access control is on. Try:\n  \
+                 export NARAD_USER='{admin}'\n  \
+                 narad topic create demo --partitions 6 --url {first}\n  \
+                 echo hello | narad produce demo --url {}\n  narad cluster members --url {first}\n  \
+                 curl -u '{admin}' {first}/v1/topics\n\
                  Ctrl-C stops the cluster.",
                 nodes.len(),
                 started.elapsed().as_secs_f64(),
@@ -166,6 +180,24 @@ fn supervise(nodes: &mut [DevNode], stop: &AtomicBool) {
         }
         std::thread::sleep(POLL);
     }
+}
+
+/// Whether `admin` (NAME:PASSWORD) is a user the node at `url` lets in.
+fn admin_logs_in(agent: &ureq::Agent, url: &str, admin: &str) -> bool {
+    let (name, password) = admin.split_once(':').expect("invariant: NAME:PASSWORD");
+    let authorization = crate::auth::basic::header_value(name, password);
+    agent
+        .get(format!("{url}/v1/users"))
+        .header("authorization", &authorization)
+        .call()
+        .is_ok_and(|r| r.status().as_u16() == 200)
+}
+
+/// The first line of a file this command wrote.
+fn read_line(path: &Path) -> anyhow::Result<String> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    Ok(text.lines().next().unwrap_or_default().to_string())
 }
 
 fn is_ready(agent: &ureq::Agent, url: &str) -> bool {
@@ -203,7 +235,7 @@ fn stop_all(nodes: &mut [DevNode]) {
     }
 }
 
-/// Creates the secret file (32 random bytes, hex, mode 0600) unless it exists.
+/// Creates a secret file (32 random bytes, hex, mode 0600) unless it exists.
 fn ensure_secret(path: &Path) -> anyhow::Result<()> {
     if path.exists() {
         return Ok(());

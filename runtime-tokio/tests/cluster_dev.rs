@@ -78,8 +78,12 @@ fn dev_starts_a_three_node_cluster_and_stops_it_on_ctrl_c() {
     let secret = std::fs::metadata(dir.join("cluster-secret")).expect("secret file");
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(secret.permissions().mode() & 0o777, 0o600, "the secret is private");
+    let password = std::fs::read_to_string(dir.join("admin-password")).expect("admin password");
+    let password = password.trim_end();
+    assert_eq!(Client::new(&urls[0]).get("/v1/topics").0, 401, "access control is on");
 
-    let clients: Vec<Client> = urls.iter().map(|u| Client::new(u)).collect();
+    let clients: Vec<Client> =
+        urls.iter().map(|u| Client::new(u).with_credentials("admin", password)).collect();
     clients[0].create_topic("demo", 3);
     assert!(wait_until(Duration::from_secs(10), || clients[2].get("/v1/topics/demo").0 == 200));
     for (i, client) in clients.iter().enumerate() {
@@ -105,6 +109,8 @@ fn dev_starts_a_three_node_cluster_and_stops_it_on_ctrl_c() {
     while let Ok(line) = lines.recv_timeout(STOP_BOUND) {
         rest.push(line); // until the reader thread sees the end of the output
     }
+    let export = format!("export NARAD_USER='admin:{password}'");
+    assert!(rest.iter().any(|l| l.contains(&export)), "it says how to log in: {rest:?}");
     let stops = rest.iter().filter(|l| l.contains("stopped (exit status: 0)")).count();
     assert_eq!(stops, 3, "every node stopped cleanly");
 }

@@ -122,6 +122,7 @@ impl RunOutcome {
             "commits_failed": self.counters.commits_failed,
             "wal_latches": self.counters.latches,
             "discarded": self.counters.discarded,
+            "access_probes_judged": self.counters.access_probes_judged,
             "rerouted": self.totals.rerouted,
             "remote_commits": self.totals.remote_commits,
             "restarts": self.counters.restarts,

@@ -456,6 +456,7 @@ impl<W> Metastore<W> {
             .expect("invariant: step_message only steps snapshots whose image decodes");
         let old = std::mem::replace(&mut self.state, state);
         self.users_epoch += 1;
+        self.outputs.push_back(MetaOutput::UsersReplaced { index });
         self.report_differences(&old);
         self.applied = self.applied.max(index);
         // Committed entries still waiting for their commit index to be durable are in the image.

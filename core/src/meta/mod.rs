@@ -140,6 +140,9 @@ pub enum MetaOutput<W> {
     Barrier { ctx: W, ok: bool },
     /// A member's liveness changed in the replicated state.
     MembershipChanged { node: NodeId, alive: bool },
+    /// The users were replaced wholesale: they are now as the log's first `index` entries left
+    /// them (recovery from the snapshot, or a snapshot installed from the leader).
+    UsersReplaced { index: u64 },
 }
 
 /// Counters for metrics and tests.
@@ -260,6 +263,7 @@ impl<W> Metastore<W> {
             counters: MetaCounters::default(),
             users_epoch: 0,
         };
+        meta.outputs.push_back(MetaOutput::UsersReplaced { index: applied });
         if single {
             // Nobody else can be leader: do not wait for an election timeout.
             let _ = meta.raw.campaign();

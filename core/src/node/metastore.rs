@@ -7,7 +7,7 @@ use super::cluster::{Forwarded, Settle};
 use super::{ClusterPlacement, IoPurpose, MetaWaiter, Node};
 use crate::access::Principal;
 use crate::api::{ClientError, ClientReply};
-use crate::io::{NodeEvent, TopicApplied};
+use crate::io::{NodeEvent, TopicApplied, UserApplied};
 use crate::meta::{Applied, MetaCommand, MetaOutput, ProposeError, encode_command};
 use crate::peer::{PeerMessage, WireAdminResult, WireError};
 
@@ -73,6 +73,9 @@ impl Node {
                     self.on_applied(waiter, index, result);
                 }
                 MetaOutput::Barrier { ctx, ok } => self.on_barrier(ctx, ok),
+                MetaOutput::UsersReplaced { index } => {
+                    self.push_event(NodeEvent::UsersReplaced { index });
+                }
                 MetaOutput::MembershipChanged { node, alive } => {
                     tracing::info!(node = node.0, alive, "membership changed");
                     if !alive {
@@ -100,6 +103,11 @@ impl Node {
             && let Some((change, topic)) = topic_change(applied)
         {
             self.push_event(NodeEvent::TopicApplied { index, change, topic: topic.clone() });
+        }
+        if let (Some(index), Ok(applied)) = (index, &result)
+            && let Some(change) = user_change(applied)
+        {
+            self.push_event(NodeEvent::UserApplied { index, change });
         }
         match waiter {
             Some(MetaWaiter::Client(request)) => {
@@ -144,6 +152,17 @@ impl Node {
                 let (ms, bytes) = (topic.retention_ms_in_force(), topic.retention_bytes);
                 tracing::info!(topic = %topic.name, id = topic.id.0, retention_ms = ms, retention_bytes = ?bytes, "topic updated");
             }
+            Applied::UserCreated(user) | Applied::UserChanged(user) => {
+                let grants: Vec<String> = user
+                    .grants
+                    .iter()
+                    .map(|g| format!("{}:{}", g.action.name(), g.topics))
+                    .collect();
+                tracing::info!(user = %user.name, id = user.id.0, ?grants, "user created or changed");
+            }
+            Applied::UserDeleted(user) => {
+                tracing::info!(user = %user.name, id = user.id.0, "user deleted");
+            }
             _ => {}
         }
     }
@@ -167,6 +186,19 @@ fn topic_change(applied: &Applied) -> Option<(TopicApplied, &crate::api::TopicIn
         Applied::Created(topic) => Some((TopicApplied::Created, topic)),
         Applied::Updated(topic) => Some((TopicApplied::Updated, topic)),
         Applied::Deleted(topic) => Some((TopicApplied::Deleted, topic)),
+        _ => None,
+    }
+}
+
+/// The user change an applied command reports, if it changed a user.
+fn user_change(applied: &Applied) -> Option<UserApplied> {
+    match applied {
+        Applied::UserCreated(user) | Applied::UserChanged(user) => {
+            Some(UserApplied::Put(user.clone()))
+        }
+        Applied::UserDeleted(user) => {
+            Some(UserApplied::Removed { name: user.name.clone(), id: user.id })
+        }
         _ => None,
     }
 }

@@ -138,6 +138,7 @@ impl Node {
             return self.begin_startup_deletes();
         }
         tracing::info!(deferred = self.deferred.len(), "start-up syncs done; serving");
+        self.wal.compact_recovered();
         for log in self.partitions.values_mut() {
             log.release_held_seals();
         }

@@ -243,3 +243,34 @@ fn a_segment_cut_short_behind_the_wals_back_yields_its_intact_records_then_count
         "it is read again before it is lost"
     );
 }
+
+/// Found by the simulator (seed 0x1bce, cluster): a crash right after a checkpoint became
+/// durable, before the node heard of it, left the segments below it; the recovered node had
+/// nothing new to checkpoint, so they stayed forever. Recovery now compacts what the recovered
+/// checkpoint covers (once start-up's syncs made it durable).
+#[test]
+fn segments_below_the_recovered_checkpoint_are_deleted_after_recovery() {
+    let mut wal = tiny(200, 1 << 30);
+    let mut disk = Disk::default();
+    let now = Instant(1_000);
+    for waiter in 0..3 {
+        wal.stage(vec![draft(150), draft(150)], waiter).expect("not latched");
+        settle(&mut wal, &mut disk, now);
+    }
+    // The checkpoint slot reaches the disk, but the compaction it would trigger never runs.
+    let mut checkpoint = vec![0u8; crate::wal::checkpoint::SLOT_STRIDE as usize];
+    let slot = crate::wal::checkpoint::encode_slot(6);
+    checkpoint[..slot.len()].copy_from_slice(&slot);
+    disk.files.insert(FileId::WalCheckpoint, checkpoint);
+    let firsts: Vec<u64> = disk.segments().keys().copied().collect();
+    assert_eq!(firsts, vec![0, 2, 4]);
+    let checkpoint_file = disk.files.get(&FileId::WalCheckpoint).cloned().map(Bytes::from);
+    let recovered = recover(&disk.segments(), checkpoint_file.as_ref()).expect("sound disk");
+    assert_eq!((recovered.checkpoint, recovered.backlog), (6, 0));
+    let mut wal: Wal<u32> = Wal::from_recovered(recovered)
+        .with_sizes(WalSizes { segment_bytes: 200, ..WalSizes::default() });
+    wal.compact_recovered();
+    settle(&mut wal, &mut disk, now);
+    let firsts: Vec<u64> = disk.segments().keys().copied().collect();
+    assert_eq!(firsts, vec![4], "only the segment the cursor is in stays");
+}

@@ -166,6 +166,8 @@ pub fn wait_until(timeout: Duration, mut check: impl FnMut() -> bool) -> bool {
 pub struct Client {
     base: String,
     agent: ureq::Agent,
+    /// HTTP Basic credentials sent with every request (`with_credentials`).
+    authorization: Option<String>,
 }
 
 impl Client {
@@ -176,19 +178,34 @@ impl Client {
             .proxy(None)
             .build()
             .into();
-        Client { base: base.to_string(), agent }
+        Client { base: base.to_string(), agent, authorization: None }
+    }
+
+    /// This client, sending `name` and `password` with every request (and saying it is a
+    /// program, for the server's browser guard).
+    pub fn with_credentials(mut self, name: &str, password: &str) -> Client {
+        let encoded = STANDARD.encode(format!("{name}:{password}"));
+        self.authorization = Some(format!("Basic {encoded}"));
+        self
+    }
+
+    fn authed<B>(&self, request: ureq::RequestBuilder<B>) -> ureq::RequestBuilder<B> {
+        match &self.authorization {
+            Some(value) => request.header("authorization", value).header("x-narad-client", "test"),
+            None => request,
+        }
     }
 
     pub fn get(&self, path: &str) -> (u16, Vec<u8>) {
-        answer(self.agent.get(format!("{}{path}", self.base)).call())
+        answer(self.authed(self.agent.get(format!("{}{path}", self.base))).call())
     }
 
     pub fn delete(&self, path: &str) -> (u16, Vec<u8>) {
-        answer(self.agent.delete(format!("{}{path}", self.base)).call())
+        answer(self.authed(self.agent.delete(format!("{}{path}", self.base))).call())
     }
 
     pub fn post(&self, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-        answer(self.agent.post(format!("{}{path}", self.base)).send(body))
+        answer(self.authed(self.agent.post(format!("{}{path}", self.base))).send(body))
     }
 
     pub fn post_json(&self, path: &str, body: &Value) -> (u16, Vec<u8>) {
@@ -196,7 +213,7 @@ impl Client {
     }
 
     pub fn patch(&self, path: &str, body: &[u8]) -> (u16, Vec<u8>) {
-        answer(self.agent.patch(format!("{}{path}", self.base)).send(body))
+        answer(self.authed(self.agent.patch(format!("{}{path}", self.base))).send(body))
     }
 
     /// Creates a topic; panics unless 201.

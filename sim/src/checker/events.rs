@@ -39,6 +39,8 @@ impl Checker {
                 }
                 self.topic_applied(node, *index, *change, topic);
             }
+            NodeEvent::UserApplied { index, change } => self.user_applied(node, *index, change),
+            NodeEvent::UsersReplaced { index } => self.users_replaced(node, *index),
             NodeEvent::SegmentDeleted { key, trimmed, now_ms } => {
                 self.segment_deleted(node, *key, trimmed, *now_ms);
             }

@@ -14,6 +14,7 @@
 //! record may only ever be visible in an incarnation it was staged for, and an acknowledged record
 //! is excused only when the incarnation its acknowledging node staged it for was deleted.
 
+mod access;
 mod admin;
 mod dead_letter;
 mod events;
@@ -30,6 +31,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use narad_core::{Instant, PartitionKey, TopicId};
 
+pub use access::{AccessAsk, AccessNeed};
 pub use admin::AdminAsk;
 pub use long_poll::LongPollSent;
 pub use queue::{QueueVerdict, SettleSeen};
@@ -92,6 +94,12 @@ pub mod inv {
     pub const LONG_POLL: &str = "long-poll-slept";
     /// A client request answered twice (docs/design.md §5, invariant 11).
     pub const ANSWERED_TWICE: &str = "answered-twice";
+    /// A node allowed a request no version of the user's grants it could have used allows.
+    pub const ACCESS_GRANTED: &str = "access-beyond-grants";
+    /// A node refused (401, 403) a request every version it could have used allows.
+    pub const ACCESS_REFUSED: &str = "access-refused-wrongly";
+    /// Two replicas applied different user changes at one log index.
+    pub const USERS_DIVERGED: &str = "users-diverged";
 }
 
 /// One message the workload produced (or tried to).
@@ -198,6 +206,8 @@ struct NodeCheck {
 /// Counters for the report.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counters {
+    /// Answers to the access client's requests judged against the users' history.
+    pub access_probes_judged: u64,
     pub commits_failed: u64,
     pub latches: u64,
     pub discarded: u64,
@@ -249,6 +259,8 @@ pub struct Checker {
     violations: Vec<Violation>,
     violation_count: usize,
     admin: admin::AdminHistory,
+    /// The users' history and the access client's probes (`access.rs`).
+    access: access::AccessHistory,
     /// Retention settings every incarnation ever had.
     retention: BTreeMap<TopicId, retention::RetentionSeen>,
     /// Timestamp of each WAL record (node, sequence), and of each placed record (key, offset).

@@ -42,6 +42,7 @@ impl Checker {
     /// was damaged: what only they held is excused when a corruption-class fault hit.
     pub fn verdict(&mut self, read_complete: bool, lost_nodes: u32) -> Verdict {
         self.check_admin();
+        self.check_access();
         self.judge_half_applied_suspects();
         self.queue_verdict_checks(read_complete);
         let mut v = Verdict { queue: self.queue_verdict(), ..Verdict::default() };

@@ -369,7 +369,7 @@ impl Simulation {
     fn client_wake(&mut self, client: usize) {
         let now = self.world.queue.now();
         match self.world.workload.wake(client, &mut self.world.checker) {
-            Wake::Send { request, op } => {
+            Wake::Send { request, op, who } => {
                 if let Some(n) = self.pick_node(self.world.workload.is_admin(client)) {
                     let what = What::Request {
                         request: request.0,
@@ -381,11 +381,7 @@ impl Simulation {
                     self.world.workload.delivered(client, request, n as u32, checker);
                     let timeout = self.world.workload.timeout_micros();
                     self.world.queue.push_after(timeout, Event::ClientTimeout { request });
-                    self.hosts[n].deliver(
-                        now,
-                        Input::Client { request, op, who: narad_core::access::Principal::Trusted },
-                        &mut self.world,
-                    );
+                    self.hosts[n].deliver(now, Input::Client { request, op, who }, &mut self.world);
                 } else {
                     self.world.record(0, What::Refused { client: client as u32 });
                     let delay = self.world.workload.refused(client);
@@ -462,6 +458,7 @@ pub fn workload_of(seed: u64, cfg: &SwarmConfig) -> Workload {
     let rngs = (workload_rng, update_rng, poll_rng);
     Workload::new(cfg.workload.clone(), rngs, cfg.nodes.max(1) > 1)
         .with_queue_rng(component_rng(seed, Component::WorkloadQueue))
+        .with_access_rng(component_rng(seed, Component::WorkloadAccess))
 }
 
 /// The configuration of node index `n` (node id `n + 1`).

@@ -209,7 +209,10 @@ pub fn traced(event: &NodeEvent) -> Option<What> {
         NodeEvent::RecordsLost { seqs } => {
             What::RecordsLost { first: seqs.start, count: seqs.end - seqs.start }
         }
-        NodeEvent::TopicApplied { .. } | NodeEvent::DeadLettered { .. } => return None,
+        NodeEvent::TopicApplied { .. }
+        | NodeEvent::DeadLettered { .. }
+        | NodeEvent::UserApplied { .. }
+        | NodeEvent::UsersReplaced { .. } => return None,
         NodeEvent::SegmentDeleted { key, trimmed, .. } => What::SegmentDeleted {
             key: *key,
             log_start: trimmed.log_start_offset,

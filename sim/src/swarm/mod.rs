@@ -230,6 +230,9 @@ pub struct WorkloadConfig {
     pub queue_max_deliveries: Option<u32>,
     /// Probability that a reader's consume is a long-poll (`wait_ms` > 0; 0 = never).
     pub long_poll_prob: f64,
+    /// Requests of the access client (users, grants, requests as those users; 0: none in this
+    /// seed). Drawn on its own stream (`draw_access`).
+    pub access_ops: u32,
 }
 
 impl WorkloadConfig {
@@ -277,6 +280,7 @@ impl Default for WorkloadConfig {
             queue_topic_lease: false,
             queue_max_deliveries: None,
             long_poll_prob: 0.0,
+            access_ops: 0,
         }
     }
 }
@@ -409,6 +413,7 @@ impl SwarmConfig {
         let nodes = options.nodes.pick(seed);
         let mut cfg = if nodes == 1 { SwarmConfig::draw(seed) } else { cluster::draw(seed, nodes) };
         cfg.idempotent_commits = options.idempotent_commits;
+        cfg.workload.access_ops = draw_access(seed);
         cfg
     }
 
@@ -440,6 +445,13 @@ impl SwarmConfig {
             sizes,
         }
     }
+}
+
+/// The access client runs on half the seeds, for 20 to 60 requests; drawn on its own stream so
+/// the seeds' other draws are those of the build before it.
+fn draw_access(seed: u64) -> u32 {
+    let mut rng = component_rng(seed, Component::WorkloadAccess);
+    if rng.random_bool(0.5) { rng.random_range(20..=60) } else { 0 }
 }
 
 /// Long-poll consumes on 60 % of seeds, for 30-100 % of a reader's consumes (a seed without
@@ -512,6 +524,7 @@ pub(crate) fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         queue_topic_lease: false, // drawn after everything (`draw_queue_settings`)
         queue_max_deliveries: None,
         long_poll_prob: 0.0, // drawn after everything (`draw_long_poll`)
+        access_ops: 0,       // drawn on its own stream (`draw_access`)
     }
 }
 

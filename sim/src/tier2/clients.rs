@@ -44,7 +44,7 @@ async fn run_client(world: Shared, route: std::sync::Arc<std::sync::Mutex<ChaCha
         let delay = match wake {
             Wake::Done => return,
             Wake::Sleep(micros) => micros,
-            Wake::Send { request, op } => {
+            Wake::Send { request, op, .. } => {
                 let node = pick_node(&world, &route);
                 send(&world, c, node, request, &op).await
             }

@@ -54,6 +54,7 @@ pub fn config_for(seed: u64, options: &RunOptions) -> SwarmConfig {
     let mut cfg = SwarmConfig::for_seed(seed, options);
     cfg.workload.queue_workers = 0;
     cfg.workload.update_prob = 0.0;
+    cfg.workload.access_ops = 0;
     cfg.workload.messages = cfg.workload.messages.min(MESSAGES_MAX);
     cfg
 }

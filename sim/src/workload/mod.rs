@@ -3,6 +3,7 @@
 //! attempt with the same ids), and read partitions by offset. Each client has at most one request outstanding; in a cluster
 //! each request goes to a node of its own (the simulation picks a random running one).
 
+mod access;
 mod queue;
 mod replies;
 pub mod topics;
@@ -10,6 +11,7 @@ mod updates;
 
 use std::collections::{BTreeMap, VecDeque};
 
+use narad_core::access::Principal;
 use narad_core::{ClientOp, PartitionKey, ProduceMessage, RequestId, TopicChange, TopicId};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
@@ -22,8 +24,8 @@ pub use topics::{DEAD_LETTER_TOPIC, TopicModel, TopicState};
 /// What a client does when it wakes.
 #[derive(Clone, Debug)]
 pub enum Wake {
-    /// Send this request (then call `delivered` or `refused`).
-    Send { request: RequestId, op: ClientOp },
+    /// Send this request from `who` (then call `delivered` or `refused`).
+    Send { request: RequestId, op: ClientOp, who: Principal },
     /// Nothing to do yet: wake again after this many microseconds.
     Sleep(u64),
     /// This client has finished.
@@ -37,6 +39,8 @@ enum Role {
     Reader,
     /// Queue worker number `.0` (`queue.rs`).
     Queue(usize),
+    /// The access client (`access.rs`).
+    Access,
 }
 
 /// A request a client is making (kept whole so it can be retried).
@@ -80,6 +84,8 @@ enum Pending {
         worker: usize,
         op: queue::QueueOp,
     },
+    /// A request of the access client.
+    Access(access::AccessRequest),
 }
 
 impl Pending {
@@ -121,6 +127,15 @@ impl Pending {
                 wait_ms: *wait_ms,
             },
             Pending::Queue { op, .. } => op.op(),
+            Pending::Access(request) => request.op.clone(),
+        }
+    }
+
+    /// Who makes the request: the access client's requests as users, everything else trusted.
+    fn who(&self) -> Principal {
+        match self {
+            Pending::Access(request) => request.who.clone(),
+            _ => Principal::Trusted,
         }
     }
 }
@@ -168,6 +183,8 @@ pub struct Workload {
     /// Queue workers' state, and their own random stream (`with_queue_rng`).
     workers: Vec<queue::QueueWorker>,
     queue_rng: ChaCha8Rng,
+    /// The access client, on seeds that run it (`with_access_rng`).
+    access: Option<access::AccessClient>,
 }
 
 impl Workload {
@@ -201,7 +218,18 @@ impl Workload {
             cluster,
             workers,
             queue_rng: rand::SeedableRng::seed_from_u64(0),
+            access: None,
         }
+    }
+
+    /// The access client draws from `rng` (`Component::WorkloadAccess`), on seeds whose
+    /// configuration gives it requests; it is the last client (the others keep their numbers).
+    pub fn with_access_rng(mut self, rng: ChaCha8Rng) -> Workload {
+        if self.cfg.access_ops > 0 {
+            self.access = Some(access::AccessClient::new(rng, self.cfg.access_ops));
+            self.clients.push(new_client(Role::Access));
+        }
+        self
     }
 
     /// Queue workers draw from `rng` (`Component::WorkloadQueue`).
@@ -276,6 +304,7 @@ impl Workload {
                 Role::Producer => self.produce_next(checker),
                 Role::Reader => self.read_next(),
                 Role::Queue(w) => self.queue_next(w, checker),
+                Role::Access => self.access_next(),
             };
             match decided {
                 Ok(pending) => self.clients[client].next = Some(pending),
@@ -288,10 +317,10 @@ impl Workload {
             }
         }
         let pending = self.clients[client].next.as_ref().expect("invariant: decided above");
-        let op = pending.op(&self.cfg);
+        let (op, who) = (pending.op(&self.cfg), pending.who());
         let request = RequestId(self.next_request);
         self.next_request += 1;
-        Wake::Send { request, op }
+        Wake::Send { request, op, who }
     }
 
     /// The request from the last `wake` reached node `node`.
@@ -315,6 +344,9 @@ impl Workload {
             Pending::Produce { ids, .. } => checker.sent(ids),
             Pending::Delete { name, .. } => checker.delete_requested(name),
             Pending::Queue { worker, .. } => self.queue_sent(*worker, checker),
+            Pending::Access(access::AccessRequest { ask: Some(ask), .. }) => {
+                checker.access_asked(request, node, ask.clone());
+            }
             _ => {}
         }
         if let Some(ask) = self.admin_ask(&pending) {
@@ -340,7 +372,10 @@ impl Workload {
             Pending::Update { name, change, valid } => {
                 AdminAsk::Update { name: name.clone(), change: *change, valid: *valid }
             }
-            Pending::Produce { .. } | Pending::Consume { .. } | Pending::Queue { .. } => {
+            Pending::Produce { .. }
+            | Pending::Consume { .. }
+            | Pending::Queue { .. }
+            | Pending::Access(_) => {
                 return None;
             }
         })
@@ -355,6 +390,12 @@ impl Workload {
             c.tries = 0;
         }
         self.rng.random_range(20_000..150_000)
+    }
+
+    /// The access client's next request, or its end.
+    fn access_next(&mut self) -> Result<Pending, Wake> {
+        let client = self.access.as_mut().expect("invariant: an access role has its client");
+        client.next().map(Pending::Access).ok_or(Wake::Done)
     }
 
     fn admin_next(&mut self) -> Result<Pending, Wake> {

@@ -35,6 +35,7 @@ impl Workload {
         let (_, pending, _) =
             self.clients[client].waiting.take().expect("invariant: found waiting");
         checker.admin_answered(node, request, Some(reply));
+        checker.access_answered(request, Some(reply));
         let next = self.handle(node, &pending, Some(reply), checker);
         Some((client, self.after(client, pending, next)))
     }
@@ -52,6 +53,7 @@ impl Workload {
             self.late.insert(request, ids.clone());
         }
         checker.admin_answered(node, request, None);
+        checker.access_answered(request, None);
         let next = self.handle(node, &pending, None, checker);
         Some((client, self.after(client, pending, next)))
     }
@@ -142,6 +144,11 @@ impl Workload {
                 Some(_) => Next::Finished,
             },
             Pending::Queue { worker, op } => self.queue_answer(*worker, op, reply, checker),
+            Pending::Access(_) => {
+                let client = self.access.as_mut().expect("invariant: the access client asked");
+                client.answered(reply);
+                Next::Finished
+            }
             Pending::Consume { key, name, offset, sent, .. } => {
                 match reply {
                     Some(ClientReply::Records(records)) => {

@@ -268,6 +268,7 @@ impl World {
                 MetaOutput::MembershipChanged { node: member, alive } => {
                     self.liveness.push((node, member, alive));
                 }
+                MetaOutput::UsersReplaced { .. } => {}
             }
         }
     }
