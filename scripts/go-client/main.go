@@ -4,6 +4,15 @@
 //
 //	NARAD_ADDR=127.0.0.1:17950 go run .
 //
+// Against a node that has users, give an admin's credentials in
+// NARAD_USER and NARAD_PASSWORD: every check then runs through
+// narad.WithAuth. Give also a user whose only grant is produce, in
+// NARAD_PRODUCER_USER and NARAD_PRODUCER_PASSWORD, its grant on the topics
+// NARAD_PRODUCER_TOPICS names ("naradcheck.auth.*"), and the auth checks
+// run too: no credentials is ErrUnauthenticated (401), a wrong password
+// ErrUnauthenticated (or ErrThrottled), and that user's consume, create
+// and delete, and its produce outside its grant, ErrForbidden (403).
+//
 // Every check prints PASS or FAIL. A failure also prints the last HTTP
 // exchanges the client made (recorded by a wrapping transport), so a
 // mismatch can be traced to the exact request and reply. It exits 1 when
@@ -30,6 +39,7 @@ type exchange struct {
 	method, url, reqBody string
 	status               int
 	respBody             string
+	challenge            string // WWW-Authenticate, when the reply has one
 	err                  error
 }
 
@@ -43,6 +53,9 @@ func (e exchange) String() string {
 		fmt.Fprintf(&b, "\n    < transport error: %v", e.err)
 	} else {
 		fmt.Fprintf(&b, "\n    < %d %s", e.status, e.respBody)
+		if e.challenge != "" {
+			fmt.Fprintf(&b, "\n    < WWW-Authenticate: %s", e.challenge)
+		}
 	}
 	return b.String()
 }
@@ -82,6 +95,7 @@ func (r *recorder) RoundTrip(req *http.Request) (*http.Response, error) {
 		res.Body = io.NopCloser(bytes.NewReader(raw))
 		ex.status = res.StatusCode
 		ex.respBody = clip(raw)
+		ex.challenge = res.Header.Get("WWW-Authenticate")
 		if readErr != nil {
 			ex.err = readErr
 		}
@@ -173,11 +187,8 @@ func main() {
 		os.Exit(2)
 	}
 	rec := &recorder{next: http.DefaultTransport}
-	client, err := narad.New(addr,
-		narad.WithHTTPClient(&http.Client{Transport: rec}),
-		narad.WithTimeout(15*time.Second),
-		narad.WithRetries(2),
-	)
+	user, password := os.Getenv("NARAD_USER"), os.Getenv("NARAD_PASSWORD")
+	client, err := newClient(addr, rec, user, password)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "naradcheck: narad.New: %v\n", err)
 		os.Exit(2)
@@ -185,12 +196,148 @@ func main() {
 	defer client.Close()
 	c := &checker{rec: rec}
 
+	if user != "" {
+		fmt.Printf("(as %s, through narad.WithAuth)\n", user)
+		authChecks(c, client, rec, addr, user, password)
+	}
 	run(c, client, addr)
 
 	fmt.Printf("\n%d passed, %d failed\n", c.passed, len(c.failed))
 	if len(c.failed) > 0 {
 		fmt.Printf("failed: %s\n", strings.Join(c.failed, "; "))
 		os.Exit(1)
+	}
+}
+
+// newClient makes a client that records its exchanges in rec, and sends
+// the credentials when a user is given.
+func newClient(addr string, rec *recorder, user, password string, extra ...narad.Option) (*narad.Client, error) {
+	opts := []narad.Option{
+		narad.WithHTTPClient(&http.Client{Transport: rec}),
+		narad.WithTimeout(15 * time.Second),
+		narad.WithRetries(2),
+	}
+	if user != "" {
+		opts = append(opts, narad.WithAuth(user, password))
+	}
+	return narad.New(addr, append(opts, extra...)...)
+}
+
+// apiStatus is the HTTP status of the client's *narad.Error in err, 0 when
+// there is none.
+func apiStatus(err error) int {
+	var apiErr *narad.Error
+	if errors.As(err, &apiErr) {
+		return apiErr.Status
+	}
+	return 0
+}
+
+// authChecks checks, against a node that has users, what the client
+// reports for missing and wrong credentials and for a user whose grants do
+// not cover the request. admin holds an admin's credentials.
+func authChecks(c *checker, admin *narad.Client, rec *recorder, addr, user, password string) {
+	ctx, cancel := ctxFor(time.Minute)
+	defer cancel()
+	suffix := fmt.Sprintf("%d", time.Now().UnixNano())
+
+	// --- no credentials: 401, whatever the route
+	anon, err := newClient(addr, rec, "", "")
+	if err != nil {
+		c.fail("narad.New without credentials", "%v", err)
+		return
+	}
+	defer anon.Close()
+	_, err = anon.Topics(ctx)
+	c.check("Topics without credentials is ErrUnauthenticated (401)",
+		errors.Is(err, narad.ErrUnauthenticated) && apiStatus(err) == http.StatusUnauthorized,
+		"err = %v (status %d)", err, apiStatus(err))
+	_, err = anon.CreateTopic(ctx, "naradcheck-anon-"+suffix)
+	c.check("CreateTopic without credentials is ErrUnauthenticated (401)",
+		errors.Is(err, narad.ErrUnauthenticated) && apiStatus(err) == http.StatusUnauthorized,
+		"err = %v (status %d)", err, apiStatus(err))
+	err = anon.Produce(ctx, "naradcheck-anon-"+suffix, order{ID: "anon"})
+	c.check("Produce without credentials is ErrUnauthenticated (401)",
+		errors.Is(err, narad.ErrUnauthenticated) && apiStatus(err) == http.StatusUnauthorized,
+		"err = %v (status %d)", err, apiStatus(err))
+	c.noErr("Ping /readyz without credentials (the probe needs none)", anon.Ping(ctx, addr))
+
+	// --- a wrong password: 401 (429 once the login throttle applies)
+	wrong, err := newClient(addr, rec, user, password+"-wrong", narad.WithRetries(1))
+	if err != nil {
+		c.fail("narad.New with a wrong password", "%v", err)
+		return
+	}
+	defer wrong.Close()
+	_, err = wrong.Topics(ctx)
+	c.check("Topics with a wrong password is ErrUnauthenticated (401)",
+		(errors.Is(err, narad.ErrUnauthenticated) && apiStatus(err) == http.StatusUnauthorized) ||
+			errors.Is(err, narad.ErrThrottled),
+		"err = %v (status %d)", err, apiStatus(err))
+
+	// --- the admin's credentials work
+	_, err = admin.Topics(ctx)
+	c.noErr("Topics as the admin", err)
+
+	// --- a user whose only grant is produce
+	pUser, pPassword := os.Getenv("NARAD_PRODUCER_USER"), os.Getenv("NARAD_PRODUCER_PASSWORD")
+	if pUser == "" {
+		fmt.Println("(no NARAD_PRODUCER_USER: the grant checks are skipped)")
+		return
+	}
+	granted := strings.TrimSuffix(os.Getenv("NARAD_PRODUCER_TOPICS"), "*")
+	if granted == "" || granted == os.Getenv("NARAD_PRODUCER_TOPICS") {
+		c.fail("NARAD_PRODUCER_TOPICS", "want a prefix grant such as naradcheck.auth.*, got %q",
+			os.Getenv("NARAD_PRODUCER_TOPICS"))
+		return
+	}
+	producer, err := newClient(addr, rec, pUser, pPassword)
+	if err != nil {
+		c.fail("narad.New as the producer", "%v", err)
+		return
+	}
+	defer producer.Close()
+	inside := granted + suffix                // covered by the produce grant
+	outside := "naradcheck-outside-" + suffix // not covered by it
+	for _, name := range []string{inside, outside} {
+		_, err := admin.CreateTopic(ctx, name, narad.WithPartitionCount(3), narad.WithVisibilityTimeout(5*time.Second))
+		if !c.noErr("CreateTopic "+name+" as the admin", err) {
+			return
+		}
+	}
+	defer func() {
+		for _, name := range []string{inside, outside} {
+			c.noErr("DeleteTopic "+name+" as the admin", admin.DeleteTopic(ctx, name))
+		}
+	}()
+
+	c.noErr("Produce as the producer, inside its grant", producer.Produce(ctx, inside, order{ID: "granted", Total: 1}))
+	var b narad.Batch
+	_ = b.Add(order{ID: "granted-batch", Total: 2})
+	c.noErr("ProduceBatch as the producer, inside its grant", producer.ProduceBatch(ctx, inside, &b))
+	forbidden := func(name string, err error) {
+		c.check(name+" is ErrForbidden (403)",
+			errors.Is(err, narad.ErrForbidden) && apiStatus(err) == http.StatusForbidden,
+			"err = %v (status %d)", err, apiStatus(err))
+	}
+	forbidden("Produce as the producer, outside its grant",
+		producer.Produce(ctx, outside, order{ID: "not granted"}))
+	rctx, rcancel := ctxFor(15 * time.Second)
+	_, err = producer.Receive(rctx, inside, narad.WithWait(time.Second))
+	rcancel()
+	forbidden("Receive (consume) as the producer", err)
+	_, err = producer.ReadAt(ctx, inside, 0, 0)
+	forbidden("ReadAt (consume) as the producer", err)
+	_, err = producer.CreateTopic(ctx, granted+"new-"+suffix)
+	forbidden("CreateTopic as the producer, inside its produce grant", err)
+	forbidden("DeleteTopic as the producer", producer.DeleteTopic(ctx, inside))
+
+	// What the producer wrote is there for the admin to read.
+	actx, acancel := ctxFor(20 * time.Second)
+	defer acancel()
+	msg, err := admin.Receive(actx, inside, narad.WithWait(5*time.Second))
+	if c.noErr("Receive as the admin what the producer wrote", err) {
+		c.noErr("Ack as the admin", msg.Ack(ctx))
 	}
 }
 
