@@ -526,8 +526,10 @@ fn log_event(event: NodeEvent) {
         NodeEvent::CommitFailed { key, reason } => {
             tracing::warn!(%key, reason, "partition commit failed and was rolled back");
         }
-        // The core logs topic changes and retention's deletions itself.
+        // The core logs topic and user changes and retention's deletions itself.
         NodeEvent::TopicApplied { .. }
+        | NodeEvent::UserApplied { .. }
+        | NodeEvent::UsersReplaced { .. }
         | NodeEvent::SegmentDeleted { .. }
         | NodeEvent::DeadLettered { .. } => {}
     }
