@@ -17,6 +17,7 @@ mod driver;
 pub mod env;
 mod follow;
 mod http;
+pub mod http_server;
 pub mod password;
 mod payload_json;
 pub mod server;
