@@ -111,6 +111,30 @@ mod tests {
         assert!(parse_user("alice").is_err());
     }
 
+    /// The agent sends the credentials on every request (seen by a bare listener).
+    #[test]
+    fn the_agent_sends_basic_credentials() {
+        use std::io::{Read, Write};
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        let url = format!("http://{}", listener.local_addr().expect("addr"));
+        let server = std::thread::spawn(move || {
+            let (mut stream, _) = listener.accept().expect("accept");
+            let mut head = Vec::new();
+            let mut byte = [0u8; 1];
+            while !head.ends_with(b"\r\n\r\n") && stream.read(&mut byte).is_ok_and(|n| n == 1) {
+                head.push(byte[0]);
+            }
+            let _ = stream.write_all(b"HTTP/1.1 204 No Content\r\nconnection: close\r\n\r\n");
+            String::from_utf8_lossy(&head).to_ascii_lowercase()
+        });
+        let target = Target { url, ..target(Some("Aladdin:open sesame")) };
+        let agent = target.agent(Duration::from_secs(30)).expect("an agent");
+        let response = agent.get(format!("{}/healthz", target.base())).call().expect("answer");
+        assert_eq!(response.status().as_u16(), 204);
+        let head = server.join().expect("listener");
+        assert!(head.contains("authorization: basic qwxhzgrpbjpvcgvuihnlc2ftzq=="), "{head}");
+    }
+
     #[test]
     fn a_bad_ca_file_is_named() {
         let dir = tempfile::tempdir().expect("tempdir");

@@ -166,6 +166,25 @@ fn produce_and_consume_over_tls_with_the_cli_and_a_rustls_client() {
     let (ok, out, err) = cli(&["consume", "t", "--partition", "0", "--offset", "0", "--max", "10"]);
     assert!(ok, "consume over TLS: {err}");
     assert!(out.contains("over-tls") && out.contains("from-rustls"), "{out}");
+    // The load generator speaks TLS too.
+    let (ok, out, err) = cli(&[
+        "bench",
+        "--topic",
+        "t",
+        "--concurrency",
+        "4",
+        "--duration",
+        "1s",
+        "--warmup",
+        "0s",
+        "--max-requests",
+        "200",
+        "--json",
+    ]);
+    assert!(ok, "bench over TLS: {err}");
+    let report: serde_json::Value = serde_json::from_str(&out).expect("a JSON report");
+    assert!(report["requests"].as_u64().is_some_and(|n| n > 0), "{report}");
+    assert_eq!(report["errors"].as_u64(), Some(0), "{report}");
     // Without --ca the self-signed certificate is not trusted; plain HTTP gets no answer.
     let (ok, _, err) = narad(&["topic", "list", "--url", &url]);
     assert!(!ok, "an untrusted certificate must fail: {err}");
