@@ -34,6 +34,7 @@ const HTTP_DRAIN_GRACE: Duration = Duration::from_secs(3);
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let plan = ClusterPlan::new(args.node_id, &args.cluster)?;
     let tls = Tls::from_flags(args.tls_cert.as_deref(), args.tls_key.as_deref())?;
+    http_server::raise_fd_limit(args.max_connections);
     let _lock = datadir::lock(&args.data_dir)?;
     let listener = StdListener::bind(args.http)
         .with_context(|| format!("binding the HTTP API to {}", args.http))?;

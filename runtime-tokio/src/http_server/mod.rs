@@ -38,6 +38,35 @@ pub const MAX_INFLIGHT_BYTES: usize = 256 * 1024 * 1024;
 /// The smallest `--max-inflight-bytes`: one body of the largest kind (a batch) must fit.
 pub const MIN_INFLIGHT_BYTES: usize = narad_core::constants::MAX_BATCH_BYTES;
 
+/// File descriptors kept beyond `--max-connections` for everything else the node opens (WAL and
+/// segment files, the cluster socket, refusals in progress).
+const SPARE_FDS: u64 = 1024;
+
+/// Raises the soft limit on open files so that `max_connections` connections fit (up to the hard
+/// limit): past it, `accept` fails and new connections would wait in the backlog unanswered
+/// rather than be refused. Logs what it could not get.
+pub fn raise_fd_limit(max_connections: usize) {
+    use rustix::process::{Resource, Rlimit, getrlimit, setrlimit};
+    let want = max_connections as u64 + SPARE_FDS;
+    let limit = getrlimit(Resource::Nofile);
+    let (soft, hard) = (limit.current.unwrap_or(u64::MAX), limit.maximum.unwrap_or(u64::MAX));
+    if soft >= want {
+        return;
+    }
+    let new = want.min(hard);
+    let raised = setrlimit(Resource::Nofile, Rlimit { current: Some(new), maximum: limit.maximum });
+    if raised.is_err() || new < want {
+        tracing::warn!(
+            soft,
+            hard,
+            wanted = want,
+            "the open-files limit is below --max-connections plus {SPARE_FDS}: connections past \
+             it wait unanswered; raise the hard limit (ulimit -Hn, LimitNOFILE) or lower \
+             --max-connections"
+        );
+    }
+}
+
 /// The bounds the server enforces (the `narad serve` flags of the same names).
 #[derive(Clone, Copy, Debug)]
 pub struct HttpLimits {
