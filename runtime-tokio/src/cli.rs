@@ -107,8 +107,8 @@ pub struct ServeArgs {
           default_value_t = crate::http_server::MAX_HEADER_BYTES,
           value_parser = clap::value_parser!(u32).range(4096..=1024 * 1024).map(|v| v as usize))]
     pub max_header_bytes: usize,
-    /// How long a client may take to send a request head (also: to finish a TLS handshake, and
-    /// to send its next request on an idle keep-alive connection) before it is disconnected.
+    /// How long a client may take to send a request head, from its first byte (for the first
+    /// request: from the connect, TLS handshake included) before it is disconnected.
     #[arg(long, value_name = "TIME", env = "NARAD_HEADER_TIMEOUT", default_value = "10s",
           value_parser = parse_positive_duration)]
     pub header_timeout: Duration,
@@ -139,6 +139,11 @@ pub struct ServeArgs {
     /// The PEM private key of --tls-cert.
     #[arg(long, value_name = "PEM", env = "NARAD_TLS_KEY")]
     pub tls_key: Option<PathBuf>,
+    /// How long a keep-alive connection may sit idle (nothing read or written) between
+    /// requests before it is closed.
+    #[arg(long, value_name = "TIME", env = "NARAD_IDLE_TIMEOUT", default_value = "60s",
+          value_parser = parse_positive_duration)]
+    pub idle_timeout: Duration,
 }
 
 impl ServeArgs {
@@ -147,6 +152,7 @@ impl ServeArgs {
         crate::http_server::HttpLimits {
             max_header_bytes: self.max_header_bytes,
             header_timeout: self.header_timeout,
+            idle_timeout: self.idle_timeout,
             body_timeout: self.body_timeout,
             max_connections: self.max_connections,
             max_inflight_bytes: self.max_inflight_bytes,

@@ -118,6 +118,24 @@ fn half_sent_heads_are_cut_off_while_others_are_served() {
     assert!(produce_ok(&node, "t"));
 }
 
+/// A keep-alive connection may sit idle past the header timeout; it is closed once the idle
+/// timeout passes.
+#[test]
+fn an_idle_connection_is_closed_after_the_idle_timeout_not_the_header_timeout() {
+    let (_tmp, data) = data_dir();
+    let flags = ["--header-timeout", "1s", "--idle-timeout", "4s"];
+    let node = TestNode::start_with(&data, &flags);
+    let mut stream = connect(&node);
+    stream.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n").expect("send");
+    let (status, head) = read_status(&mut stream);
+    assert_eq!(status, 200, "{head}");
+    read_exact_body(&mut stream, &head);
+    let idle_since = Instant::now();
+    assert!(wait_until(ACT_TIMEOUT, || closed_by_server(&mut stream)), "never closed");
+    let idle = idle_since.elapsed();
+    assert!(idle >= Duration::from_secs(3), "closed after {idle:?}, before the idle timeout");
+}
+
 /// A body that trickles is answered 408 once the body timeout passes.
 #[test]
 fn a_trickling_body_is_answered_408() {

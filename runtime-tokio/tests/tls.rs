@@ -222,3 +222,37 @@ fn sighup_swaps_the_certificate_and_open_connections_keep_theirs() {
     assert_eq!(presented(), second);
     assert_eq!(open.request("GET", "/healthz", b"").0, 200);
 }
+
+/// Connections that never start their TLS handshake are closed after the header timeout, and
+/// the node keeps serving TLS beside them.
+#[test]
+fn silent_connections_are_cut_off_before_the_handshake() {
+    let (tmp, data) = data_dir();
+    let (cert, key) = paths(tmp.path());
+    let der = write_cert(&cert, &key);
+    let (c, k) = (cert.to_str().expect("UTF-8"), key.to_str().expect("UTF-8"));
+    let node =
+        TestNode::spawn_with(&data, &["--tls-cert", c, "--tls-key", k, "--header-timeout", "2s"]);
+    let url = node.url.replace("http://", "https://");
+    wait_ready(&node, &url, &der);
+    let addr = url.trim_start_matches("https://");
+    let mut silent: Vec<TcpStream> =
+        (0..50).map(|_| TcpStream::connect(addr).expect("connect")).collect();
+    assert_eq!(TlsConn::connect(&url, &[&der]).request("GET", "/healthz", b"").0, 200);
+    let all_closed = wait_until(Duration::from_secs(30), || {
+        silent.retain_mut(|stream| !closed_by_server(stream));
+        silent.is_empty()
+    });
+    assert!(all_closed, "{} silent connections still open", silent.len());
+}
+
+/// Whether the server has closed `stream` (EOF or a reset, not "would block").
+fn closed_by_server(stream: &mut TcpStream) -> bool {
+    stream.set_nonblocking(true).expect("nonblocking");
+    let mut buf = [0u8; 64];
+    match stream.read(&mut buf) {
+        Ok(0) => true,
+        Ok(_) => false,
+        Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
+    }
+}

@@ -188,8 +188,17 @@ fn text(body: &[u8]) -> String {
 pub type Metrics = BTreeMap<String, f64>;
 
 /// Reads `/metrics` (node-wide series only).
+/// The admin connection sits idle between scrapes, longer than a server may keep an idle
+/// keep-alive connection: one that was closed is reopened once.
 pub async fn scrape(conn: &mut Conn, endpoint: &Endpoint) -> anyhow::Result<Metrics> {
-    let (status, body) = conn.round_trip(&endpoint.get("/metrics")).await?;
+    let request = endpoint.get("/metrics");
+    let (status, body) = match conn.round_trip(&request).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            *conn = Conn::connect(endpoint).await?;
+            conn.round_trip(&request).await?
+        }
+    };
     if status != 200 {
         bail!("GET /metrics: {status}");
     }

@@ -32,6 +32,7 @@ use tokio::time::Sleep;
 use tower_service::Service;
 
 use super::HttpLimits;
+use super::deadline::Deadline;
 use crate::http::ApiError;
 
 /// The budget's unit: bytes are counted in whole KiB (rounded up), so that a `u32` of permits
@@ -49,6 +50,8 @@ pub(super) struct Bounded {
     router: Router,
     budget: Arc<Semaphore>,
     body_timeout: Duration,
+    /// The connection's deadline, told where each request begins and ends.
+    deadline: Option<Arc<Deadline>>,
 }
 
 /// Why a body was cut off (0: it was not).
@@ -71,6 +74,7 @@ impl Bounded {
             router,
             budget: Arc::new(Semaphore::new(units)),
             body_timeout: limits.body_timeout,
+            deadline: None,
         }
     }
 
@@ -87,37 +91,64 @@ impl hyper::service::Service<Request<Incoming>> for Bounded {
     type Future = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let this = self.clone();
+        if let Some(deadline) = &this.deadline {
+            deadline.request_started();
+        }
+        Box::pin(async move {
+            let response = this.respond(request).await;
+            if let Some(deadline) = &this.deadline {
+                deadline.request_done();
+            }
+            Ok(response)
+        })
+    }
+}
+
+impl Bounded {
+    /// This service for one connection, marking its requests' start and end on `deadline`.
+    pub(super) fn for_connection(&self, deadline: Arc<Deadline>) -> Bounded {
+        Bounded { deadline: Some(deadline), ..self.clone() }
+    }
+
+    async fn respond(&self, request: Request<Incoming>) -> Response {
         let mut router = self.router.clone();
         if http_body::Body::is_end_stream(request.body()) {
-            return Box::pin(router.call(request.map(Body::new)));
+            let Ok(response) = router.call(request.map(Body::new)).await;
+            return response;
         }
         let ledger = Arc::new(Ledger::default());
-        let declared = http_body::Body::size_hint(request.body()).exact();
-        let chunked_budget = match declared {
-            Some(bytes) => {
-                let Some(permit) = self.reserve(bytes) else {
-                    return Box::pin(async { Ok(over_budget()) });
-                };
-                *lock(&ledger.held) = Some(permit);
-                None
-            }
-            None => Some(self.budget.clone()),
+        let Some(budget) = self.take_declared(&request, &ledger) else {
+            return over_budget();
         };
         let sleep = Box::pin(tokio::time::sleep(self.body_timeout));
         let watched = ledger.clone();
-        let request = request.map(|inner| {
-            Body::new(Guarded { inner, sleep, ledger: watched, budget: chunked_budget, seen: 0 })
-        });
-        Box::pin(async move {
-            let response = router.call(request).await?;
-            let cut = ledger.cut.load(Ordering::Relaxed);
-            drop(ledger); // The answer is ready: the handler no longer holds the body's bytes.
-            Ok(match cut {
-                CUT_TIMEOUT => timed_out(),
-                CUT_BUDGET => over_budget(),
-                _ => response,
-            })
-        })
+        let request = request
+            .map(|inner| Body::new(Guarded { inner, sleep, ledger: watched, budget, seen: 0 }));
+        let Ok(response) = router.call(request).await;
+        let cut = ledger.cut.load(Ordering::Relaxed);
+        drop(ledger); // The answer is ready: the handler no longer holds the body's bytes.
+        match cut {
+            CUT_TIMEOUT => timed_out(),
+            CUT_BUDGET => over_budget(),
+            _ => response,
+        }
+    }
+
+    /// For a body of declared length, takes it from the budget into `ledger` (`None` when the
+    /// budget cannot cover it); for a chunked one, the budget to take from as it arrives.
+    fn take_declared(
+        &self,
+        request: &Request<Incoming>,
+        ledger: &Ledger,
+    ) -> Option<Option<Arc<Semaphore>>> {
+        match http_body::Body::size_hint(request.body()).exact() {
+            Some(bytes) => {
+                *lock(&ledger.held) = Some(self.reserve(bytes)?);
+                Some(None)
+            }
+            None => Some(Some(self.budget.clone())),
+        }
     }
 }
 

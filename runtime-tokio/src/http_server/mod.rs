@@ -9,6 +9,7 @@
 
 mod budget;
 mod conn;
+mod deadline;
 mod refuse;
 pub mod tls;
 
@@ -24,9 +25,11 @@ pub use tls::Tls;
 
 /// Largest request head (request line and headers) accepted; a larger one is answered 431.
 pub const MAX_HEADER_BYTES: usize = 16 * 1024;
-/// How long a client may take to send a request head, and how long a keep-alive connection may
-/// sit idle between requests (hyper runs one timer for both); also bounds a TLS handshake.
+/// How long a client may take to send a request head, from its first byte (the first head: from
+/// the connect, TLS handshake included).
 pub const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a keep-alive connection may sit idle (nothing read or written) between requests.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a client may take to send a request body, from its head on; a slower one is answered
 /// 408.
 pub const BODY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -72,6 +75,7 @@ pub fn raise_fd_limit(max_connections: usize) {
 pub struct HttpLimits {
     pub max_header_bytes: usize,
     pub header_timeout: Duration,
+    pub idle_timeout: Duration,
     pub body_timeout: Duration,
     pub max_connections: usize,
     pub max_inflight_bytes: usize,
@@ -82,6 +86,7 @@ impl Default for HttpLimits {
         HttpLimits {
             max_header_bytes: MAX_HEADER_BYTES,
             header_timeout: HEADER_TIMEOUT,
+            idle_timeout: IDLE_TIMEOUT,
             body_timeout: BODY_TIMEOUT,
             max_connections: MAX_CONNECTIONS,
             max_inflight_bytes: MAX_INFLIGHT_BYTES,
