@@ -11,8 +11,12 @@
 #   scripts/hostile-clients.sh [NARAD_BINARY]     (default target/release/narad)
 #
 # Knobs (environment): LORIS (2000), FLOODERS (24), CLIENTS (8, the measured producer),
-# DURATION (20s per producer run), TLS_CLIENTS (64), TLS_DURATION (10s), PORT (7970),
-# BENCH_DIR (/var/tmp). Needs python3, curl and openssl (for a throwaway self-signed cert).
+# DURATION (20s per producer run), FLOOD_TOPIC (flood; a topic that does not exist floods the
+# HTTP layer only: bodies are read and parsed, then answered 404, nothing reaches the WAL),
+# SERVE_FLAGS (more `narad serve` flags for the attacked node), ATTACK (1; 0 skips part 1),
+# TLS_COMPARE (1; 0 skips part 2), TLS_ROUNDS (2: 4 x TLS_ROUNDS runs, P T T P ...),
+# TLS_CLIENTS (64), TLS_DURATION (10s), PORT (7970), BENCH_DIR (/var/tmp).
+# Needs python3, curl and openssl (for a throwaway self-signed cert).
 set -euo pipefail
 
 BIN="${1:-target/release/narad}"
@@ -20,6 +24,11 @@ LORIS="${LORIS:-2000}"
 FLOODERS="${FLOODERS:-24}"
 CLIENTS="${CLIENTS:-8}"
 DURATION="${DURATION:-20s}"
+FLOOD_TOPIC="${FLOOD_TOPIC:-flood}"
+SERVE_FLAGS="${SERVE_FLAGS:-}"
+ATTACK="${ATTACK:-1}"
+TLS_COMPARE="${TLS_COMPARE:-1}"
+TLS_ROUNDS="${TLS_ROUNDS:-2}"
 TLS_CLIENTS="${TLS_CLIENTS:-64}"
 TLS_DURATION="${TLS_DURATION:-10s}"
 PORT="${PORT:-7970}"
@@ -61,14 +70,22 @@ bench() { # bench URL CLIENTS DURATION [bench flags...]: prints the JSON report
         --json "$@"
 }
 
-summary() { # summary LABEL: one line from a bench JSON report on stdin
-    python3 -c 'import json,sys; d=json.load(sys.stdin); print(f"{sys.argv[1]}: {d[\"requests\"]} x 202 ({d[\"msgs_per_sec\"]:.0f}/s), {d[\"errors\"]} errors, p50 {d[\"p50_ms\"]:.2f} ms, p99 {d[\"p99_ms\"]:.2f} ms")' "$1"
+summary() { # summary LABEL FILE: one line from a bench JSON report
+    python3 - "$1" "$2" <<'EOF'
+import json, sys
+d = json.load(open(sys.argv[2]))
+print(f"{sys.argv[1]}: {d['requests']} x 202 ({d['msgs_per_sec']:.0f}/s), {d['errors']} errors "
+      f"(first: {d['first_error']}), p50 {d['p50_ms']:.2f} ms, p99 {d['p99_ms']:.2f} ms, "
+      f"max {d['max_ms']:.2f} ms")
+EOF
 }
 
 rss_kib() { awk -v key="$2:" '$1 == key { print $2 }' "/proc/$1/status"; }
 
 # --- 1. Producer alone, then under attack. ---
-start attack "$PORT"
+attack() {
+# shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
+start attack "$PORT" $SERVE_FLAGS
 URL="http://127.0.0.1:$PORT"
 wait_ready "$URL"
 curl -fsS -X POST "$URL/v1/topics" -d '{"name":"flood","partitions":1}' >/dev/null
@@ -78,23 +95,31 @@ echo "rss before the attack: $(rss_kib "$NODE_PID" VmRSS) KiB"
 
 seconds=$(python3 -c "print(float('${DURATION%s}') + 12)")
 python3 "$HERE/hostile_clients.py" "127.0.0.1:$PORT" --loris "$LORIS" --flooders "$FLOODERS" \
-    --seconds "$seconds" --ready-file "$WORK/loris-ready" >"$WORK/attack.json" &
+    --seconds "$seconds" --flood-topic "$FLOOD_TOPIC" --ready-file "$WORK/loris-ready" \
+    >"$WORK/attack.json" &
 ATTACKER=$!
 PIDS+=("$ATTACKER")
 for _ in $(seq 600); do [[ -s "$WORK/loris-ready" ]] && break; sleep 0.1; done
 echo "slow-loris connections open: $(cat "$WORK/loris-ready" 2>/dev/null || echo none)"
 bench "$URL" "$CLIENTS" "$DURATION" --server-pid "$NODE_PID" >"$WORK/attacked.json"
 wait "$ATTACKER" || true
-summary "producer alone       " <"$WORK/alone.json"
-summary "producer under attack" <"$WORK/attacked.json"
+summary "producer alone       " "$WORK/alone.json"
+summary "producer under attack" "$WORK/attacked.json"
 echo "attackers were answered: $(cat "$WORK/attack.json")"
 kill -0 "$NODE_PID" && echo "node still up: yes" || echo "node still up: NO"
 echo "node peak RSS (VmHWM): $(rss_kib "$NODE_PID" VmHWM) KiB, now (VmRSS) $(rss_kib "$NODE_PID" VmRSS) KiB"
 kill "$NODE_PID"
+wait "$NODE_PID" 2>/dev/null || true
+rm -rf "$WORK/attack"
+sync # The flood's gigabytes are written back before anything else is measured.
+}
+[[ "$ATTACK" == 1 ]] && attack
+[[ "$TLS_COMPARE" == 1 ]] || exit 0
 
 # --- 2. TLS on vs off, same binary, same shape. ---
 openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:P-256 -nodes -days 1 \
     -subj "/CN=127.0.0.1" -addext "subjectAltName=IP:127.0.0.1" \
+    -addext "basicConstraints=critical,CA:FALSE" \
     -keyout "$WORK/key.pem" -out "$WORK/cert.pem" 2>/dev/null
 plain_port=$((PORT + 1))
 tls_port=$((PORT + 2))
@@ -114,7 +139,9 @@ run_tls_side() { # run_tls_side plain|tls
     fi | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sys.argv[1], d["msgs_per_sec"], d["p99_ms"], d.get("server_cpu_us_per_msg"))' "$1" |
         tee -a "$WORK/tls-rows"
 }
-for side in plain tls tls plain; do run_tls_side "$side"; done
+for _ in $(seq "$TLS_ROUNDS"); do
+    for side in plain tls tls plain; do run_tls_side "$side"; done
+done
 python3 - "$WORK/tls-rows" "$TLS_CLIENTS" <<'EOF'
 import sys
 rows = [line.split() for line in open(sys.argv[1])]

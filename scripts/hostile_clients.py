@@ -94,10 +94,10 @@ def loris(addr, count, deadline, counts, ready_file):
     counts.add("loris_open_at_end", len(sel.get_map()))
 
 
-def flooder(addr, body, deadline, counts):
+def flooder(addr, topic, body, deadline, counts):
     head = (
-        "POST /v1/topics/flood/produce/batch HTTP/1.1\r\nHost: x\r\n"
-        "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % len(body)
+        "POST /v1/topics/%s/produce/batch HTTP/1.1\r\nHost: x\r\n"
+        "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (topic, len(body))
     ).encode()
     while time.monotonic() < deadline:
         try:
@@ -141,6 +141,7 @@ def main():
     parser.add_argument("--loris", type=int, default=2000)
     parser.add_argument("--flooders", type=int, default=24)
     parser.add_argument("--seconds", type=float, default=30)
+    parser.add_argument("--flood-topic", default="flood")
     parser.add_argument("--ready-file", required=True)
     args = parser.parse_args()
     host, port = args.addr.rsplit(":", 1)
@@ -149,7 +150,7 @@ def main():
     counts = Counts()
     body = batch_body()
     threads = [threading.Thread(target=loris, args=(addr, args.loris, deadline, counts, args.ready_file))]
-    threads += [threading.Thread(target=flooder, args=(addr, body, deadline, counts)) for _ in range(args.flooders)]
+    threads += [threading.Thread(target=flooder, args=(addr, args.flood_topic, body, deadline, counts)) for _ in range(args.flooders)]
     threads.append(threading.Thread(target=oversize, args=(addr, deadline, counts)))
     for t in threads:
         t.start()

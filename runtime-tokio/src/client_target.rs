@@ -22,7 +22,8 @@ pub struct Target {
     #[arg(long, value_name = "URL", env = "NARAD_URL", default_value = DEFAULT_URL, global = true)]
     pub url: String,
     /// For https:// URLs: trust the certificates in this PEM file (a CA, or the node's own
-    /// self-signed certificate) instead of the built-in public roots.
+    /// self-signed certificate, which must not be marked as a CA: openssl req -x509 needs
+    /// -addext basicConstraints=critical,CA:FALSE) instead of the built-in public roots.
     #[arg(long, value_name = "PEM", env = "NARAD_CA", global = true)]
     pub ca: Option<PathBuf>,
     /// HTTP Basic credentials sent with every request, as NAME:PASSWORD.
