@@ -163,9 +163,16 @@ fn produce_and_consume_over_tls_with_the_cli_and_a_rustls_client() {
     let mut conn = TlsConn::connect(&url, &[&der]);
     let (status, body) = conn.request("POST", "/v1/topics/t/produce", b"from-rustls");
     assert_eq!(status, 202, "{body}");
-    let (ok, out, err) = cli(&["consume", "t", "--partition", "0", "--offset", "0", "--max", "10"]);
-    assert!(ok, "consume over TLS: {err}");
-    assert!(out.contains("over-tls") && out.contains("from-rustls"), "{out}");
+    // A 202 is durable; visible once dispatched to the partition (soon, not at once).
+    let mut out = String::new();
+    let both_visible = wait_until(READY_TIMEOUT, || {
+        let (ok, stdout, err) =
+            cli(&["consume", "t", "--partition", "0", "--offset", "0", "--max", "10"]);
+        assert!(ok, "consume over TLS: {err}");
+        out = stdout;
+        out.contains("over-tls") && out.contains("from-rustls")
+    });
+    assert!(both_visible, "both records consumed over TLS: {out}");
     // The load generator speaks TLS too.
     let (ok, out, err) = cli(&[
         "bench",
