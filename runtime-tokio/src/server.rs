@@ -39,6 +39,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = StdListener::bind(args.http)
         .with_context(|| format!("binding the HTTP API to {}", args.http))?;
     listener.set_nonblocking(true)?;
+    http_server::deepen_backlog(&listener).context("deepening the HTTP accept queue")?;
     let found = datadir::load(&args.data_dir)?;
     tracing::info!(
         data_dir = %args.data_dir.display(),

@@ -41,6 +41,17 @@ pub const MAX_INFLIGHT_BYTES: usize = 256 * 1024 * 1024;
 /// The smallest `--max-inflight-bytes`: one body of the largest kind (a batch) must fit.
 pub const MIN_INFLIGHT_BYTES: usize = narad_core::constants::MAX_BATCH_BYTES;
 
+/// Connections the kernel completes and queues for `accept` (std's `bind` asks for 128): a burst
+/// of connects beyond the queue is not refused but has its handshakes dropped and retried by the
+/// clients a second or more later, so the queue is made deep enough for a burst (the kernel
+/// caps it at `net.core.somaxconn`).
+const ACCEPT_BACKLOG: i32 = 4096;
+
+/// Deepens a listening socket's accept queue to `ACCEPT_BACKLOG` (listening again changes it).
+pub fn deepen_backlog(listener: &std::net::TcpListener) -> std::io::Result<()> {
+    rustix::net::listen(listener, ACCEPT_BACKLOG).map_err(std::io::Error::from)
+}
+
 /// File descriptors kept beyond `--max-connections` for everything else the node opens (WAL and
 /// segment files, the cluster socket, refusals in progress).
 const SPARE_FDS: u64 = 1024;
