@@ -5,6 +5,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use clap::builder::TypedValueParser as _;
 use clap::{Args, Parser, Subcommand};
 
 pub use crate::client_target::{DEFAULT_URL, Target};
@@ -63,6 +64,10 @@ pub enum Command {
     Dev(crate::dev::DevArgs),
     /// Inspect the cluster through a running node (`narad cluster members`).
     Cluster(crate::cluster_cli::ClusterCommand),
+    /// Manage users and their grants (`narad user create|list|get|delete|grants|password`).
+    ///
+    /// Passwords are read from --password-file or standard input, never from the command line.
+    User(crate::user_cli::UserArgs),
 }
 
 #[derive(Debug, Args)]
@@ -102,6 +107,63 @@ pub struct ServeArgs {
     pub access: crate::auth::setup::AccessArgs,
     #[command(flatten)]
     pub cluster: crate::cluster_cli::ClusterArgs,
+    /// Largest request head (request line and headers) accepted, in bytes; a larger one is
+    /// answered 431 and the connection closed.
+    #[arg(long, value_name = "BYTES", env = "NARAD_MAX_HEADER_BYTES",
+          default_value_t = crate::http_server::MAX_HEADER_BYTES,
+          value_parser = clap::value_parser!(u32).range(4096..=1024 * 1024).map(|v| v as usize))]
+    pub max_header_bytes: usize,
+    /// How long a client may take to send a request head, from its first byte (for the first
+    /// request: from the connect, TLS handshake included) before it is disconnected.
+    #[arg(long, value_name = "TIME", env = "NARAD_HEADER_TIMEOUT", default_value = "10s",
+          value_parser = parse_positive_duration)]
+    pub header_timeout: Duration,
+    /// How long a client may take to send a request body, from its head on; a slower one is
+    /// answered 408 and disconnected.
+    #[arg(long, value_name = "TIME", env = "NARAD_BODY_TIMEOUT", default_value = "30s",
+          value_parser = parse_positive_duration)]
+    pub body_timeout: Duration,
+    /// Open client connections this node serves at once; one more is answered 503 (with
+    /// Retry-After) and closed. Each open connection costs a file descriptor.
+    #[arg(long, value_name = "N", env = "NARAD_MAX_CONNECTIONS",
+          default_value_t = crate::http_server::MAX_CONNECTIONS,
+          value_parser = clap::value_parser!(u32).range(1..=1_000_000).map(|v| v as usize))]
+    pub max_connections: usize,
+    /// Request-body bytes held in memory at once over all connections; a request that does not
+    /// fit is answered 503 with Retry-After before its body is read. At least 16 MiB (the
+    /// largest batch).
+    #[arg(long, value_name = "BYTES", env = "NARAD_MAX_INFLIGHT_BYTES",
+          default_value_t = crate::http_server::MAX_INFLIGHT_BYTES,
+          value_parser = clap::value_parser!(u64)
+              .range(crate::http_server::MIN_INFLIGHT_BYTES as u64..=1 << 40)
+              .map(|v| v as usize))]
+    pub max_inflight_bytes: usize,
+    /// Serve the HTTP API over TLS with this PEM certificate chain (with --tls-key). SIGHUP
+    /// re-reads both files for new connections.
+    #[arg(long, value_name = "PEM", env = "NARAD_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The PEM private key of --tls-cert.
+    #[arg(long, value_name = "PEM", env = "NARAD_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// How long a keep-alive connection may sit idle (nothing read or written) between
+    /// requests before it is closed.
+    #[arg(long, value_name = "TIME", env = "NARAD_IDLE_TIMEOUT", default_value = "60s",
+          value_parser = parse_positive_duration)]
+    pub idle_timeout: Duration,
+}
+
+impl ServeArgs {
+    /// The HTTP server's bounds, from the flags.
+    pub fn http_limits(&self) -> crate::http_server::HttpLimits {
+        crate::http_server::HttpLimits {
+            max_header_bytes: self.max_header_bytes,
+            header_timeout: self.header_timeout,
+            idle_timeout: self.idle_timeout,
+            body_timeout: self.body_timeout,
+            max_connections: self.max_connections,
+            max_inflight_bytes: self.max_inflight_bytes,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -275,6 +337,14 @@ pub struct BenchArgs {
     /// With --fsync-probe: overwrite a pre-written file instead of appending.
     #[arg(long, requires = "fsync_probe")]
     pub probe_overwrite: bool,
+}
+
+/// A duration above zero (a timeout of zero would refuse everything).
+fn parse_positive_duration(text: &str) -> Result<Duration, String> {
+    match parse_duration(text)? {
+        Duration::ZERO => Err("must be above zero".to_string()),
+        duration => Ok(duration),
+    }
 }
 
 /// Parses `10s`, `500ms`, `2m` or a bare number of seconds.

@@ -17,8 +17,8 @@ pub(crate) const RESPONSE_LIMIT_BYTES: u64 = 64 * 1024 * 1024;
 
 /// `narad topic ...`.
 pub fn topic(args: TopicArgs) -> anyhow::Result<()> {
-    let base = args.target.url.trim_end_matches('/');
-    let agent = agent();
+    let base = args.target.base();
+    let agent = args.target.agent(REQUEST_TIMEOUT)?;
     let response = match args.action {
         TopicAction::Create { name, partitions, retention_ms, retention_bytes } => {
             let body = serde_json::json!({
@@ -72,7 +72,7 @@ fn update_body(
 
 /// `narad produce TOPIC [DATA]`.
 pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
-    let base = args.target.url.trim_end_matches('/');
+    let base = args.target.base();
     let data = match args.data {
         Some(data) => data.into_bytes(),
         None => {
@@ -90,7 +90,9 @@ pub fn produce(args: ProduceArgs) -> anyhow::Result<()> {
     if let Some(partition) = args.partition {
         url.push_str(&format!("{sep}partition={partition}"));
     }
-    let response = agent()
+    let response = args
+        .target
+        .agent(REQUEST_TIMEOUT)?
         .post(&url)
         .header("content-type", "application/octet-stream")
         .send(&data[..])
@@ -106,7 +108,7 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     let Some(partition) = args.partition else {
         bail!("--partition is required (or --follow to follow every partition)");
     };
-    let base = args.target.url.trim_end_matches('/');
+    let base = args.target.base();
     let mut url = format!(
         "{base}/v1/topics/{}/consume?partition={partition}&offset={}",
         segment(&args.topic),
@@ -115,7 +117,8 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     if let Some(max) = args.max {
         url.push_str(&format!("&max={max}"));
     }
-    let response = agent().get(&url).call().with_context(|| format!("requesting {base}"))?;
+    let agent = args.target.agent(REQUEST_TIMEOUT)?;
+    let response = agent.get(&url).call().with_context(|| format!("requesting {base}"))?;
     if response.status().as_u16() == 204 {
         eprintln!("no message at offset {} (past the high watermark)", args.offset);
         return Ok(());
@@ -123,17 +126,13 @@ pub fn consume(args: ConsumeArgs) -> anyhow::Result<()> {
     print_answer(response)
 }
 
-pub(crate) fn agent() -> ureq::Agent {
-    ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(REQUEST_TIMEOUT))
-        .proxy(None)
-        .build()
-        .into()
+/// A client of `target` with the client commands' timeout.
+pub(crate) fn agent(target: &crate::cli::Target) -> anyhow::Result<ureq::Agent> {
+    target.agent(REQUEST_TIMEOUT)
 }
 
 /// Prints a 2xx body to stdout; anything else is an error carrying the server's message.
-fn print_answer(response: ureq::http::Response<ureq::Body>) -> anyhow::Result<()> {
+pub(crate) fn print_answer(response: ureq::http::Response<ureq::Body>) -> anyhow::Result<()> {
     let status = response.status();
     let body = response
         .into_body()

@@ -225,12 +225,8 @@ struct MemberJson {
 /// Runs `narad cluster ...`.
 pub fn run(command: ClusterCommand) -> anyhow::Result<()> {
     let ClusterAction::Members { json } = command.action;
-    let base = command.target.url.trim_end_matches('/');
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(Duration::from_secs(30)))
-        .build()
-        .into();
+    let base = command.target.base();
+    let agent = command.target.agent(Duration::from_secs(30))?;
     let mut response = agent
         .get(format!("{base}/v1/cluster/members"))
         .call()

@@ -24,18 +24,20 @@ const RETRY_AFTER: Duration = Duration::from_secs(1);
 
 /// Runs until a signal; prints the closing line and exits the process.
 pub fn follow(args: &ConsumeArgs) -> anyhow::Result<()> {
-    let base = args.target.url.trim_end_matches('/').to_string();
+    let base = args.target.base().to_string();
+    let agent = crate::client::agent(&args.target)?;
     let starts = match args.partition {
         Some(partition) => vec![(partition, args.offset)],
-        None => partition_ends(&base, &args.topic)?,
+        None => partition_ends(&agent, &base, &args.topic)?,
     };
     let printed = Arc::new(AtomicU64::new(0));
     let stop = crate::dev::watch_signals().context("watching for Ctrl-C")?;
     for (partition, offset) in starts {
         let (base, topic, printed) = (base.clone(), args.topic.clone(), Arc::clone(&printed));
+        let agent = agent.clone();
         std::thread::Builder::new()
             .name(format!("follow-p{partition}"))
-            .spawn(move || follow_partition(&base, &topic, partition, offset, &printed))
+            .spawn(move || follow_partition(&agent, &base, &topic, partition, offset, &printed))
             .context("starting a follower thread")?;
     }
     while !stop.load(Ordering::Relaxed) {
@@ -50,10 +52,9 @@ pub fn follow(args: &ConsumeArgs) -> anyhow::Result<()> {
 }
 
 /// Every partition of `topic` and its high watermark now.
-fn partition_ends(base: &str, topic: &str) -> anyhow::Result<Vec<(u32, u64)>> {
+fn partition_ends(agent: &ureq::Agent, base: &str, topic: &str) -> anyhow::Result<Vec<(u32, u64)>> {
     let url = format!("{base}/v1/topics/{}", crate::client::segment(topic));
-    let response =
-        crate::client::agent().get(&url).call().with_context(|| format!("requesting {base}"))?;
+    let response = agent.get(&url).call().with_context(|| format!("requesting {base}"))?;
     let status = response.status();
     let body = read_json(response).context("reading the topic")?;
     if !status.is_success() {
@@ -75,14 +76,20 @@ fn partition_ends(base: &str, topic: &str) -> anyhow::Result<Vec<(u32, u64)>> {
         .collect()
 }
 
-fn follow_partition(base: &str, topic: &str, partition: u32, mut offset: u64, printed: &AtomicU64) {
-    let agent = crate::client::agent();
+fn follow_partition(
+    agent: &ureq::Agent,
+    base: &str,
+    topic: &str,
+    partition: u32,
+    mut offset: u64,
+    printed: &AtomicU64,
+) {
     let path = crate::client::segment(topic);
     loop {
         let url = format!(
             "{base}/v1/topics/{path}/consume?partition={partition}&offset={offset}&max={FOLLOW_MAX}&wait={FOLLOW_WAIT}"
         );
-        match poll(&agent, &url) {
+        match poll(agent, &url) {
             Ok(records) => {
                 let mut stdout = std::io::stdout().lock();
                 for record in &records {

@@ -18,11 +18,13 @@ mod driver;
 pub mod env;
 mod follow;
 mod http;
+pub mod http_server;
 pub mod password;
 mod payload_json;
 pub mod server;
 pub mod sub;
 mod transport;
+pub mod user_cli;
 mod user_directory;
 
 pub use transport::{ClusterKey, TransportEnv};

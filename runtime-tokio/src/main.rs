@@ -10,7 +10,7 @@ use clap::Parser;
 use tracing_subscriber::EnvFilter;
 
 use narad::cli::{Cli, Command};
-use narad::{bench, client, cluster_cli, dev, server, sub};
+use narad::{bench, client, cluster_cli, dev, server, sub, user_cli};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -32,6 +32,7 @@ fn main() -> ExitCode {
         Command::Bench(args) => bench::run(args),
         Command::Dev(args) => dev::run(args),
         Command::Cluster(args) => cluster_cli::run(args),
+        Command::User(args) => user_cli::run(args),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,

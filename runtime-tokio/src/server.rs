@@ -25,6 +25,7 @@ use crate::disk::DiskExecutor;
 use crate::driver::{Driver, NodeExit};
 use crate::env::{DiskBackend, LogOnly, NodeObserver};
 use crate::http;
+use crate::http_server::{self, HttpLimits, Tls};
 use crate::transport::TransportEnv;
 
 /// How long the node may take to finish in-flight work after a shutdown signal.
@@ -35,6 +36,8 @@ const HTTP_DRAIN_GRACE: Duration = Duration::from_secs(3);
 /// Runs a node until it is told to stop.
 pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let plan = ClusterPlan::new(args.node_id, &args.cluster)?;
+    let tls = Tls::from_flags(args.tls_cert.as_deref(), args.tls_key.as_deref())?;
+    http_server::raise_fd_limit(args.max_connections);
     let _lock = datadir::lock(&args.data_dir)?;
     let found = datadir::load(&args.data_dir)?;
     tracing::info!(
@@ -56,6 +59,7 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let listener = StdListener::bind(args.http)
         .with_context(|| format!("binding the HTTP API to {}", args.http))?;
     listener.set_nonblocking(true)?;
+    http_server::deepen_backlog(&listener).context("deepening the HTTP accept queue")?;
     let runtime = match args.threads {
         1 => tokio::runtime::Builder::new_current_thread().enable_all().build(),
         n => tokio::runtime::Builder::new_multi_thread()
@@ -65,7 +69,8 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
             .build(),
     }
     .context("starting the tokio runtime")?;
-    runtime.block_on(run(args, plan, listener, node, clock, access))
+    let http = HttpOptions { limits: args.http_limits(), tls };
+    runtime.block_on(run(args, plan, listener, node, clock, (access, http)))
 }
 
 /// Rebuilds the node from what start-up found on disk (`datadir::load`, or the simulator's
@@ -105,9 +110,10 @@ async fn run(
     listener: StdListener,
     node: Node,
     clock: Clock,
-    access: Access,
+    (access, http): (Access, HttpOptions),
 ) -> anyhow::Result<()> {
     let mut signals = Signals::register(args.exit_with_parent)?;
+    reload_on_sighup(http.tls.clone())?;
     let (done_tx, disk_done) = mpsc::unbounded_channel();
     let disk = DiskExecutor::start(&args.data_dir, done_tx).context("starting disk threads")?;
     let listener = tokio::net::TcpListener::from_std(listener)?;
@@ -125,7 +131,14 @@ async fn run(
         transport: TransportEnv::os(),
         access,
     };
-    run_node(parts, plan, listener, &mut signals).await.map(drop)
+    run_node_with(parts, plan, listener, &mut signals, http).await.map(drop)
+}
+
+/// How the HTTP API is served: its bounds and, optionally, TLS.
+#[derive(Clone, Default)]
+pub struct HttpOptions {
+    pub limits: HttpLimits,
+    pub tls: Option<Tls>,
 }
 
 /// Everything a recovered node runs with, production's or the simulator's (see `env`).
@@ -156,11 +169,28 @@ pub trait StopRequests: Send {
 /// `listener`, and runs until the node stops. A stop request shuts down in order (no new
 /// connections, in-flight group commits finish, the checkpoint is flushed, peers see the close)
 /// and returns the node's last counters; a driver or server that stops on its own is an error.
+/// The HTTP server has its default bounds and no TLS (`run_node_with` chooses).
 pub async fn run_node<L, S>(
     parts: NodeParts,
     plan: ClusterPlan,
     listener: L,
     stop: &mut S,
+) -> anyhow::Result<Stats>
+where
+    L: Listener,
+    L::Addr: std::fmt::Debug,
+    S: StopRequests,
+{
+    run_node_with(parts, plan, listener, stop, HttpOptions::default()).await
+}
+
+/// `run_node`, with the HTTP server's bounds and TLS given.
+pub async fn run_node_with<L, S>(
+    parts: NodeParts,
+    plan: ClusterPlan,
+    listener: L,
+    stop: &mut S,
+    http: HttpOptions,
 ) -> anyhow::Result<Stats>
 where
     L: Listener,
@@ -185,13 +215,13 @@ where
     if let Some(hash) = access.bootstrap_admin {
         tokio::spawn(bootstrap_admin(handle.clone(), hash));
     }
-    let server = axum::serve(listener, http::router(handle, gate))
-        .with_graceful_shutdown(stopped(stop_rx))
-        .into_future();
+    let tls = if http.tls.is_some() { "on" } else { "off" };
+    let router = http::router(handle, gate);
+    let server = http_server::serve(listener, router, http.limits, http.tls, stop_rx.clone());
     let mut server = tokio::spawn(server);
     match &data_dir {
-        Some(dir) => tracing::info!(?addr, data_dir = %dir.display(), "narad listening"),
-        None => tracing::info!(?addr, "narad listening"),
+        Some(dir) => tracing::info!(?addr, tls, data_dir = %dir.display(), "narad listening"),
+        None => tracing::info!(?addr, tls, "narad listening"),
     }
 
     // Biased: a driver or server that stopped is reported even if a signal came at once.
@@ -255,11 +285,6 @@ fn describe_exit(result: Result<NodeExit, tokio::task::JoinError>) -> String {
     }
 }
 
-/// Resolves once the stop flag turns true (or its sender is gone).
-async fn stopped(mut stop: watch::Receiver<bool>) {
-    let _ = stop.wait_for(|stop| *stop).await;
-}
-
 /// SIGTERM and SIGINT (Ctrl-C) listeners, registered before the node serves anything so that an
 /// early signal is never handled by the default action (instant death); with `--exit-with-parent`
 /// also the death of the parent process, which counts as a SIGTERM.
@@ -268,6 +293,21 @@ struct Signals {
     int: Signal,
     /// The parent process id to watch (it changes when the parent dies and we are re-parented).
     parent: Option<u32>,
+}
+
+/// Re-reads the TLS certificate and key on every SIGHUP (registered now, so that a SIGHUP is never
+/// the default action, death); without TLS there is nothing to reload and that is logged.
+fn reload_on_sighup(tls: Option<Tls>) -> anyhow::Result<()> {
+    let mut hup = signal(SignalKind::hangup()).context("handling SIGHUP")?;
+    tokio::spawn(async move {
+        while hup.recv().await.is_some() {
+            match &tls {
+                Some(tls) => tls.reload(),
+                None => tracing::info!("SIGHUP: no TLS configured, nothing to reload"),
+            }
+        }
+    });
+    Ok(())
 }
 
 /// How often a node started with `--exit-with-parent` checks that its parent is alive.

@@ -21,13 +21,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// Runs `narad sub`.
 pub fn run(args: SubArgs) -> anyhow::Result<()> {
     let stop = crate::dev::watch_signals()?;
-    let agent: ureq::Agent = ureq::Agent::config_builder()
-        .http_status_as_error(false)
-        .timeout_global(Some(REQUEST_TIMEOUT))
-        .proxy(None)
-        .build()
-        .into();
-    let base = args.target.url.trim_end_matches('/');
+    let agent = args.target.agent(REQUEST_TIMEOUT)?;
+    let base = args.target.base();
     let topic = crate::client::segment(&args.topic);
     let mut receive =
         format!("{base}/v1/topics/{topic}/consume?max={}&wait={RECEIVE_WAIT}", args.max);

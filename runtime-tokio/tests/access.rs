@@ -227,3 +227,54 @@ fn a_user_created_through_one_node_works_through_another_and_a_deleted_one_nowhe
         assert!(wait_until(CONVERGE, || pat.produce("t") == 401), "refused on node {}", ix + 1);
     }
 }
+
+/// `narad user ...` and the other client commands with `--user`: users are managed from the
+/// command line, passwords come from a file, and a DELETE from the CLI passes the browser guard.
+#[test]
+fn the_cli_manages_users_and_sends_credentials() {
+    let (_tmp, dir) = data_dir();
+    let node = TestNode::start(&dir);
+    let open = AuthClient::new(&node.url, None);
+    create_user(&open, "root", "root-password", json!([{ "action": "admin" }]));
+    let password_file = dir.with_extension("pw");
+    std::fs::write(&password_file, "cli-user-password\n").expect("write password");
+    let narad = |args: &[&str], user: &str| {
+        let output = Command::new(env!("CARGO_BIN_EXE_narad"))
+            .args(args)
+            .args(["--url", &node.url, "--user", user])
+            .output()
+            .expect("run narad");
+        (
+            output.status.success(),
+            String::from_utf8_lossy(&output.stdout).to_string(),
+            String::from_utf8_lossy(&output.stderr).to_string(),
+        )
+    };
+    let file = password_file.to_str().expect("UTF-8 path");
+    let root = "root:root-password";
+    let (ok, out, err) = narad(
+        &[
+            "user",
+            "create",
+            "cli",
+            "--grant",
+            "create:cli.*",
+            "--grant",
+            "admin:cli.*",
+            "--password-file",
+            file,
+        ],
+        root,
+    );
+    assert!(ok, "{err}");
+    assert!(out.contains("\"name\":\"cli\"") && !out.contains("cli-user-password"), "{out}");
+    let (ok, out, _) = narad(&["user", "list"], root);
+    assert!(ok && out.contains("\"root\"") && out.contains("\"cli\""), "{out}");
+    let cli = "cli:cli-user-password";
+    assert!(narad(&["topic", "create", "cli.t"], cli).0, "a create grant on cli.*");
+    let (ok, _, err) = narad(&["topic", "create", "other"], cli);
+    assert!(!ok && err.contains("403"), "{err}");
+    assert!(narad(&["topic", "delete", "cli.t"], cli).0, "the CLI's DELETE passes the guard");
+    let (ok, _, err) = narad(&["user", "list"], "cli:wrong-password");
+    assert!(!ok && err.contains("401"), "{err}");
+}

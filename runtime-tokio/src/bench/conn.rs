@@ -2,15 +2,18 @@
 //! one syscall, the answer parsed in place (status line and `Content-Length` only). The read
 //! buffer is reused, so a steady-state round trip allocates nothing. It understands exactly what
 //! a Narad node sends (bodies framed by `Content-Length`, or none for 204); anything else is an
-//! error rather than a guess.
+//! error rather than a guess. Over TLS for an https:// endpoint (the plain path stays a bare
+//! `TcpStream`, no indirection).
 
 use std::io::{self, ErrorKind};
-use std::net::SocketAddr;
 use std::ops::Range;
 
 use bytes::{Buf, BytesMut};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
+use tokio_rustls::client::TlsStream;
+
+use super::server::Endpoint;
 
 /// Largest response head we accept.
 const HEAD_LIMIT_BYTES: usize = 16 * 1024;
@@ -21,17 +24,25 @@ const READ_BUFFER_BYTES: usize = 16 * 1024;
 
 /// One keep-alive connection.
 pub struct Conn {
-    stream: TcpStream,
+    stream: Stream,
     buf: BytesMut,
     /// Bytes of the previous answer still at the front of `buf`.
     consumed: usize,
 }
 
 impl Conn {
-    /// Connects (with `TCP_NODELAY`: requests are small and must not wait for Nagle).
-    pub async fn connect(addr: SocketAddr) -> io::Result<Conn> {
-        let stream = TcpStream::connect(addr).await?;
-        stream.set_nodelay(true)?;
+    /// Connects (with `TCP_NODELAY`: requests are small and must not wait for Nagle), and
+    /// completes the TLS handshake of an https:// endpoint.
+    pub async fn connect(endpoint: &Endpoint) -> io::Result<Conn> {
+        let tcp = TcpStream::connect(endpoint.addr).await?;
+        tcp.set_nodelay(true)?;
+        let stream = match &endpoint.tls {
+            None => Stream::Plain(tcp),
+            Some(tls) => {
+                let tls = tls.connector.connect(tls.server_name.clone(), tcp).await?;
+                Stream::Tls(Box::new(tls))
+            }
+        };
         Ok(Conn { stream, buf: BytesMut::with_capacity(READ_BUFFER_BYTES), consumed: 0 })
     }
 
@@ -40,7 +51,13 @@ impl Conn {
     pub async fn round_trip(&mut self, request: &[u8]) -> io::Result<(u16, Range<usize>)> {
         self.buf.advance(self.consumed);
         self.consumed = 0;
-        self.stream.write_all(request).await?;
+        match &mut self.stream {
+            Stream::Plain(tcp) => tcp.write_all(request).await?,
+            Stream::Tls(tls) => {
+                tls.write_all(request).await?;
+                tls.flush().await?; // rustls buffers what it encrypts until flushed.
+            }
+        }
         let (status, head_len, body_len) = loop {
             if let Some(head) = parse_head(&self.buf)? {
                 break head;
@@ -70,11 +87,21 @@ impl Conn {
         if self.buf.capacity() - self.buf.len() < 1_024 {
             self.buf.reserve(READ_BUFFER_BYTES);
         }
-        match self.stream.read_buf(&mut self.buf).await? {
+        let read = match &mut self.stream {
+            Stream::Plain(tcp) => tcp.read_buf(&mut self.buf).await?,
+            Stream::Tls(tls) => tls.read_buf(&mut self.buf).await?,
+        };
+        match read {
             0 => Err(io::Error::new(ErrorKind::UnexpectedEof, "server closed the connection")),
             _ => Ok(()),
         }
     }
+}
+
+/// A connection's byte stream: plain, or TLS.
+enum Stream {
+    Plain(TcpStream),
+    Tls(Box<TlsStream<TcpStream>>),
 }
 
 /// Parses a complete response head at the start of `buf`: (status, head length, body length).

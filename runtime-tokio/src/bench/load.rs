@@ -63,11 +63,11 @@ impl Shape {
     /// Writes request number `n` (with visibility sequence `seq`) into `out`.
     fn build(&self, out: &mut Vec<u8>, body: &mut Vec<u8>, n: u64, seq: Option<u64>) {
         out.clear();
-        let host = &self.endpoint.host;
+        let headers = &self.endpoint.headers;
         let topic = &self.topic_segment;
         match self.kind {
             Kind::Healthz | Kind::Queue => {
-                let _ = write!(out, "GET /healthz HTTP/1.1\r\nHost: {host}\r\n\r\n");
+                let _ = write!(out, "GET /healthz HTTP/1.1\r\n{headers}\r\n");
             }
             Kind::Produce => {
                 let _ = write!(out, "POST /v1/topics/{topic}/produce");
@@ -76,7 +76,7 @@ impl Shape {
                 }
                 let _ = write!(
                     out,
-                    " HTTP/1.1\r\nHost: {host}\r\nContent-Type: application/octet-stream\r\n\
+                    " HTTP/1.1\r\n{headers}Content-Type: application/octet-stream\r\n\
                      Content-Length: {}\r\n\r\n",
                     self.payload_bytes
                 );
@@ -100,7 +100,7 @@ impl Shape {
                 body.extend_from_slice(b"]}");
                 let _ = write!(
                     out,
-                    "POST /v1/topics/{topic}/produce/batch HTTP/1.1\r\nHost: {host}\r\n\
+                    "POST /v1/topics/{topic}/produce/batch HTTP/1.1\r\n{headers}\
                      Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
                     body.len()
                 );
@@ -161,7 +161,7 @@ impl Run {
     /// pause) if it cannot be opened: the caller tries again on its next turn.
     pub(super) async fn connected<'c>(&self, conn: &'c mut Option<Conn>) -> Option<&'c mut Conn> {
         if conn.is_none() {
-            match Conn::connect(self.shape.endpoint.addr).await {
+            match Conn::connect(&self.shape.endpoint).await {
                 Ok(c) => *conn = Some(c),
                 Err(e) => {
                     self.on_error(Instant::now(), || format!("connect: {e}"));

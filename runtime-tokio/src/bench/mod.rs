@@ -78,7 +78,7 @@ fn shape(args: &BenchArgs) -> anyhow::Result<Shape> {
     }
     Ok(Shape {
         kind,
-        endpoint: Endpoint::parse(&args.target.url)?,
+        endpoint: Endpoint::new(&args.target)?,
         topic_segment: segment(&args.topic),
         payload_bytes: args.payload,
         keys: args.keys,
@@ -92,7 +92,7 @@ async fn measure(args: &BenchArgs, shape: Shape) -> anyhow::Result<Report> {
         _ => Some(server::ensure_topic(&endpoint, &args.topic, args.partitions).await?),
     };
     let server_pid = find_server(args.server_pid, endpoint.addr.port());
-    let mut admin = conn::Conn::connect(endpoint.addr)
+    let mut admin = conn::Conn::connect(&endpoint)
         .await
         .with_context(|| format!("connecting to {}", endpoint.host))?;
     let t0 = Instant::now();
@@ -207,7 +207,7 @@ async fn monitor(
     pid: Option<u32>,
     samples: Rc<std::cell::RefCell<Samples>>,
 ) {
-    let mut conn = conn::Conn::connect(endpoint.addr).await.ok();
+    let mut conn = conn::Conn::connect(&endpoint).await.ok();
     let wants_backlog = run.shape.kind != Kind::Healthz;
     while !run.stop.get() {
         let now = Instant::now();

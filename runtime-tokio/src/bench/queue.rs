@@ -23,14 +23,14 @@ fn receipt_handle(body: &[u8]) -> Option<&str> {
 /// One closed-loop worker: receive, then ack, until the run is over.
 pub async fn worker(run: Rc<Run>) {
     let shape = &run.shape;
-    let (host, topic) = (&shape.endpoint.host, &shape.topic_segment);
-    let receive = format!("GET /v1/topics/{topic}/consume HTTP/1.1\r\nHost: {host}\r\n\r\n");
+    let (headers, topic) = (&shape.endpoint.headers, &shape.topic_segment);
+    let receive = format!("GET /v1/topics/{topic}/consume HTTP/1.1\r\n{headers}\r\n");
     let mut conn: Option<Conn> = None;
     while !run.finished() {
         let Some(c) = run.connected(&mut conn).await else { continue };
         run.issued.set(run.issued.get() + 1);
         let sent = Instant::now();
-        match cycle(c, &receive, host, topic).await {
+        match cycle(c, &receive, headers, topic).await {
             Ok(Some(())) => run.on_ok(sent, Instant::now()),
             Ok(None) => {
                 run.on_empty();
@@ -46,7 +46,12 @@ pub async fn worker(run: Rc<Run>) {
 }
 
 /// One receive and its ack: `Some` once acked, `None` if there was nothing to receive.
-async fn cycle(c: &mut Conn, receive: &str, host: &str, topic: &str) -> Result<Option<()>, String> {
+async fn cycle(
+    c: &mut Conn,
+    receive: &str,
+    headers: &str,
+    topic: &str,
+) -> Result<Option<()>, String> {
     let (status, range) =
         c.round_trip(receive.as_bytes()).await.map_err(|e| format!("receive: {e}"))?;
     match status {
@@ -61,7 +66,7 @@ async fn cycle(c: &mut Conn, receive: &str, host: &str, topic: &str) -> Result<O
         .ok_or_else(|| "receive: no receipt_handle in the answer".to_string())?
         .to_string();
     let ack = format!(
-        "POST /v1/topics/{topic}/ack?receipt_handle={handle} HTTP/1.1\r\nHost: {host}\r\n\
+        "POST /v1/topics/{topic}/ack?receipt_handle={handle} HTTP/1.1\r\n{headers}\
          Content-Type: application/json\r\nContent-Length: 0\r\n\r\n"
     );
     let (status, range) = c.round_trip(ack.as_bytes()).await.map_err(|e| format!("ack: {e}"))?;

@@ -17,27 +17,61 @@ pub struct Endpoint {
     pub addr: SocketAddr,
     /// `host:port`, for the `Host` header.
     pub host: String,
+    /// The header lines every request carries, each ending in CRLF: `Host`, and `Authorization`
+    /// with `--user` (encoded once, here).
+    pub headers: String,
+    /// For an https:// URL: the TLS client setup.
+    pub tls: Option<Tls>,
+}
+
+/// How the bench's connections speak TLS.
+#[derive(Clone)]
+pub struct Tls {
+    pub connector: tokio_rustls::TlsConnector,
+    pub server_name: rustls_pki_types::ServerName<'static>,
+}
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tls").field("server_name", &self.server_name).finish_non_exhaustive()
+    }
 }
 
 impl Endpoint {
-    /// Parses `http://host:port[/]`.
+    /// The endpoint of `--url` (`http://` or `https://host:port[/]`), `--ca` and `--user`.
+    pub fn new(target: &crate::cli::Target) -> anyhow::Result<Endpoint> {
+        let mut endpoint = Endpoint::parse(&target.url)?;
+        if let Some(authorization) = target.authorization() {
+            endpoint.headers.push_str(&format!("Authorization: {authorization}\r\n"));
+        }
+        if endpoint.tls.is_some() {
+            endpoint.tls = Some(tls(&endpoint.host, target.ca_certs()?)?);
+        }
+        Ok(endpoint)
+    }
+
+    /// Parses `http://host:port[/]` (or https://, whose TLS `new` sets up).
     pub fn parse(url: &str) -> anyhow::Result<Endpoint> {
-        let rest = url
-            .strip_prefix("http://")
-            .with_context(|| format!("only http:// URLs are supported, got {url}"))?;
+        let (rest, https) = match (url.strip_prefix("http://"), url.strip_prefix("https://")) {
+            (Some(rest), _) => (rest, false),
+            (None, Some(rest)) => (rest, true),
+            (None, None) => bail!("only http:// and https:// URLs are supported, got {url}"),
+        };
         let host = rest.split('/').next().unwrap_or_default().to_string();
         let addr = host
             .to_socket_addrs()
             .with_context(|| format!("resolving {host}"))?
             .next()
             .with_context(|| format!("{host} resolves to no address"))?;
-        Ok(Endpoint { addr, host })
+        let headers = format!("Host: {host}\r\n");
+        let tls = https.then(|| tls(&host, None)).transpose()?;
+        Ok(Endpoint { addr, host, headers, tls })
     }
 
     /// A complete request with no body.
     pub fn get(&self, path: &str) -> Vec<u8> {
         let mut request = Vec::with_capacity(64 + path.len());
-        write!(request, "GET {path} HTTP/1.1\r\nHost: {}\r\n\r\n", self.host)
+        write!(request, "GET {path} HTTP/1.1\r\n{}\r\n", self.headers)
             .expect("invariant: writing to a Vec cannot fail");
         request
     }
@@ -47,9 +81,9 @@ impl Endpoint {
         let mut request = Vec::with_capacity(128 + path.len() + body.len());
         write!(
             request,
-            "POST {path} HTTP/1.1\r\nHost: {}\r\nContent-Type: application/json\r\n\
+            "POST {path} HTTP/1.1\r\n{}Content-Type: application/json\r\n\
              Content-Length: {}\r\n\r\n",
-            self.host,
+            self.headers,
             body.len()
         )
         .expect("invariant: writing to a Vec cannot fail");
@@ -69,13 +103,45 @@ pub struct TopicState {
     pub high_watermarks: Vec<u64>,
 }
 
+/// The TLS client of an https:// endpoint: the `--ca` certificates as roots (the public roots
+/// without it), TLS 1.2 and 1.3, ALPN `http/1.1`, the URL's host as the server name.
+fn tls(
+    host: &str,
+    ca: Option<Vec<rustls_pki_types::CertificateDer<'static>>>,
+) -> anyhow::Result<Tls> {
+    let mut roots = rustls::RootCertStore::empty();
+    match ca {
+        Some(certs) => {
+            for cert in certs {
+                roots.add(cert).context("--ca: a certificate rustls cannot use as a root")?;
+            }
+        }
+        None => roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned()),
+    }
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
+        .context("TLS protocol versions")?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    let name = host.rsplit_once(':').map_or(host, |(name, _port)| name);
+    let name = name.trim_start_matches('[').trim_end_matches(']');
+    let server_name = rustls_pki_types::ServerName::try_from(name.to_string())
+        .with_context(|| format!("{name} is not a TLS server name"))?;
+    Ok(Tls {
+        connector: tokio_rustls::TlsConnector::from(std::sync::Arc::new(config)),
+        server_name,
+    })
+}
+
 /// Fetches the topic, creating it with `partitions` partitions if it does not exist.
 pub async fn ensure_topic(
     endpoint: &Endpoint,
     topic: &str,
     partitions: u32,
 ) -> anyhow::Result<TopicState> {
-    let mut conn = Conn::connect(endpoint.addr)
+    let mut conn = Conn::connect(endpoint)
         .await
         .with_context(|| format!("connecting to {}", endpoint.host))?;
     let path = format!("/v1/topics/{}", segment(topic));
@@ -122,8 +188,17 @@ fn text(body: &[u8]) -> String {
 pub type Metrics = BTreeMap<String, f64>;
 
 /// Reads `/metrics` (node-wide series only).
+/// The admin connection sits idle between scrapes, longer than a server may keep an idle
+/// keep-alive connection: one that was closed is reopened once.
 pub async fn scrape(conn: &mut Conn, endpoint: &Endpoint) -> anyhow::Result<Metrics> {
-    let (status, body) = conn.round_trip(&endpoint.get("/metrics")).await?;
+    let request = endpoint.get("/metrics");
+    let (status, body) = match conn.round_trip(&request).await {
+        Ok(answer) => answer,
+        Err(_) => {
+            *conn = Conn::connect(endpoint).await?;
+            conn.round_trip(&request).await?
+        }
+    };
     if status != 200 {
         bail!("GET /metrics: {status}");
     }
@@ -206,7 +281,18 @@ mod tests {
         let e = Endpoint::parse("http://127.0.0.1:7942/").expect("valid");
         assert_eq!(e.host, "127.0.0.1:7942");
         assert_eq!(e.addr.port(), 7942);
-        assert!(Endpoint::parse("https://x:1").is_err());
+        assert!(Endpoint::parse("ftp://x:1").is_err());
+        let target = crate::cli::Target {
+            url: "https://127.0.0.1:7942".to_string(),
+            ca: None,
+            user: Some("Aladdin:open sesame".to_string()),
+        };
+        let e = Endpoint::new(&target).expect("valid");
+        assert!(e.tls.is_some());
+        assert_eq!(
+            e.headers,
+            "Host: 127.0.0.1:7942\r\nAuthorization: Basic QWxhZGRpbjpvcGVuIHNlc2FtZQ==\r\n"
+        );
     }
 
     #[test]

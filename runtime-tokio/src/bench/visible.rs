@@ -131,7 +131,7 @@ pub async fn consumer(
     while !visible.stop.get() {
         let c = match &mut conn {
             Some(c) => c,
-            None => match Conn::connect(endpoint.addr).await {
+            None => match Conn::connect(&endpoint).await {
                 Ok(c) => conn.insert(c),
                 Err(e) => {
                     visible.error(format!("consumer connect: {e}"));
@@ -144,8 +144,8 @@ pub async fn consumer(
         let _ = write!(
             request,
             "GET /v1/topics/{topic_segment}/consume?partition={partition}&offset={offset}\
-             &max={CONSUME_MAX} HTTP/1.1\r\nHost: {}\r\n\r\n",
-            endpoint.host
+             &max={CONSUME_MAX} HTTP/1.1\r\n{}\r\n",
+            endpoint.headers
         );
         match c.round_trip(&request).await {
             Ok((200, range)) => {

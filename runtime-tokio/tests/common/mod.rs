@@ -126,6 +126,11 @@ impl TestNode {
         None
     }
 
+    /// The node's process id (to signal it).
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().expect("node is running").id()
+    }
+
     /// Everything the node logged so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(&self.log_path).unwrap_or_default()

@@ -381,7 +381,11 @@ impl Simulation {
                     self.world.workload.delivered(client, request, n as u32, checker);
                     let timeout = self.world.workload.timeout_micros();
                     self.world.queue.push_after(timeout, Event::ClientTimeout { request });
-                    self.hosts[n].deliver(now, Input::Client { request, op, who }, &mut self.world);
+                    self.hosts[n].deliver(
+                        now,
+                        Input::Client { request, op: *op, who },
+                        &mut self.world,
+                    );
                 } else {
                     self.world.record(0, What::Refused { client: client as u32 });
                     let delay = self.world.workload.refused(client);

@@ -25,7 +25,7 @@ pub use topics::{DEAD_LETTER_TOPIC, TopicModel, TopicState};
 #[derive(Clone, Debug)]
 pub enum Wake {
     /// Send this request from `who` (then call `delivered` or `refused`).
-    Send { request: RequestId, op: ClientOp, who: Principal },
+    Send { request: RequestId, op: Box<ClientOp>, who: Principal },
     /// Nothing to do yet: wake again after this many microseconds.
     Sleep(u64),
     /// This client has finished.
@@ -320,7 +320,7 @@ impl Workload {
         let (op, who) = (pending.op(&self.cfg), pending.who());
         let request = RequestId(self.next_request);
         self.next_request += 1;
-        Wake::Send { request, op, who }
+        Wake::Send { request, op: Box::new(op), who }
     }
 
     /// The request from the last `wake` reached node `node`.
