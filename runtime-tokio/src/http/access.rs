@@ -42,16 +42,35 @@ pub async fn door(State(door): State<Door>, mut request: Request, next: Next) ->
         if door.gate.requires_credentials(&users)
             && let Err(refusal) = from_a_program(&request)
         {
-            return refusal.into_response();
+            return refuse(request, refusal).await;
         }
         let authorization = request.headers().get(header::AUTHORIZATION);
         match door.gate.principal(&users, authorization).await {
             Ok(who) => who,
-            Err(refusal) => return refusal.into_response(),
+            Err(refusal) => return refuse(request, refusal).await,
         }
     };
     request.extensions_mut().insert(who);
     next.run(request).await
+}
+
+/// A body this small is read (and dropped) before a refusal goes out, so the client's
+/// keep-alive connection stays usable; a larger one is left, and the connection closes.
+const DRAIN_REFUSED_BODY_BYTES: usize = 64 * 1024;
+
+/// Answers `request` with `refusal`, having read a small body first (an unread body costs the
+/// connection: a client refused many times, a producer with an expired password say, would
+/// otherwise reconnect for every answer).
+async fn refuse(request: Request, refusal: ApiError) -> Response {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<usize>().ok());
+    if declared.is_some_and(|len| len <= DRAIN_REFUSED_BODY_BYTES) {
+        let _ = axum::body::to_bytes(request.into_body(), DRAIN_REFUSED_BODY_BYTES).await;
+    }
+    refusal.into_response()
 }
 
 /// The browser guard: a request that changes something says it comes from a program.
