@@ -187,13 +187,7 @@ fn connections_beyond_the_cap_are_refused_with_503() {
 }
 
 fn read_exact_body(stream: &mut TcpStream, head: &str) {
-    let length: usize = head
-        .lines()
-        .find_map(|l| {
-            let (name, value) = l.split_once(':')?;
-            name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
-        })
-        .unwrap_or(0);
+    let length = common::content_length(head);
     let mut body = vec![0; length];
     stream.read_exact(&mut body).expect("read the body");
 }

@@ -129,13 +129,7 @@ impl TlsConn {
             head.push(byte[0]);
         }
         let head = String::from_utf8(head).expect("ASCII head");
-        let length: usize = head
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
-            })
-            .unwrap_or(0);
+        let length = common::content_length(&head);
         let mut body = vec![0; length];
         self.stream.read_exact(&mut body).expect("read the body");
         (head[9..12].parse().expect("a status"), String::from_utf8_lossy(&body).to_string())

@@ -31,13 +31,7 @@ fn create_user(c: &mut Cluster, via: Ix, name: &str, grants: Vec<Grant>) -> Prin
 }
 
 fn create_topic(c: &mut Cluster, name: &str, partitions: u32) {
-    let op = ClientOp::CreateTopic {
-        name: name.into(),
-        partitions: Some(partitions),
-        retention_ms: None,
-        retention_bytes: None,
-        queue: Default::default(),
-    };
+    let op = super::cluster_harness::create_op(name, partitions);
     assert!(matches!(c.call(0, op, WAIT_MS), Some(ClientReply::TopicCreated(_))));
 }
 

@@ -13,13 +13,7 @@ use crate::ids::PartitionKey;
 use crate::peer::{PeerMessage, WireCommitResult, WireRecord};
 
 fn create(c: &mut Cluster, via: Ix, name: &str, partitions: u32) -> TopicInfo {
-    let op = ClientOp::CreateTopic {
-        name: name.into(),
-        partitions: Some(partitions),
-        retention_ms: None,
-        retention_bytes: None,
-        queue: Default::default(),
-    };
+    let op = super::cluster_harness::create_op(name, partitions);
     match c.call(via, op, 10_000) {
         Some(ClientReply::TopicCreated(topic)) => topic,
         other => panic!("create via node {via}: {other:?}"),

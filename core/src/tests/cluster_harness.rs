@@ -224,6 +224,17 @@ impl Cluster {
     }
 }
 
+/// A create of topic `name` with `partitions` and every other setting at its default.
+pub fn create_op(name: &str, partitions: u32) -> ClientOp {
+    ClientOp::CreateTopic {
+        name: name.into(),
+        partitions: Some(partitions),
+        retention_ms: None,
+        retention_bytes: None,
+        queue: Default::default(),
+    }
+}
+
 /// Executes a disk operation on in-memory files (every write counts as durable).
 pub fn execute(files: &mut BTreeMap<FileId, Vec<u8>>, op: DiskOp) -> DiskDone {
     match op {

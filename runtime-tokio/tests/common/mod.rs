@@ -288,6 +288,16 @@ fn answer(result: Result<ureq::http::Response<ureq::Body>, ureq::Error>) -> (u16
     }
 }
 
+/// The `Content-Length` a response head declares (0 when it declares none).
+pub fn content_length(head: &str) -> usize {
+    head.lines()
+        .find_map(|l| {
+            let (name, value) = l.split_once(':')?;
+            name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
+        })
+        .unwrap_or(0)
+}
+
 /// The exact bytes a consumed message object carries (undoing the JSON embedding).
 pub fn payload_bytes(message: &Value) -> Vec<u8> {
     let payload = &message["payload"];
@@ -396,13 +406,7 @@ impl RawConn {
         }
         let head = String::from_utf8(head).expect("ASCII head");
         let status = head[9..12].parse().expect("status code");
-        let length: usize = head
-            .lines()
-            .find_map(|l| {
-                let (name, value) = l.split_once(':')?;
-                name.eq_ignore_ascii_case("content-length").then(|| value.trim().parse().ok())?
-            })
-            .unwrap_or(0);
+        let length = content_length(&head);
         let mut body = vec![0; length];
         self.stream.read_exact(&mut body).expect("read response body");
         status
