@@ -13,7 +13,9 @@
 //! The bound is generous (100 ms against the replay long-poll's 10 ms): a concurrent receive
 //! holds the offsets it reserved while their read runs, on a disk the simulation may slow. Runs
 //! whose disk fails or corrupts reads are not judged: a failed read makes a waiting receive try
-//! again only after the failure back-off (1 s). Nor are answers while the WAL is latched: it
+//! again only after the failure back-off (1 s). Nor are runs whose consumer journal failed (a
+//! latched journal fails its partitions' part of every round, and a topic-wide receive then
+//! waits out its deadline on the others). Nor are answers while the WAL is latched: it
 //! takes no dead-letter copy then, and the messages due for one hold their place.
 
 use narad_core::{Instant, TopicId};
@@ -33,7 +35,7 @@ pub(super) struct EmptyWait {
 }
 
 impl Checker {
-    /// This run's disk fails or corrupts reads (or, in a cluster, a consumer journal failed):
+    /// This run's disk fails or corrupts reads (or a consumer journal failed):
     /// waiting receives are not judged.
     pub fn queue_waits_unjudged(&mut self) {
         self.read_faults = true;

@@ -329,9 +329,10 @@ impl Simulation {
         );
         crate::observe::collect_damage(&mut self.world.checker, &mut self.world.disks[n]);
         crate::observe::note_partition_tail(&mut self.world.checker, &op);
-        if self.nodes() > 1 && result.is_err() && matches!(file, FileId::ConsumerJournal { .. }) {
+        if result.is_err() && matches!(file, FileId::ConsumerJournal { .. }) {
             // A latched journal makes its owner's partitions fail each round of a topic-wide
-            // receive, which then waits out its deadline on the others: not judged.
+            // receive, which then waits out its deadline on the others: not judged (one node
+            // too: its other partitions answer the round empty).
             self.world.checker.queue_waits_unjudged();
         }
         if let Some(armed) = self.world.armed_crash
