@@ -32,6 +32,9 @@ pub use transport::{ClusterKey, TransportEnv};
 /// The parsers the fuzz targets in `fuzz/` drive, re-exported from their private modules.
 #[doc(hidden)]
 pub mod fuzzing {
+    pub use crate::auth::basic::{
+        MAX_AUTHORIZATION_BYTES, header_value as basic_header_value, parse as parse_basic,
+    };
     pub use crate::http::ApiError;
     pub use crate::http::body::read_limited;
     pub use crate::http::produce::decode_batch;
