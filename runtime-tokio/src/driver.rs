@@ -59,9 +59,15 @@ pub enum NodeGone {
     Unanswered,
 }
 
-/// Cheap, cloneable access to the node for HTTP handlers.
+/// Cheap, cloneable access to the node for HTTP handlers: one reference count, since every
+/// request clones it (more than once: the router's state, the door, the caller).
 #[derive(Clone)]
 pub struct NodeHandle {
+    parts: Arc<HandleParts>,
+}
+
+/// What a `NodeHandle` shares.
+struct HandleParts {
     commands: mpsc::Sender<Command>,
     ready: Arc<AtomicBool>,
     /// Set once the node began shutting down (`/healthz` answers 503 from then on).
@@ -79,52 +85,53 @@ impl NodeHandle {
     /// Sends `op` from `who` to the node and waits for its reply.
     pub async fn request(&self, op: ClientOp, who: Principal) -> Result<ClientReply, NodeGone> {
         let (reply, answer) = oneshot::channel();
-        let sent = self.commands.send(Command::Client { op, who, reply }).await;
+        let sent = self.parts.commands.send(Command::Client { op, who, reply }).await;
         sent.map_err(|_| NodeGone::Stopped)?;
         answer.await.map_err(|_| NodeGone::Unanswered)
     }
 
     /// This handle, knowing the node's data directory (`/metrics` reports its free space).
     pub fn with_data_dir(mut self, dir: &std::path::Path) -> NodeHandle {
-        self.data_dir = Some(Arc::from(dir));
+        let parts = Arc::get_mut(&mut self.parts).expect("invariant: set before it is shared");
+        parts.data_dir = Some(Arc::from(dir));
         self
     }
 
     /// The users' credentials as the node's metastore replica last showed them.
     pub fn users(&self) -> Arc<UserDirectory> {
-        self.users.load()
+        self.parts.users.load()
     }
 
     /// The node's data directory, if this handle knows it.
     pub fn data_dir(&self) -> Option<&std::path::Path> {
-        self.data_dir.as_deref()
+        self.parts.data_dir.as_deref()
     }
 
     /// Milliseconds since the Unix epoch on the node's wall clock (for what the API shows).
     pub fn unix_millis(&self) -> u64 {
-        self.wall.unix_millis()
+        self.parts.wall.unix_millis()
     }
 
     /// The node's counters and gauges.
     pub async fn stats(&self) -> Result<Stats, NodeGone> {
         let (reply, answer) = oneshot::channel();
-        self.commands.send(Command::Stats { reply }).await.map_err(|_| NodeGone::Stopped)?;
+        self.parts.commands.send(Command::Stats { reply }).await.map_err(|_| NodeGone::Stopped)?;
         answer.await.map_err(|_| NodeGone::Unanswered)
     }
 
     /// Node RPC counters, for a node with peers.
     pub fn transport_stats(&self) -> Option<TransportStats> {
-        self.peers.get().map(Outbox::stats)
+        self.parts.peers.get().map(Outbox::stats)
     }
 
     /// True once the node has recovered and serves requests (`/readyz`).
     pub fn is_ready(&self) -> bool {
-        self.ready.load(Ordering::Relaxed)
+        self.parts.ready.load(Ordering::Relaxed)
     }
 
     /// True once the node began its graceful shutdown (`/healthz`).
     pub fn is_stopping(&self) -> bool {
-        self.stopping.load(Ordering::Relaxed)
+        self.parts.stopping.load(Ordering::Relaxed)
     }
 }
 
@@ -150,7 +157,7 @@ impl NodeHandle {
     }
 
     fn with_commands(commands: mpsc::Sender<Command>, ready: bool, stopping: bool) -> NodeHandle {
-        NodeHandle {
+        let parts = HandleParts {
             commands,
             ready: Arc::new(AtomicBool::new(ready)),
             stopping: Arc::new(AtomicBool::new(stopping)),
@@ -158,7 +165,8 @@ impl NodeHandle {
             data_dir: None,
             wall: Arc::new(crate::env::SystemClock),
             users: SharedDirectory::default(),
-        }
+        };
+        NodeHandle { parts: Arc::new(parts) }
     }
 }
 
@@ -214,7 +222,7 @@ impl Driver {
         let users = SharedDirectory::default();
         users.replace(UserDirectory::of(node.users()));
         let users_epoch = node.users_epoch();
-        let handle = NodeHandle {
+        let parts = HandleParts {
             commands: tx,
             ready: Arc::clone(&ready),
             stopping: Arc::clone(&stopping),
@@ -223,6 +231,7 @@ impl Driver {
             wall: clock.wall(),
             users: users.clone(),
         };
+        let handle = NodeHandle { parts: Arc::new(parts) };
         let driver = Driver {
             node,
             clock,

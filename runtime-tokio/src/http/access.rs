@@ -21,12 +21,9 @@ use crate::driver::{NodeGone, NodeHandle};
 /// The header a program may send instead of a JSON or octet-stream content type.
 pub const CLIENT_HEADER: &str = "x-narad-client";
 
-/// What the door needs.
+/// What the door needs (cloned for every request: one reference count).
 #[derive(Clone)]
-pub struct Door {
-    pub node: NodeHandle,
-    pub gate: SharedGate,
-}
+pub struct Door(pub std::sync::Arc<(NodeHandle, SharedGate)>);
 
 /// The middleware: a principal for the request, or its refusal.
 pub async fn door(State(door): State<Door>, mut request: Request, next: Next) -> Response {
@@ -34,18 +31,24 @@ pub async fn door(State(door): State<Door>, mut request: Request, next: Next) ->
     if path == "/healthz" || path == "/readyz" {
         return next.run(request).await;
     }
-    let users = door.node.users();
-    let open = path == "/metrics" && door.gate.settings().metrics_unauthenticated;
+    let (node, gate) = &*door.0;
+    if path.starts_with("/v1/users") {
+        // The user routes hash passwords with the gate's KDF settings and slots.
+        request.extensions_mut().insert(gate.clone());
+    }
+    let path = request.uri().path();
+    let users = node.users();
+    let open = path == "/metrics" && gate.settings().metrics_unauthenticated;
     let who = if open {
         Principal::Trusted
     } else {
-        if door.gate.requires_credentials(&users)
+        if gate.requires_credentials(&users)
             && let Err(refusal) = from_a_program(&request)
         {
             return refuse(request, refusal).await;
         }
         let authorization = request.headers().get(header::AUTHORIZATION);
-        match door.gate.principal(&users, authorization).await {
+        match gate.principal(&users, authorization).await {
             Ok(who) => who,
             Err(refusal) => return refuse(request, refusal).await,
         }

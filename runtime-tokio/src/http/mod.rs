@@ -16,11 +16,11 @@ mod queue;
 mod topics;
 mod users;
 
+use axum::Router;
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use axum::{Extension, Router};
 use narad_core::{ClientOp, ClientReply};
 
 use crate::auth::SharedGate;
@@ -31,7 +31,7 @@ pub use error::ApiError;
 /// Every route of the v1 API plus the health, readiness and metrics endpoints, behind the door
 /// that gives each request its principal (`access`).
 pub fn router(node: NodeHandle, gate: SharedGate) -> Router {
-    let door = access::Door { node: node.clone(), gate: gate.clone() };
+    let door = access::Door(std::sync::Arc::new((node.clone(), gate)));
     Router::new()
         .route("/v1/topics", post(topics::create).get(topics::list))
         .route("/v1/topics/{topic}", get(topics::get).patch(topics::update).delete(topics::delete))
@@ -49,7 +49,6 @@ pub fn router(node: NodeHandle, gate: SharedGate) -> Router {
         .route("/metrics", get(metrics::metrics))
         .fallback(not_found)
         .method_not_allowed_fallback(method_not_allowed)
-        .layer(Extension(gate))
         .layer(axum::middleware::from_fn_with_state(door, access::door))
         .with_state(node)
 }
