@@ -225,16 +225,6 @@ pub enum Principal {
     User { name: String, id: UserId },
 }
 
-impl Principal {
-    /// The user's name, for logs (`-` when trusted).
-    pub fn name(&self) -> &str {
-        match self {
-            Principal::Trusted => "-",
-            Principal::User { name, .. } => name,
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

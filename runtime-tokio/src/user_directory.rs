@@ -29,9 +29,8 @@ impl UserDirectory {
     /// A copy of `users`.
     pub fn of(users: &Users) -> UserDirectory {
         let users = users
-            .list()
-            .map(|info| {
-                let (_, hash) = users.get(&info.name).expect("invariant: listed just now");
+            .with_hashes()
+            .map(|(info, hash)| {
                 let admin = allows(&info.grants, Needs::ClusterAdmin);
                 (info.name.clone(), Credentials { id: info.id, hash: hash.clone(), admin })
             })

@@ -16,7 +16,7 @@ use std::time::Duration;
 use base64::Engine;
 use base64::engine::general_purpose::STANDARD;
 use cluster_support::TestCluster;
-use common::{REQUEST_TIMEOUT, TestNode, data_dir, wait_until};
+use common::{TestNode, data_dir, wait_until};
 use serde_json::{Value, json};
 
 /// Generous: a slow, throttled machine still converges well within it.
@@ -31,12 +31,7 @@ struct AuthClient {
 
 impl AuthClient {
     fn new(base: &str, credentials: Option<(&str, &str)>) -> AuthClient {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(REQUEST_TIMEOUT))
-            .proxy(None)
-            .build()
-            .into();
+        let agent = common::test_agent();
         let authorization = credentials.map(|(name, password)| {
             format!("Basic {}", STANDARD.encode(format!("{name}:{password}")))
         });

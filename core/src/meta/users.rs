@@ -161,6 +161,11 @@ impl Users {
         self.users.values().map(|u| &u.info)
     }
 
+    /// Every user with its hash, in name order (for a runtime's password checks).
+    pub fn with_hashes(&self) -> impl Iterator<Item = (&UserInfo, &PasswordHash)> {
+        self.users.values().map(|u| (&u.info, &u.hash))
+    }
+
     /// The next incarnation id (what a proposer records as `seen_next_id`).
     pub fn next_id(&self) -> u64 {
         self.next_id

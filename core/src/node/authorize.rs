@@ -25,6 +25,9 @@ enum Origin {
 impl Node {
     /// Whether `who` may run `op`: `Ok`, or the error to answer with (401, 403).
     pub(super) fn authorize(&self, who: &Principal, op: &ClientOp) -> Result<(), ClientError> {
+        if *who == Principal::Trusted {
+            return Ok(()); // access control is off: nothing to look up on the accept path
+        }
         if let Some(refusal) = self_service_refusal(who, op) {
             return Err(refusal);
         }

@@ -13,15 +13,7 @@ use crate::api::{
 };
 use crate::io::{DiskOp, FileId};
 
-fn create(name: &str, partitions: u32) -> ClientOp {
-    ClientOp::CreateTopic {
-        name: name.into(),
-        partitions: Some(partitions),
-        retention_ms: None,
-        retention_bytes: None,
-        queue: Default::default(),
-    }
-}
+use super::cluster_harness::create_op as create;
 
 fn produce(name: &str, count: usize) -> ClientOp {
     let message = |i: usize| ProduceMessage {

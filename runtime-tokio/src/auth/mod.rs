@@ -22,8 +22,6 @@ use crate::env::Entropy;
 use crate::http::ApiError;
 use crate::password;
 use crate::user_directory::UserDirectory;
-pub use cache::{VERIFIED_MAX_ENTRIES, VERIFIED_TTL};
-pub use throttle::{FREE_FAILURES, RETRY_INTERVAL};
 
 /// Password verifications running at once (each holds a core for its duration and 19 MiB).
 pub const MAX_CONCURRENT_VERIFICATIONS: usize = 1;

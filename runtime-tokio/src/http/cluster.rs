@@ -7,7 +7,7 @@ use narad_core::api::MemberView;
 use narad_core::{ClientOp, ClientReply};
 use serde::Serialize;
 
-use super::{ApiError, Caller, call, json_response};
+use super::{ApiError, Caller, json_response};
 
 /// One member as the API shows it.
 #[derive(Serialize)]
@@ -41,7 +41,7 @@ impl<'a> From<&'a MemberView> for MemberJson<'a> {
 
 /// `GET /v1/cluster/members` → 200 `{"members": [...]}`, sorted by id.
 pub async fn members(node: Caller) -> Result<Response, ApiError> {
-    match call(&node, ClientOp::Members).await? {
+    match node.call(ClientOp::Members).await? {
         ClientReply::Members(members) => {
             let members: Vec<MemberJson<'_>> = members.iter().map(MemberJson::from).collect();
             let body = serde_json::to_vec(&serde_json::json!({ "members": members }))

@@ -13,7 +13,7 @@ use narad_core::constants::MAX_CONSUME_WAIT_MS;
 use narad_core::{ClientOp, ClientReply, ConsumedRecord};
 
 use super::query::consume_params;
-use super::{ApiError, Caller, call, json_response};
+use super::{ApiError, Caller, json_response};
 use crate::payload_json::write_record;
 
 /// Reads committed records.
@@ -36,7 +36,7 @@ pub async fn consume(
     };
     let max = params.max.unwrap_or(1);
     let op = ClientOp::Consume { topic, partition, offset, max, wait_ms };
-    let records = match call(&node, op).await? {
+    let records = match node.call(op).await? {
         ClientReply::Records(records) => records,
         other => return Err(ApiError::unexpected(&other)),
     };

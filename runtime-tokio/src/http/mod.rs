@@ -21,7 +21,6 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
-use narad_core::{ClientOp, ClientReply};
 
 use crate::auth::SharedGate;
 use crate::driver::NodeHandle;
@@ -51,11 +50,6 @@ pub fn router(node: NodeHandle, gate: SharedGate) -> Router {
         .method_not_allowed_fallback(method_not_allowed)
         .layer(axum::middleware::from_fn_with_state(door, access::door))
         .with_state(node)
-}
-
-/// Sends `op` to the node for the caller; an error reply becomes an `ApiError`.
-async fn call(node: &Caller, op: ClientOp) -> Result<ClientReply, ApiError> {
-    node.call(op).await
 }
 
 /// Liveness: the process is up and serving HTTP, `{"status": "ok"}`; 503 `{"status": "shutting

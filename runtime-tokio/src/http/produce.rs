@@ -16,7 +16,7 @@ use serde_json::value::RawValue;
 use super::body::read_limited;
 use super::json::{Object, object};
 use super::query::{batch_params, produce_params};
-use super::{ApiError, Caller, call, json_response};
+use super::{ApiError, Caller, json_response};
 use crate::payload_json::{key_from_json, payload_from_json};
 
 /// One message, body = payload.
@@ -34,7 +34,7 @@ pub async fn single(
     }
     let message = ProduceMessage { key: params.key, partition: params.partition, payload };
     let op = ClientOp::Produce { topic, messages: vec![message], batch: false };
-    match call(&node, op).await? {
+    match node.call(op).await? {
         ClientReply::Produced { .. } => Ok(StatusCode::ACCEPTED),
         other => Err(ApiError::unexpected(&other)),
     }
@@ -72,7 +72,7 @@ pub async fn batch(
     let body = read_limited(&headers, body, MAX_BATCH_BYTES).await?;
     let messages = decode_batch(&body)?;
     let op = ClientOp::Produce { topic, messages, batch: true };
-    match call(&node, op).await? {
+    match node.call(op).await? {
         ClientReply::Produced { accepted } => {
             let body = format!("{{\"accepted\":{accepted}}}").into_bytes();
             Ok(json_response(StatusCode::ACCEPTED, body))

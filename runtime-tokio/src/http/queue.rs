@@ -15,7 +15,7 @@ use serde::Deserialize;
 
 use super::body::read_limited;
 use super::query::settle_params;
-use super::{ApiError, Caller, call, json_response};
+use super::{ApiError, Caller, json_response};
 use crate::payload_json::write_record;
 
 /// Largest body of a batch ack.
@@ -31,7 +31,7 @@ pub async fn receive(
     wait_ms: u64,
 ) -> Result<Response, ApiError> {
     let op = ClientOp::Receive { topic, partition, max: max.unwrap_or(1), wait_ms };
-    let leased = match call(node, op).await? {
+    let leased = match node.call(op).await? {
         ClientReply::Leased(leased) => leased,
         other => return Err(ApiError::unexpected(&other)),
     };
@@ -81,7 +81,7 @@ pub async fn ack(
     let action = params.action;
     if let Some(handle) = params.receipt_handle {
         let op = ClientOp::Settle { topic, handles: vec![handle], action, batch: false };
-        let mut results = settled(call(&node, op).await?)?;
+        let mut results = settled(node.call(op).await?)?;
         return match results.pop() {
             Some(Ok(())) => Ok(StatusCode::NO_CONTENT.into_response()),
             Some(Err(error)) => Err(ApiError::from(error)),
@@ -96,7 +96,7 @@ pub async fn ack(
     }
     let handles = decode_settle_body(&body)?;
     let op = ClientOp::Settle { topic, handles, action, batch: true };
-    let results = settled(call(&node, op).await?)?;
+    let results = settled(node.call(op).await?)?;
     Ok(json_response(StatusCode::OK, results_body(&results)))
 }
 

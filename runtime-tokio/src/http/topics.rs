@@ -13,7 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::body::read_limited;
 use super::json::object;
-use super::{ApiError, Caller, call, json_response};
+use super::{ApiError, Caller, json_response};
 
 /// Largest create-topic body we read (the real content is well under 1 KiB).
 const CREATE_BODY_BYTES: usize = 64 * 1024;
@@ -181,7 +181,7 @@ pub async fn create(node: Caller, headers: HeaderMap, body: Body) -> Result<Resp
         retention_bytes: request.retention_bytes,
         queue,
     };
-    match call(&node, op).await? {
+    match node.call(op).await? {
         ClientReply::TopicCreated(info) => Ok(to_json(StatusCode::CREATED, &TopicJson::new(&info))),
         other => Err(ApiError::unexpected(&other)),
     }
@@ -189,7 +189,7 @@ pub async fn create(node: Caller, headers: HeaderMap, body: Body) -> Result<Resp
 
 /// `GET /v1/topics` → 200 `{"topics": [...]}`.
 pub async fn list(node: Caller) -> Result<Response, ApiError> {
-    match call(&node, ClientOp::ListTopics).await? {
+    match node.call(ClientOp::ListTopics).await? {
         ClientReply::Topics(topics) => {
             let topics: Vec<TopicJson<'_>> = topics.iter().map(TopicJson::new).collect();
             Ok(to_json(StatusCode::OK, &serde_json::json!({ "topics": topics })))
@@ -200,7 +200,7 @@ pub async fn list(node: Caller) -> Result<Response, ApiError> {
 
 /// `GET /v1/topics/{t}` → 200 with `partition_stats`.
 pub async fn get(node: Caller, Path(name): Path<String>) -> Result<Response, ApiError> {
-    match call(&node, ClientOp::GetTopic { name }).await? {
+    match node.call(ClientOp::GetTopic { name }).await? {
         ClientReply::Topic(info, stats) => {
             let json = TopicJson::with_stats(&info, &stats, node.unix_millis());
             Ok(to_json(StatusCode::OK, &json))
@@ -227,7 +227,7 @@ pub async fn update(
         other => other.flatten(),
     };
     let change = TopicChange { retention_ms, retention_bytes: request.retention_bytes };
-    match call(&node, ClientOp::UpdateTopic { name, change }).await? {
+    match node.call(ClientOp::UpdateTopic { name, change }).await? {
         ClientReply::TopicUpdated(info) => Ok(to_json(StatusCode::OK, &TopicJson::new(&info))),
         other => Err(ApiError::unexpected(&other)),
     }
@@ -235,7 +235,7 @@ pub async fn update(
 
 /// `DELETE /v1/topics/{t}` → 204.
 pub async fn delete(node: Caller, Path(name): Path<String>) -> Result<Response, ApiError> {
-    match call(&node, ClientOp::DeleteTopic { name }).await? {
+    match node.call(ClientOp::DeleteTopic { name }).await? {
         ClientReply::TopicDeleted => Ok(StatusCode::NO_CONTENT.into_response()),
         other => Err(ApiError::unexpected(&other)),
     }

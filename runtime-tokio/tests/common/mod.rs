@@ -175,15 +175,19 @@ pub struct Client {
     authorization: Option<String>,
 }
 
+/// A blocking HTTP agent for tests: non-2xx answers are answers, bounded, no proxy.
+pub fn test_agent() -> ureq::Agent {
+    ureq::Agent::config_builder()
+        .http_status_as_error(false)
+        .timeout_global(Some(REQUEST_TIMEOUT))
+        .proxy(None)
+        .build()
+        .into()
+}
+
 impl Client {
     pub fn new(base: &str) -> Client {
-        let agent = ureq::Agent::config_builder()
-            .http_status_as_error(false)
-            .timeout_global(Some(REQUEST_TIMEOUT))
-            .proxy(None)
-            .build()
-            .into();
-        Client { base: base.to_string(), agent, authorization: None }
+        Client { base: base.to_string(), agent: test_agent(), authorization: None }
     }
 
     /// This client, sending `name` and `password` with every request (and saying it is a
