@@ -26,6 +26,9 @@ pub const WINDOW_BASE_RECORDS: usize = 4_096;
 pub const WINDOW_MAX_RECORDS: usize = 65_536;
 /// Records per destination the window is sized for: one commit (one fsync) per batch.
 pub const BATCH_TARGET_RECORDS: usize = 64;
+/// A destination below its batch target may wait this long for company at least, whatever its
+/// recent commit latency (`Config::dispatch_linger`).
+pub const LINGER_FLOOR_MS: u64 = 2;
 /// The longest a small batch may linger waiting for company.
 pub const LINGER_CAP_MS: u64 = 50;
 /// A partition log's in-memory index keeps one entry per this many bytes of log (not one per

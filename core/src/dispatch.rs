@@ -4,8 +4,10 @@
 //! - **Window.** It holds at most `64 × active destinations` records (clamped to
 //!   [4,096, 65,536]) and never reads further than 16 windows past the checkpoint.
 //! - **One commit in flight per destination**, at most 16 in all; whatever queues meanwhile goes
-//!   in the next batch (≤ 8 MiB). A small batch may linger (≤ 2 × recent latency, ≤ 50 ms) while
-//!   other commits run, so batches stay fat.
+//!   in the next batch (≤ 8 MiB). A batch below its 64-record target may linger for company up
+//!   to max(2 × the destination's recent commit latency, 2 ms), never past 50 ms, so batches
+//!   stay fat and a lone producer's records share partition fsyncs (`with_linger`; off, every
+//!   batch goes as soon as its destination is free).
 //! - **Skip-set, not head-of-line blocking.** A failing destination keeps its records; everything
 //!   else commits and is remembered in `done_ahead`, so nothing is committed twice while the
 //!   checkpoint waits at the first record not done.
@@ -97,6 +99,7 @@ pub struct Dispatcher {
     next_commit: u64,
     next_start: Option<PartitionKey>,
     counters: DispatchCounters,
+    linger: bool,
 }
 
 impl Dispatcher {
@@ -121,7 +124,20 @@ impl Dispatcher {
             next_commit: first_commit_id,
             next_start: None,
             counters: DispatchCounters::default(),
+            linger: false,
         }
+    }
+
+    /// Turns the linger rule on or off (`Config::dispatch_linger`; off until asked).
+    pub fn with_linger(mut self, linger: bool) -> Dispatcher {
+        self.linger = linger;
+        self
+    }
+
+    /// A draining node sends every batch as soon as its destination is free: nothing more is
+    /// coming for a small batch to wait for.
+    pub fn stop_lingering(&mut self) {
+        self.linger = false;
     }
 
     /// First sequence not yet done: the WAL may be checkpointed here.
@@ -239,9 +255,8 @@ impl Dispatcher {
             if self.in_flight.len() >= COMMIT_FANOUT {
                 break;
             }
-            let others_running = !self.in_flight.is_empty();
             let dest = self.destinations.get_mut(&key).expect("rotation lists existing keys");
-            if !dest.ready_to_send(now, others_running) {
+            if !dest.ready_to_send(now, self.linger) {
                 continue;
             }
             let seqs = dest.take_batch(&self.held, COMMIT_BATCH_BYTES);
@@ -431,7 +446,7 @@ impl Dispatcher {
     /// The earliest time something becomes due (a backoff ends, a linger expires, a confirmation
     /// is to be asked again).
     pub fn next_deadline(&self) -> Option<Instant> {
-        let destinations = self.destinations.values().filter_map(Destination::deadline);
+        let destinations = self.destinations.values().filter_map(|d| d.deadline(self.linger));
         let confirmations = self.orphans.keys().filter_map(|t| {
             self.confirm_asked_at.get(t).map(|at| at.plus_millis(FAILURE_BACKOFF_MS))
         });

@@ -102,6 +102,10 @@ pub struct Config {
     /// Longest a lone producer's partition work waits for the next WAL group commit
     /// (`FLUSH_PAIRING_US`, `node/flush_pairing.rs`; 0 turns the hold off).
     pub flush_pairing_us: u64,
+    /// A dispatch batch below its target waits for company up to max(2 × its destination's
+    /// recent commit latency, `LINGER_FLOOR_MS`), never past `LINGER_CAP_MS` (`dispatch.rs`).
+    /// On by default; the simulator draws it both ways.
+    pub dispatch_linger: bool,
 }
 
 impl Config {
@@ -134,6 +138,7 @@ impl Config {
             consumer_journal_linger: true,
             queue_visibility_ms: crate::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
             flush_pairing_us: crate::constants::FLUSH_PAIRING_US,
+            dispatch_linger: true,
         }
     }
 
@@ -429,12 +434,14 @@ impl Node {
         let (files, seals) = split_seals(files);
         let id_base = incarnation_id_base(config.seed, now);
         let checkpoint = recovered.checkpoint;
+        let dispatcher = Dispatcher::with_first_commit_id(checkpoint, id_base)
+            .with_linger(config.dispatch_linger);
         let wal = Wal::from_recovered(recovered).with_sizes(config.wal_sizes());
         let node = Node {
             resolver: Resolver::new(config.seed),
             config,
             now,
-            dispatcher: Dispatcher::with_first_commit_id(checkpoint, id_base),
+            dispatcher,
             wal,
             meta,
             partitions: BTreeMap::new(),
@@ -499,6 +506,7 @@ impl Node {
             Input::BeginShutdown => {
                 tracing::info!("shutdown requested: no new produces; flushing");
                 self.shutting_down = true;
+                self.dispatcher.stop_lingering();
                 self.release_held_partition_work();
                 self.release_parked_for_shutdown();
             }

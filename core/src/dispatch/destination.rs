@@ -4,7 +4,9 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use crate::constants::{BATCH_TARGET_RECORDS, LINGER_CAP_MS, REROUTE_AFTER_FAILED_PASSES};
+use crate::constants::{
+    BATCH_TARGET_RECORDS, LINGER_CAP_MS, LINGER_FLOOR_MS, REROUTE_AFTER_FAILED_PASSES,
+};
 use crate::ids::Instant;
 use crate::partition::CommitId;
 use crate::wal::WalRecord;
@@ -66,34 +68,37 @@ impl Destination {
         self.is_failing() && self.is_empty()
     }
 
+    /// While a batch below its target lingers: until max(2 × recent commit latency, 2 ms) after
+    /// its first record queued, never past 50 ms. A failing destination's probe never lingers.
     fn linger_until(&self) -> Option<Instant> {
-        let latency_us = self.latency_us?;
-        if self.queue.len() >= BATCH_TARGET_RECORDS {
+        if self.queue.len() >= BATCH_TARGET_RECORDS || self.is_failing() {
             return None;
         }
-        let linger_us = (2 * latency_us).min(LINGER_CAP_MS * 1_000);
-        Some(Instant(self.queued_since?.0 + linger_us))
+        let recent_us = 2 * self.latency_us.unwrap_or(0);
+        let linger_us = recent_us.clamp(LINGER_FLOOR_MS * 1_000, LINGER_CAP_MS * 1_000);
+        Some(self.queued_since?.plus_micros(linger_us))
     }
 
-    /// Whether a batch should be sent now: nothing in flight, records queued, no backoff, and not
-    /// lingering (a small batch waits for company only while other commits run).
-    pub fn ready_to_send(&self, now: Instant, others_running: bool) -> bool {
+    /// Whether a batch should be sent now: nothing in flight, records queued, no backoff, and
+    /// (when `linger` is on) not lingering for company.
+    pub fn ready_to_send(&self, now: Instant, linger: bool) -> bool {
         if self.in_flight.is_some() || self.queue.is_empty() {
             return false;
         }
         if self.retry_at.is_some_and(|at| now < at) {
             return false;
         }
-        let lingering = others_running && self.linger_until().is_some_and(|until| now < until);
+        let lingering = linger && self.linger_until().is_some_and(|until| now < until);
         !lingering
     }
 
     /// When this destination next becomes sendable by time alone.
-    pub fn deadline(&self) -> Option<Instant> {
+    pub fn deadline(&self, linger: bool) -> Option<Instant> {
         if self.in_flight.is_some() || self.queue.is_empty() {
             return None;
         }
-        [self.retry_at, self.linger_until()].into_iter().flatten().max()
+        let linger_until = if linger { self.linger_until() } else { None };
+        [self.retry_at, linger_until].into_iter().flatten().max()
     }
 
     /// Takes the next batch: queued records in order up to `byte_budget` (at least one); a
@@ -154,5 +159,95 @@ impl Destination {
     pub fn drain_all(&mut self) -> Vec<u64> {
         self.queued_since = None;
         self.queue.drain(..).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const START: Instant = Instant(1_000_000);
+
+    fn queued(records: u64, latency_us: Option<u64>) -> Destination {
+        let mut dest = Destination { latency_us, ..Destination::default() };
+        for seq in 0..records {
+            dest.enqueue(seq, START);
+        }
+        dest
+    }
+
+    /// How long a batch queued at `START` waits before it may go, with the linger on.
+    fn lingers_for(dest: &Destination) -> u64 {
+        dest.deadline(true).map_or(0, |at| at.micros_since(START))
+    }
+
+    #[test]
+    fn with_no_latency_sample_a_small_batch_lingers_for_the_floor() {
+        let dest = queued(3, None);
+        assert_eq!(lingers_for(&dest), LINGER_FLOOR_MS * 1_000);
+        assert!(!dest.ready_to_send(START.plus_micros(1_999), true));
+        assert!(dest.ready_to_send(START.plus_micros(2_000), true));
+    }
+
+    #[test]
+    fn a_small_batch_lingers_for_twice_the_recent_latency_never_past_the_cap() {
+        assert_eq!(lingers_for(&queued(3, Some(500))), 2_000, "the floor wins below 1 ms");
+        assert_eq!(lingers_for(&queued(3, Some(10_000))), 20_000);
+        assert_eq!(lingers_for(&queued(3, Some(40_000))), LINGER_CAP_MS * 1_000);
+    }
+
+    #[test]
+    fn a_full_batch_goes_at_once() {
+        let dest = queued(BATCH_TARGET_RECORDS as u64, Some(10_000));
+        assert_eq!(dest.deadline(true), None);
+        assert!(dest.ready_to_send(START, true));
+    }
+
+    #[test]
+    fn with_the_linger_off_a_small_batch_goes_at_once() {
+        let dest = queued(1, Some(10_000));
+        assert_eq!(dest.deadline(false), None);
+        assert!(dest.ready_to_send(START, false));
+    }
+
+    #[test]
+    fn a_failing_destinations_probe_waits_for_its_backoff_not_a_linger() {
+        let mut dest = queued(1, Some(10_000));
+        let retry_at = START.plus_millis(1_000);
+        for _ in 0..REROUTE_AFTER_FAILED_PASSES {
+            let batch = dest.take_batch(&held(1), usize::MAX);
+            dest.on_failure(batch, retry_at);
+        }
+        assert!(dest.is_failing());
+        assert_eq!(dest.deadline(true), Some(retry_at));
+        assert!(dest.ready_to_send(retry_at, true));
+    }
+
+    #[test]
+    fn records_queued_behind_a_commit_linger_from_when_they_queued() {
+        let mut dest = queued(3, Some(1_000));
+        let batch = dest.take_batch(&held(3), usize::MAX);
+        assert_eq!(batch, vec![0, 1, 2]);
+        assert_eq!(dest.deadline(true), None, "nothing queued");
+        let later = START.plus_micros(700);
+        dest.enqueue(3, later);
+        assert_eq!(dest.linger_until(), Some(later.plus_micros(2_000)));
+    }
+
+    fn held(records: u64) -> BTreeMap<u64, WalRecord> {
+        (0..records)
+            .map(|seq| {
+                let record = WalRecord {
+                    seq,
+                    timestamp_ms: 0,
+                    topic: "t".into(),
+                    topic_id: crate::ids::TopicId(1),
+                    partition: 0,
+                    key: None,
+                    payload: bytes::Bytes::from_static(b"p"),
+                };
+                (seq, record)
+            })
+            .collect()
     }
 }

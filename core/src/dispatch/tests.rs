@@ -1,6 +1,7 @@
 //! Property tests of the dispatcher against a model: random arrivals, commit outcomes and time.
 //! Whatever happens, no record is committed twice, the checkpoint never passes a record that is
-//! not done, the window and lookahead bounds hold, and once failures stop everything drains.
+//! not done, the window and lookahead bounds hold, and once failures stop everything drains,
+//! with the linger on or off.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -85,9 +86,9 @@ struct Model {
 }
 
 impl Model {
-    fn new() -> Model {
+    fn new(linger: bool) -> Model {
         Model {
-            dispatcher: Dispatcher::new(0),
+            dispatcher: Dispatcher::new(0).with_linger(linger),
             now: Instant(1_000_000),
             next_seq: 0,
             in_flight: BTreeMap::new(),
@@ -183,8 +184,11 @@ impl Model {
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(200))]
     #[test]
-    fn skip_set_window_checkpoint_and_reroute(ops in prop::collection::vec(op(), 1..300)) {
-        let mut model = Model::new();
+    fn skip_set_window_checkpoint_and_reroute(
+        ops in prop::collection::vec(op(), 1..300),
+        linger in any::<bool>(),
+    ) {
+        let mut model = Model::new(linger);
         for op in ops {
             model.apply(op);
         }

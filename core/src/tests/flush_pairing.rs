@@ -1,5 +1,6 @@
 //! Flush pairing (`node/flush_pairing.rs`): a lone producer's partition work waits for the next
-//! group commit, goes just before it, and goes alone at the hold's deadline.
+//! group commit, goes just before it, and goes alone at the hold's deadline. The dispatch linger
+//! is off here so the hold is seen alone; the last test has both.
 
 use bytes::Bytes;
 
@@ -8,8 +9,13 @@ use crate::api::{ClientOp, ClientReply, ProduceMessage};
 use crate::io::{DiskOp, FileId};
 
 fn harness(hold_us: u64) -> Harness {
+    harness_with_linger(hold_us, false)
+}
+
+fn harness_with_linger(hold_us: u64, linger: bool) -> Harness {
     let mut config = Harness::config();
     config.flush_pairing_us = hold_us;
+    config.dispatch_linger = linger;
     let mut h = Harness::with_config(Default::default(), config);
     h.run();
     let reply = h.call(ClientOp::CreateTopic {
@@ -98,4 +104,29 @@ fn a_zero_hold_sends_partition_work_at_once() {
     produce(&mut h, "a");
     h.run_io_only();
     assert!(partition_writes(&h) > before, "nothing is held");
+}
+
+#[test]
+fn with_the_linger_on_a_lone_produce_waits_for_the_linger_then_the_hold() {
+    let mut h = harness_with_linger(1_000, true);
+    produce(&mut h, "a");
+    h.run_io_only();
+    let start = h.now;
+    let before = partition_writes(&h);
+    let mut written_at = None;
+    for _ in 0..100 {
+        let Some(at) = h.node.poll_timeout() else { break };
+        h.fire_timeout(at);
+        h.run_io_only();
+        if partition_writes(&h) > before {
+            written_at = Some(h.now);
+            break;
+        }
+    }
+    let waited = written_at.expect("the partition write goes by the deadlines").micros_since(start);
+    let linger = crate::constants::LINGER_FLOOR_MS * 1_000;
+    assert!(waited >= linger, "the batch lingers first: {waited} µs");
+    assert!(waited <= Harness::LONE_COMMIT_WAIT_US, "then at most the hold: {waited} µs");
+    h.run();
+    assert_eq!(h.read_partition_zero("t").len(), 2);
 }

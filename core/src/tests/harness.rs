@@ -145,6 +145,12 @@ impl Harness {
         }
     }
 
+    /// How long a lone producer's records may wait on an idle node before their commit starts:
+    /// the dispatch linger (`LINGER_FLOOR_MS`, as the harness's disk answers at once) and then the
+    /// flush pairing hold (`node/flush_pairing.rs`).
+    pub const LONE_COMMIT_WAIT_US: u64 =
+        crate::constants::LINGER_FLOOR_MS * 1_000 + crate::constants::FLUSH_PAIRING_US;
+
     /// Completes disk operations and fires timers for 3 simulated seconds (the metastore ticks
     /// forever, so there is no "idle"; 3 s covers every backoff and checkpoint delay).
     pub fn run(&mut self) {

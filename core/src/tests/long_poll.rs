@@ -51,8 +51,8 @@ fn a_parked_consume_is_woken_by_the_commit_not_the_deadline() {
     h.node.check_invariants().expect("consistent while parked");
     let produced_at = h.now;
     let produce = h.submit(produce_op("t", 0, "hello"));
-    // A lone producer's commit may wait out the flush pairing hold (node/flush_pairing.rs).
-    h.run_for_micros(crate::constants::FLUSH_PAIRING_US + 1);
+    // A lone producer's commit may wait out the linger and the flush pairing hold.
+    h.run_for_micros(Harness::LONE_COMMIT_WAIT_US + 1);
     assert!(matches!(h.replies.remove(&produce), Some(ClientReply::Produced { accepted: 1 })));
     let reply = h.replies.remove(&request).expect("woken by the commit");
     assert_eq!(payloads(&reply), vec!["hello".to_string()]);

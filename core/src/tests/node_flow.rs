@@ -230,8 +230,8 @@ fn replay_after_crash_above_checkpoint_lands_no_duplicates() {
     create(&mut h, "t", 2);
     let messages = (0..40).map(|i| message(&format!("m{i}"), None, None)).collect();
     h.submit(ClientOp::Produce { topic: "t".into(), messages, batch: true });
-    // A lone producer's commit may wait out the flush pairing hold (node/flush_pairing.rs).
-    h.run_for_micros(crate::constants::FLUSH_PAIRING_US + 1);
+    // A lone producer's commit may wait out the linger and the flush pairing hold.
+    h.run_for_micros(Harness::LONE_COMMIT_WAIT_US + 1);
     let mut committed = 0;
     while let Some(event) = h.node.poll_event() {
         if let crate::io::NodeEvent::Committed { origins, .. } = event {

@@ -54,11 +54,9 @@ impl Harness {
             // Heartbeats alone append one entry a second: runs snapshot and reset the Raft log.
             config.meta_snapshot_every_entries = SMALL_SNAPSHOT_ENTRIES;
         }
+        config.dispatch_linger = input.dispatch_linger();
         // 64 B steps: frames still straddle chunks, and megabyte logs are not fed a byte at a time.
-        let scan_chunk = match input.scan_chunk {
-            0 => usize::MAX,
-            n => usize::from(n) * 64,
-        };
+        let scan_chunk = input.scan_chunk_bytes();
         let mut harness = Harness {
             config,
             node: None,

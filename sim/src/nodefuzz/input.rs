@@ -15,7 +15,9 @@ pub struct FuzzInput {
     /// Small limits: a 512 B partition index interval (production 64 KiB) and a metastore
     /// snapshot (with a Raft log reset) every 8 entries (production 1,024).
     pub small_index: bool,
-    /// Recovery scans partition logs in chunks of 64 × this many bytes (0 = each file whole).
+    /// Recovery scans partition logs in chunks of 64 × the low 15 bits bytes (0 = each file
+    /// whole); the top bit turns the dispatch linger on (`FuzzInput::dispatch_linger`). One
+    /// field for both, so inputs kept from before the linger existed decode as they did.
     pub scan_chunk: u16,
     /// After the heal and final read: cut the power once more, recover, read everything again.
     pub final_power_loss: bool,
@@ -42,6 +44,20 @@ impl FuzzInput {
             }
         }
         input
+    }
+
+    /// Bytes per chunk of the partition-log recovery scan (`usize::MAX`: each file whole).
+    pub fn scan_chunk_bytes(&self) -> usize {
+        match self.scan_chunk & 0x7fff {
+            0 => usize::MAX,
+            n => usize::from(n) * 64,
+        }
+    }
+
+    /// `Config::dispatch_linger`: small dispatch batches wait for company (production's
+    /// default), or go as soon as their destination is free.
+    pub fn dispatch_linger(&self) -> bool {
+        self.scan_chunk & 0x8000 != 0
     }
 }
 

@@ -126,6 +126,27 @@ fn completions_out_of_order_across_files() {
 }
 
 #[test]
+fn with_the_linger_on_a_lone_record_reaches_its_partition_by_the_timer() {
+    let mut with_linger = input(Vec::new());
+    with_linger.scan_chunk |= 0x8000;
+    assert!(with_linger.dispatch_linger() && with_linger.scan_chunk_bytes() == 7 * 64);
+    let mut h = Harness::new(&with_linger);
+    h.client(one(b"first"));
+    while h.oracle.acked.is_empty() {
+        let pending = h.disk.pop_oldest().expect("the group commit's I/O");
+        h.complete(pending, None);
+    }
+    h.complete_all();
+    let partition_busy = |h: &Harness| {
+        h.disk.busy_files().iter().any(|f| matches!(f, FileId::PartitionSegment { .. }))
+    };
+    assert!(!partition_busy(&h), "the lone record lingers for company");
+    h.advance(narad_core::constants::LINGER_CAP_MS * 1_000);
+    assert!(partition_busy(&h), "the linger's deadline sends it");
+    assert!(h.final_phase(true));
+}
+
+#[test]
 fn the_harness_catches_a_lost_acknowledged_record() {
     let mut h = Harness::new(&input(Vec::new()));
     h.client(one(b"kept"));

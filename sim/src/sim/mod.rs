@@ -499,6 +499,7 @@ pub fn apply_sizes(config: &mut Config, cfg: &SwarmConfig) {
     config.consumer_journal_linger = cfg.sizes.consumer_journal_linger;
     config.wal_prewrite_chunk_bytes = cfg.sizes.wal_prewrite_chunk_bytes;
     config.flush_pairing_us = cfg.sizes.flush_pairing_us;
+    config.dispatch_linger = cfg.sizes.dispatch_linger;
     // With the lease set on the topics, the nodes' default is the shortest there is: a node
     // that ignored a topic's lease would lease for less than the checker allows.
     config.queue_visibility_ms = if cfg.workload.queue_topic_lease {

@@ -326,6 +326,8 @@ pub struct NodeSizes {
     pub wal_prewrite_chunk_bytes: u64,
     /// `Config::flush_pairing_us`.
     pub flush_pairing_us: u64,
+    /// `Config::dispatch_linger`.
+    pub dispatch_linger: bool,
 }
 
 impl Default for NodeSizes {
@@ -341,6 +343,7 @@ impl Default for NodeSizes {
             consumer_journal_linger: true,
             wal_prewrite_chunk_bytes: narad_core::constants::WAL_PREWRITE_CHUNK_BYTES,
             flush_pairing_us: narad_core::constants::FLUSH_PAIRING_US,
+            dispatch_linger: true,
         }
     }
 }
@@ -376,6 +379,13 @@ pub(crate) fn draw_flush_pairing(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
         2 => narad_core::constants::FLUSH_PAIRING_US,
         _ => 5_000,
     };
+}
+
+/// The dispatch linger rule, drawn after the flush-pairing hold (earlier draws stay what they
+/// were): on for half the seeds (production's schedule: small batches wait 2-50 ms for company),
+/// off for the others (every batch goes as soon as its destination is free).
+pub(crate) fn draw_dispatch_linger(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
+    sizes.dispatch_linger = rng.random_bool(0.5);
 }
 
 pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng) -> NodeSizes {
@@ -435,6 +445,7 @@ impl SwarmConfig {
         draw_queue_settings(&mut rng, &mut workload, &mut sizes);
         draw_prewrite(&mut rng, &mut sizes);
         draw_flush_pairing(&mut rng, &mut sizes);
+        draw_dispatch_linger(&mut rng, &mut sizes);
         SwarmConfig {
             nodes: 1,
             faults,
