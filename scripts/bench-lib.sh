@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the bench scripts (sourced, not run): the processes a bench starts, and how they stop.
 # A script appends each child's pid to PIDS and sets WORK to its scratch directory; on exit every
 # child gets SIGTERM, up to 10 s to stop, then SIGKILL, and WORK is removed.

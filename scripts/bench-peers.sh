@@ -3,23 +3,34 @@
 #
 #   scripts/bench-peers.sh            (or: make bench-peers)
 #
-# Installs what it lacks from Debian (redis-server, wrk), builds narad in release, starts each
-# system on 127.0.0.1 with durable acknowledgements and its own temporary directory, and runs the
-# same load shape (256-byte messages, closed-loop clients) at 1, 16, 64 and 256 clients:
+# Installs what it lacks from Debian (redis-server, redis-tools, wrk), builds narad in release,
+# starts each system on 127.0.0.1 with durable acknowledgements and its own temporary directory,
+# and runs the same load shape (256-byte messages, closed-loop clients) at 1, 16, 64 and 256
+# clients:
 #   - Narad: POST /v1/topics/bench/produce (narad bench; 202 = fsynced in the WAL)
 #   - Redis: XADD s * f <256 B> (redis-benchmark; appendonly yes, appendfsync always)
 #   - Narad GET /healthz: the HTTP ceiling of the same server, with the same client
-# then batch produce (100 x 256 B, 64 clients), produce -> visible latency at 64 clients over
-# VISIBLE_DURATION, and a serialized write+fdatasync probe before every client level (the disk's
-# speed drifts and the host can throttle it: compare the ratios of one run). Writes the table, an
-# SVG chart and the machine's description to docs/benchmarks.md. Stops what it started by PID.
-# Every wait is bounded; the whole run takes about 5 minutes.
+# Each client level runs two rounds in A B B A order: fsync probe, Narad, Redis (round 1), then
+# /healthz, then fsync probe, Redis, Narad (round 2); a disk throttle window or an order effect
+# shows as a disagreement between the rounds. For each produce run it records the server's CPU
+# per message (Narad: narad bench --server-pid; Redis: utime+stime of redis-server from
+# /proc/PID/stat around the measured redis-benchmark run, not its calibration) and the flush
+# requests completed by the block device under the data (/sys/block/DEV/stat, field 16; the whole
+# disk, so anything else that flushes it counts too), per message of that run.
+# Then batch produce (100 x 256 B, 64 clients), wrk against /healthz, and produce -> visible
+# latency at 64 clients over VISIBLE_DURATION. The serialized write+fdatasync probe before every
+# round tracks the disk's speed, which drifts (the host can throttle it): compare the ratios of
+# one round. Writes the tables, an SVG chart and the machine's description to OUT (with
+# OUT-throughput.svg and OUT-results.jsonl beside it). Stops what it started by PID.
+# Every wait is bounded; the whole run takes about 5 minutes (more while the disk is throttled:
+# up to 90 s + REST per client level).
 #
 # Knobs (environment): DURATION (s per run, 5), VISIBLE_DURATION (s, 60), CLIENTS ("1 16 64 256"),
 # BENCH_DIR (where the data lives; must be on the disk you want to measure, default /var/tmp),
-# OUT (docs/benchmarks.md), MICRO=1 (also run the core's divan microbenchmarks into the doc),
+# OUT (docs/benchmarks.md; its directory is created), MICRO=1 (also run the core's divan
+# microbenchmarks into the doc), MICRO_FILE (a saved `cargo bench -p narad-core` output instead),
 # FSYNC_MIN (probe rate below which we wait for the disk to recover, 2000/s; waits ≤ 90 s, then
-# REST more seconds, 10).
+# REST more seconds, 10), NARAD_PORT (7952), REDIS_PORT (7953).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -44,10 +55,13 @@ command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
 command -v wrk >/dev/null || need+=(wrk)
 command -v python3 >/dev/null || need+=(python3)
+command -v curl >/dev/null || need+=(curl)
+command -v free >/dev/null || need+=(procps)
 if ((${#need[@]})); then
     log "installing ${need[*]} from Debian"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${need[@]}" >/dev/null
 fi
+mkdir -p "$(dirname "$OUT")" # fail now, not after the run, if OUT cannot be written
 log "building narad (release)"
 cargo build --release -q -p narad
 
@@ -63,6 +77,77 @@ wait_for() { # wait_for WHAT CMD...: retries CMD for up to 10 s
     log "$what did not come up"; return 1
 }
 
+# --- the block device under the data, and its flush counter ------------------------------------
+# Finds the disk that holds DIR: /sys/dev/block/MAJ:MIN of its filesystem (or of the block device
+# `df` names, for btrfs and the like), a partition's parent disk, the one device under a
+# device-mapper stack. Prints one JSON object: {"name", "stat", "write_cache"} or {"why"}.
+flush_device() {
+    python3 - "$1" <<'PY'
+import json, os, stat, subprocess, sys
+
+def device(d):
+    dev = os.stat(d).st_dev
+    path = f"/sys/dev/block/{os.major(dev)}:{os.minor(dev)}"
+    if os.path.exists(path):
+        return os.path.realpath(path), None
+    df = subprocess.run(["df", "--output=source,fstype", d], capture_output=True, text=True)
+    source, fstype = (df.stdout.splitlines()[1:2] or ["? ?"])[0].split()[:2]
+    if source.startswith("/dev/") and os.path.exists(source) \
+            and stat.S_ISBLK(os.stat(source).st_mode):
+        rdev = os.stat(source).st_rdev
+        path = f"/sys/dev/block/{os.major(rdev)}:{os.minor(rdev)}"
+        if os.path.exists(path):
+            return os.path.realpath(path), None
+    return None, f"the data is on {fstype} ({source}), not on a block device this host can see"
+
+path, why = device(sys.argv[1])
+for _ in range(8):  # partition -> its disk; a stack with one device under it -> that device
+    if path is None:
+        break
+    if os.path.exists(os.path.join(path, "partition")):
+        path = os.path.dirname(path)
+        continue
+    slaves = os.path.join(path, "slaves")
+    under = os.listdir(slaves) if os.path.isdir(slaves) else []
+    if len(under) != 1:
+        break
+    path = os.path.realpath(os.path.join("/sys/class/block", under[0]))
+if path is not None:
+    name = os.path.basename(path)
+    stat_file = f"/sys/block/{name}/stat"
+    if not os.path.exists(stat_file):
+        stat_file = os.path.join(path, "stat")
+    try:
+        fields = open(stat_file).read().split()
+    except OSError as e:
+        fields, why = [], f"cannot read {stat_file}: {e.strerror}"
+    if fields and len(fields) < 16:
+        why = (f"{stat_file} has {len(fields)} fields: no flush counter before Linux 5.5")
+    if why is None:
+        try:
+            cache = open(os.path.join(path, "queue", "write_cache")).read().strip()
+        except OSError:
+            cache = None
+        print(json.dumps({"name": name, "stat": stat_file, "write_cache": cache}))
+        sys.exit()
+print(json.dumps({"why": why}))
+PY
+}
+
+device_flushes() { # flush requests completed by the data's disk so far, or null
+    if [[ -n "$FLUSH_STAT" ]]; then awk '{print $16}' "$FLUSH_STAT"; else echo null; fi
+}
+
+cpu_ticks() { # cpu_ticks PID: utime+stime of the process (all its threads) in clock ticks, or null
+    { sed 's/.*) //' "/proc/$1/stat" 2>/dev/null || true; } |
+        awk '{print $12 + $13; found = 1} END {if (!found) print "null"}'
+}
+
+accepted() { # narad_records_accepted_total of the node, or null
+    { curl -fsS --max-time 5 "http://127.0.0.1:$NARAD_PORT/metrics" 2>/dev/null || true; } |
+        awk '$1 == "narad_records_accepted_total" {print $2; found = 1} END {if (!found) print "null"}'
+}
+
 mkdir -p "$WORK/narad" "$WORK/redis"
 "$NARAD" serve --http "127.0.0.1:$NARAD_PORT" --data-dir "$WORK/narad" 2>"$WORK/narad.log" &
 NARAD_PID=$!
@@ -74,6 +159,14 @@ PIDS+=("$REDIS_PID")
 wait_for narad curl -fsS "http://127.0.0.1:$NARAD_PORT/readyz"
 wait_for redis redis-cli -p "$REDIS_PORT" ping
 log "narad pid $NARAD_PID, redis pid $REDIS_PID, data in $WORK"
+DEVICE="$(flush_device "$WORK")"
+FLUSH_STAT="$(python3 -c 'import json,sys; print(json.load(sys.stdin).get("stat") or "")' <<<"$DEVICE")"
+CLK_TCK="$(getconf CLK_TCK)"
+if [[ -n "$FLUSH_STAT" ]]; then
+    log "device flushes from $FLUSH_STAT (field 16)"
+else
+    log "no device flush counter: $DEVICE"
+fi
 
 record() { # record KEY JSON: one result line
     printf '{"key":"%s","result":%s}\n' "$1" "$2" >>"$RESULTS"
@@ -99,30 +192,70 @@ wait_disk() { # the host may throttle the disk for a while: wait (≤ 90 s) unti
     log "disk still throttled after 90 s; measuring anyway (see the probe column)"
 }
 
-narad_bench() { # narad_bench KEY ARGS...
-    local key="$1"; shift
-    record "$key" "$("$NARAD" bench --url "http://127.0.0.1:$NARAD_PORT" --server-pid "$NARAD_PID" \
-        --warmup 1s --json "$@")"
+narad_bench() { # narad_bench KEY ARGS...: narad bench's JSON, plus the disk's flushes per message
+    # The device counter and the accepted records are read around the whole narad bench process
+    # (warm-up included), so both count the same messages.
+    local key="$1" out flushes0 flushes1 accepted0 accepted1; shift
+    flushes0="$(device_flushes)"; accepted0="$(accepted)"
+    out="$("$NARAD" bench --url "http://127.0.0.1:$NARAD_PORT" --server-pid "$NARAD_PID" \
+        --warmup 1s --json "$@")" || log "$key: narad bench failed"
+    flushes1="$(device_flushes)"; accepted1="$(accepted)"
+    record "$key" "$(python3 - "$out" "$flushes0" "$flushes1" "$accepted0" "$accepted1" <<'PY'
+import json, sys
+try:
+    result = json.loads(sys.argv[1])
+except ValueError:
+    result = {"msgs_per_sec": None, "error": "narad bench gave no result"}
+f0, f1, a0, a1 = (json.loads(x) for x in sys.argv[2:6])
+msgs = None if a0 is None or a1 is None else a1 - a0
+flushes = None if f0 is None or f1 is None else f1 - f0
+result["device_flushes"] = flushes
+result["device_msgs"] = msgs
+result["device_flushes_per_msg"] = (round(flushes / msgs, 4)
+                                    if flushes is not None and msgs else None)
+print(json.dumps(result))
+PY
+)"
 }
 
-redis_bench() { # redis_bench CLIENTS: XADD of a 256-byte field, sized to run ~DURATION seconds
-    local clients="$1" value rate n csv
+redis_bench() { # redis_bench KEY CLIENTS: XADD of a 256-byte field, sized to run ~DURATION seconds
+    local key="$1" clients="$2" value rate n csv cpu0 cpu1 flushes0 flushes1 t0 t1
     value="$(head -c 256 /dev/zero | tr '\0' x)"
     # Calibrate (also the warm-up): the rate over 1.5 s, from redis-benchmark's progress line.
     rate="$( (timeout -s INT 1.5 redis-benchmark -p "$REDIS_PORT" -c "$clients" -n 100000000 -q \
         XADD s '*' f "$value" 2>/dev/null || true) | tr '\r' '\n' |
         { grep -o 'rps=[0-9.]* (overall: [0-9.]*' || true; } | tail -1 | grep -o '[0-9.]*$' || true)"
     n="$(python3 -c "print(max(1000, int(float('${rate:-1000}') * $DURATION)))")"
+    # The measured run: redis-server's CPU and the disk's flushes right around it.
+    cpu0="$(cpu_ticks "$REDIS_PID")"; flushes0="$(device_flushes)"; t0="$(date +%s.%N)"
     csv="$(timeout $((DURATION * 4 + 20)) redis-benchmark -p "$REDIS_PORT" -c "$clients" -n "$n" \
         --csv XADD s '*' f "$value" 2>/dev/null | tail -1 || true)"
-    record "redis-$clients" "$(python3 - "$csv" "$n" <<'PY'
+    cpu1="$(cpu_ticks "$REDIS_PID")"; flushes1="$(device_flushes)"; t1="$(date +%s.%N)"
+    record "$key" "$(python3 - "$csv" "$n" "$cpu0" "$cpu1" "$CLK_TCK" "$flushes0" "$flushes1" \
+        "$t0" "$t1" <<'PY'
 import csv, json, sys
 row = next(csv.reader([sys.argv[1]]), [])
+n = int(sys.argv[2])
+c0, c1 = json.loads(sys.argv[3]), json.loads(sys.argv[4])
+cpu_s = None if c0 is None or c1 is None else (c1 - c0) / float(sys.argv[5])
+f0, f1 = json.loads(sys.argv[6]), json.loads(sys.argv[7])
+seconds = float(sys.argv[9]) - float(sys.argv[8])
+flushes = None if f0 is None or f1 is None else f1 - f0
 try:
-    print(json.dumps({"msgs_per_sec": float(row[1]), "p50_ms": float(row[4]),
-                      "p99_ms": float(row[6]), "requests": int(sys.argv[2])}))
+    result = {"msgs_per_sec": float(row[1]), "p50_ms": float(row[4]), "p99_ms": float(row[6])}
 except (IndexError, ValueError):
-    print(json.dumps({"msgs_per_sec": None, "error": "redis-benchmark gave no result"}))
+    result = {"msgs_per_sec": None, "error": "redis-benchmark gave no result"}
+result.update({
+    "requests": n, "seconds": round(seconds, 3),
+    "server_cpu_s": None if cpu_s is None else round(cpu_s, 3),
+    "server_cpu_pct": None if cpu_s is None or seconds <= 0 else round(100 * cpu_s / seconds, 1),
+    "server_cpu_us_per_msg": (round(cpu_s * 1e6 / n, 2)
+                              if cpu_s is not None and result["msgs_per_sec"] else None),
+    "device_flushes": flushes,
+    "device_flushes_per_msg": (round(flushes / n, 4)
+                               if flushes is not None and result["msgs_per_sec"] else None),
+})
+print(json.dumps(result))
 PY
 )"
     redis-cli -p "$REDIS_PORT" del s >/dev/null
@@ -132,13 +265,19 @@ PY
 : >"$RESULTS"
 record "probe-start" "$(probe 2s)"
 record "probe-start-overwrite" "$("$NARAD" bench --fsync-probe "$WORK" --duration 2s --probe-overwrite --json)"
+record "device" "$DEVICE"
 for c in $CLIENTS; do
     wait_disk
-    log "$c clients: fsync probe, narad produce, redis XADD, narad /healthz"
-    record "probe-$c" "$(probe 2s)"
-    narad_bench "narad-$c" --concurrency "$c" --duration "${DURATION}s"
-    redis_bench "$c"
+    # A B B A: round 1 runs Narad first, round 2 Redis first, /healthz between them.
+    log "$c clients, round 1: fsync probe, narad produce, redis XADD; then narad /healthz"
+    record "probe-$c-r1" "$(probe 2s)"
+    narad_bench "narad-$c-r1" --concurrency "$c" --duration "${DURATION}s"
+    redis_bench "redis-$c-r1" "$c"
     narad_bench "healthz-$c" --healthz --concurrency "$c" --duration "${DURATION}s"
+    log "$c clients, round 2: fsync probe, redis XADD, narad produce"
+    record "probe-$c-r2" "$(probe 2s)"
+    redis_bench "redis-$c-r2" "$c"
+    narad_bench "narad-$c-r2" --concurrency "$c" --duration "${DURATION}s"
 done
 wait_disk
 log "batch produce: 100 x 256 B per request, 64 clients"
@@ -170,11 +309,14 @@ MACHINE="$WORK/machine.txt"
     echo "kernel: $(uname -srm)"
     echo "memory: $(free -h | awk '/^Mem:/{print $2}')"
     echo "filesystem of the data: $(df -T "$WORK" | awk 'NR==2{print $2" on "$1}')"
+    echo "device flushes: $(python3 -c 'import json, sys
+d = json.load(sys.stdin)
+print("%s field 16, write cache: %s" % (d["stat"], d.get("write_cache")) if d.get("stat")
+      else "unavailable: %s" % d.get("why"))' <<<"$DEVICE")"
     echo "redis: $(redis-server --version | cut -d' ' -f3)"
     echo "narad: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- core runtime-tokio || echo '+dirty')"
     echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$MACHINE"
-mkdir -p "$(dirname "$OUT")"
 python3 "$ROOT/scripts/bench_report.py" "$RESULTS" "$MACHINE" "$MICRO_FILE" "$OUT" "$COMMAND" \
     "$CLIENTS"
 log "wrote $OUT, ${OUT%.md}-throughput.svg and ${OUT%.md}-results.jsonl"
