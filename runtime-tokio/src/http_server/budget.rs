@@ -92,16 +92,29 @@ impl hyper::service::Service<Request<Incoming>> for Bounded {
 
     fn call(&self, request: Request<Incoming>) -> Self::Future {
         let this = self.clone();
-        if let Some(deadline) = &this.deadline {
-            deadline.request_started();
-        }
+        let in_hand = this.deadline.clone().map(InHand::new);
         Box::pin(async move {
             let response = this.respond(request).await;
-            if let Some(deadline) = &this.deadline {
-                deadline.request_done();
-            }
+            drop(in_hand);
             Ok(response)
         })
+    }
+}
+
+/// One request in hand on its connection's deadline, from its head until its answer is ready or
+/// its future is dropped (an HTTP/2 stream reset by the client).
+struct InHand(Arc<Deadline>);
+
+impl InHand {
+    fn new(deadline: Arc<Deadline>) -> InHand {
+        deadline.request_started();
+        InHand(deadline)
+    }
+}
+
+impl Drop for InHand {
+    fn drop(&mut self) {
+        self.0.request_done();
     }
 }
 

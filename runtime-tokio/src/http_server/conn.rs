@@ -1,6 +1,10 @@
 //! One accepted connection: an optional TLS handshake (bounded by the header timeout), then
 //! hyper's HTTP/1 connection with its head size bound (`max_header_size`), the head and idle
-//! deadlines (`deadline`), graceful shutdown on the server's stop, and a lingering close.
+//! deadlines (`deadline`), graceful shutdown on the server's stop, and a lingering close. A
+//! plain-text connection that opens with the HTTP/2 preface (`preface`) is served by hyper's
+//! HTTP/2 connection instead (h2c with prior knowledge: many requests in flight on one
+//! connection, their answers written together), under the same deadlines and body bounds; it
+//! ends with HTTP/2's own GOAWAY rather than a lingering close.
 //!
 //! The lingering close: a connection that ends with request bytes still unread (hyper refused a
 //! head with 431, or a response was sent before its request body was read) is closed by first
@@ -14,8 +18,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, ready};
 use std::time::Duration;
 
-use hyper::server::conn::http1;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::server::conn::{http1, http2};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::watch;
 use tokio::time::Sleep;
@@ -24,6 +28,7 @@ use tokio_rustls::TlsAcceptor;
 use super::HttpLimits;
 use super::budget::Bounded;
 use super::deadline::{Deadline, Watched};
+use super::preface::sniff;
 
 /// How long a closing connection reads and discards what its client still sends.
 pub(super) const LINGER_TIME: Duration = Duration::from_secs(2);
@@ -32,10 +37,18 @@ pub(super) const LINGER_BYTES: usize = 256 * 1024;
 /// hyper's read buffer per connection (it grows to this while a read fills it): a request head
 /// must fit (`--max-header-bytes`), bodies stream through it.
 const READ_BUFFER_BYTES: usize = 64 * 1024;
+/// Requests in flight at once on one HTTP/2 connection.
+pub(super) const HTTP2_MAX_STREAMS: u32 = 256;
+/// HTTP/2 flow-control windows: a stream may have this much of its body in flight unread, a
+/// connection this much over all its streams (the in-flight byte budget still caps what is
+/// held).
+const HTTP2_STREAM_WINDOW: u32 = 1024 * 1024;
+const HTTP2_CONNECTION_WINDOW: u32 = 4 * 1024 * 1024;
 
 /// What every connection of one server shares.
 pub(super) struct Shared {
     builder: http1::Builder,
+    h2: http2::Builder<TokioExecutor>,
     service: Bounded,
     header_timeout: Duration,
     idle_timeout: Duration,
@@ -59,18 +72,70 @@ impl Shared {
             .max_header_size(limits.max_header_bytes)
             .max_buf_size(READ_BUFFER_BYTES.max(limits.max_header_bytes))
             .keep_alive(true);
+        let mut h2 = http2::Builder::new(TokioExecutor::new());
+        h2.timer(TokioTimer::new())
+            .max_header_list_size(u32::try_from(limits.max_header_bytes).unwrap_or(u32::MAX))
+            .max_concurrent_streams(HTTP2_MAX_STREAMS)
+            .initial_stream_window_size(HTTP2_STREAM_WINDOW)
+            .initial_connection_window_size(HTTP2_CONNECTION_WINDOW);
         let (header_timeout, idle_timeout) = (limits.header_timeout, limits.idle_timeout);
-        Shared { builder, service, header_timeout, idle_timeout, stop }
+        Shared { builder, h2, service, header_timeout, idle_timeout, stop }
     }
 
-    /// Serves a plain-text connection until it closes.
+    /// Serves a plain-text connection until it closes: HTTP/2 if it opens with the preface,
+    /// else HTTP/1.
     pub(super) async fn serve<I>(&self, io: I)
     where
         I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
     {
         let deadline = Deadline::new(self.header_timeout, self.idle_timeout);
-        let (io, ended) = self.http(Watched::new(io, deadline.clone()), deadline).await;
-        self.close(io, ended).await;
+        let io = Watched::new(io, deadline.clone());
+        let mut stop = self.stop.clone();
+        let sniffed = tokio::select! {
+            sniffed = tokio::time::timeout(self.header_timeout, sniff(io)) => sniffed,
+            _ = stop.wait_for(|stop| *stop) => return,
+        };
+        match sniffed {
+            Ok(Ok((true, io))) => self.http2(io, deadline).await,
+            Ok(Ok((false, io))) => {
+                let (io, ended) = self.http(io, deadline).await;
+                self.close(io, ended).await;
+            }
+            Ok(Err(error)) => tracing::debug!(%error, "connection failed before its first request"),
+            Err(_) => tracing::debug!("request head not in time"),
+        }
+    }
+
+    /// Runs hyper's HTTP/2 connection until it is done or times out (`deadline`: idle once no
+    /// stream is in hand); on the server's stop, sends GOAWAY and finishes the streams in hand.
+    async fn http2<I>(&self, io: I, deadline: Arc<Deadline>)
+    where
+        I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+    {
+        let service = self.service.for_connection(deadline.clone());
+        let mut conn = self.h2.serve_connection(TokioIo::new(io), service);
+        let mut sleep = Box::pin(tokio::time::sleep(self.header_timeout));
+        let mut stop = self.stop.clone();
+        let mut stopping = false;
+        let ended = loop {
+            tokio::select! {
+                ended = poll_fn(|cx| {
+                    let polled = Pin::new(&mut conn).poll(cx);
+                    poll_deadline(polled, &deadline, sleep.as_mut(), cx)
+                }) => break ended,
+                _ = stop.wait_for(|stop| *stop), if !stopping => {
+                    stopping = true;
+                    Pin::new(&mut conn).graceful_shutdown();
+                }
+            }
+        };
+        match ended {
+            Ended::Done(Err(error)) => {
+                tracing::debug!(%error, "HTTP/2 connection ended with an error")
+            }
+            Ended::TimedOut => tracing::debug!("HTTP/2 connection idle or a head not in time"),
+            Ended::Done(Ok(())) => {}
+        }
     }
 
     /// Completes a TLS handshake on `io` (within the header timeout) and serves the connection.
@@ -141,18 +206,29 @@ impl Shared {
     }
 }
 
-/// Polls hyper's connection, then sleeps until the connection's current deadline (re-armed
-/// whenever the connection moved it).
+/// Polls hyper's HTTP/1 connection, then sleeps until the connection's current deadline.
 fn poll_conn<I>(
     conn: &mut http1::Connection<TokioIo<I>, Bounded>,
     deadline: &Deadline,
-    mut sleep: Pin<&mut Sleep>,
+    sleep: Pin<&mut Sleep>,
     cx: &mut Context<'_>,
 ) -> Poll<Ended>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    if let Poll::Ready(result) = conn.poll_without_shutdown(cx) {
+    let polled = conn.poll_without_shutdown(cx);
+    poll_deadline(polled, deadline, sleep, cx)
+}
+
+/// A connection's poll result, else a sleep until its current deadline (re-armed whenever the
+/// connection moved it).
+fn poll_deadline(
+    polled: Poll<hyper::Result<()>>,
+    deadline: &Deadline,
+    mut sleep: Pin<&mut Sleep>,
+    cx: &mut Context<'_>,
+) -> Poll<Ended> {
+    if let Poll::Ready(result) = polled {
         return Poll::Ready(Ended::Done(result));
     }
     let Some(at) = deadline.deadline() else { return Poll::Pending };

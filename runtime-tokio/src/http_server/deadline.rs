@@ -24,8 +24,8 @@ use tokio::time::Instant;
 enum Phase {
     /// A head is arriving (or the first one is awaited): it must be complete by then.
     Head(Instant),
-    /// A request is in hand.
-    Busy,
+    /// This many requests are in hand (more than one only on an HTTP/2 connection).
+    Busy(u32),
     /// Between requests: closed at this instant unless something is read or written.
     Idle(Instant),
 }
@@ -49,14 +49,23 @@ impl Deadline {
         self.phase.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// A request head was parsed: no deadline until it is answered.
+    /// A request head was parsed: no deadline until every request in hand is answered.
     pub(super) fn request_started(&self) {
-        *self.phase() = Phase::Busy;
+        let mut phase = self.phase();
+        *phase = match *phase {
+            Phase::Busy(n) => Phase::Busy(n.saturating_add(1)),
+            Phase::Head(_) | Phase::Idle(_) => Phase::Busy(1),
+        };
     }
 
-    /// The request's answer is ready: the connection is idle from now.
+    /// A request's answer is ready (or its stream was dropped): with none left in hand, the
+    /// connection is idle from now.
     pub(super) fn request_done(&self) {
-        *self.phase() = Phase::Idle(Instant::now() + self.idle_timeout);
+        let mut phase = self.phase();
+        *phase = match *phase {
+            Phase::Busy(n) if n > 1 => Phase::Busy(n - 1),
+            _ => Phase::Idle(Instant::now() + self.idle_timeout),
+        };
     }
 
     /// Bytes arrived: on an idle connection, the next head has begun.
@@ -80,7 +89,7 @@ impl Deadline {
     pub(super) fn deadline(&self) -> Option<Instant> {
         match *self.phase() {
             Phase::Head(at) | Phase::Idle(at) => Some(at),
-            Phase::Busy => None,
+            Phase::Busy(_) => None,
         }
     }
 
@@ -183,5 +192,16 @@ mod tests {
         let next = Instant::now();
         d.read(); // The next head begins.
         assert!(due(&d, next, head) && d.in_head(), "the next head is due");
+    }
+
+    #[test]
+    fn an_http2_connection_is_idle_only_once_every_stream_is_answered() {
+        let d = Deadline::new(Duration::from_secs(10), Duration::from_secs(60));
+        d.request_started();
+        d.request_started();
+        d.request_done();
+        assert_eq!(d.deadline(), None, "one stream still in hand");
+        d.request_done();
+        assert!(d.deadline().is_some() && !d.in_head(), "idle");
     }
 }

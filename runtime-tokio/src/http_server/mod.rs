@@ -10,6 +10,7 @@
 mod budget;
 mod conn;
 mod deadline;
+mod preface;
 mod refuse;
 pub mod tls;
 

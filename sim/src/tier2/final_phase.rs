@@ -93,7 +93,10 @@ async fn backlog(n: u32) -> Option<u64> {
 }
 
 async fn call(node: u32, op: ClientOp) -> Option<ClientReply> {
-    let answer = tokio::time::timeout(CALL_TIMEOUT, http::call(node_addr(node), &op, || {}));
+    let answer = tokio::time::timeout(
+        CALL_TIMEOUT,
+        http::call(node_addr(node), &op, http::Protocol::Http1, || {}),
+    );
     answer.await.ok()?.ok()
 }
 

@@ -1,7 +1,8 @@
-//! The tier-2 workload's HTTP/1.1 client: a `ClientOp` (what the first tier hands a node
+//! The tier-2 workload's HTTP client: a `ClientOp` (what the first tier hands a node
 //! directly) becomes the request a real client sends to the v1 API, and the answer becomes the
 //! `ClientReply` the workload and the checker already understand, so both tiers judge runs with
-//! the same code. Each request uses a fresh connection (hyper over a turmoil TCP stream).
+//! the same code. Each request uses a fresh connection (hyper over a turmoil TCP stream), HTTP/1.1
+//! or HTTP/2 with prior knowledge (the node tells them apart by the preface) as the caller asks.
 
 use std::net::SocketAddr;
 
@@ -38,38 +39,82 @@ pub struct HttpRequest {
 pub async fn call(
     addr: SocketAddr,
     op: &ClientOp,
+    protocol: Protocol,
     connected: impl FnOnce(),
 ) -> Result<ClientReply, CallError> {
-    let (status, body) = exchange(addr, request_of(op), connected).await?;
+    let (status, body) = exchange(addr, request_of(op), protocol, connected).await?;
     Ok(reply_of(op, status, &body))
 }
 
 /// `GET path` on `addr`: the body of a 200 answer.
 pub async fn get(addr: SocketAddr, path: &str, timeout: std::time::Duration) -> Option<Bytes> {
     let request = HttpRequest { method: Method::GET, path: path.to_string(), body: Bytes::new() };
-    let answer = tokio::time::timeout(timeout, exchange(addr, request, || {})).await;
+    let answer =
+        tokio::time::timeout(timeout, exchange(addr, request, Protocol::Http1, || {})).await;
     match answer {
         Ok(Ok((200, body))) => Some(body),
         _ => None,
     }
 }
 
+/// Which HTTP a request is sent with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Protocol {
+    Http1,
+    /// HTTP/2 with prior knowledge (h2c).
+    Http2,
+}
+
+/// Runs hyper's HTTP/2 client tasks on the host's local task set (turmoil's hosts are
+/// single-threaded; nothing needs to be `Send`).
+#[derive(Clone, Copy)]
+struct LocalExec;
+
+impl<F: std::future::Future + 'static> hyper::rt::Executor<F> for LocalExec {
+    fn execute(&self, future: F) {
+        tokio::task::spawn_local(future);
+    }
+}
+
+/// Sends `request` on a fresh connection of either protocol.
+enum Sender {
+    Http1(hyper::client::conn::http1::SendRequest<Full<Bytes>>),
+    Http2(hyper::client::conn::http2::SendRequest<Full<Bytes>>),
+}
+
+async fn handshake(stream: turmoil::net::TcpStream, protocol: Protocol) -> hyper::Result<Sender> {
+    let io = TokioIo::new(stream);
+    Ok(match protocol {
+        Protocol::Http1 => {
+            let (sender, connection) = hyper::client::conn::http1::handshake(io).await?;
+            tokio::task::spawn_local(async move {
+                let _ = connection.await; // ends with the exchange (or the connection's failure)
+            });
+            Sender::Http1(sender)
+        }
+        Protocol::Http2 => {
+            let (sender, connection) = hyper::client::conn::http2::handshake(LocalExec, io).await?;
+            tokio::task::spawn_local(async move {
+                let _ = connection.await;
+            });
+            Sender::Http2(sender)
+        }
+    })
+}
+
 /// One request on a fresh connection: the answer's status and body.
 async fn exchange(
     addr: SocketAddr,
     request: HttpRequest,
+    protocol: Protocol,
     connected: impl FnOnce(),
 ) -> Result<(u16, Bytes), CallError> {
     let stream = turmoil::net::TcpStream::connect(addr)
         .await
         .map_err(|e| CallError::Refused(e.to_string()))?;
     connected();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .map_err(|e| CallError::Broken(e.to_string()))?;
-    tokio::task::spawn_local(async move {
-        let _ = connection.await; // ends with the exchange (or the connection's failure)
-    });
+    let mut sender =
+        handshake(stream, protocol).await.map_err(|e| CallError::Broken(e.to_string()))?;
     let http = Request::builder()
         .method(request.method)
         .uri(request.path)
@@ -77,7 +122,19 @@ async fn exchange(
         .header(hyper::header::CONTENT_TYPE, "application/json")
         .body(Full::new(request.body))
         .map_err(|e| CallError::Broken(e.to_string()))?;
-    let response = sender.send_request(http).await.map_err(|e| CallError::Broken(e.to_string()))?;
+    let response = match &mut sender {
+        Sender::Http1(sender) => sender.send_request(http).await,
+        Sender::Http2(sender) => {
+            // HTTP/2 names the authority in the URI, not in a Host header.
+            let mut http = http;
+            http.headers_mut().remove(hyper::header::HOST);
+            *http.uri_mut() = format!("http://{addr}{}", http.uri())
+                .parse()
+                .map_err(|e: hyper::http::uri::InvalidUri| CallError::Broken(e.to_string()))?;
+            sender.send_request(http).await
+        }
+    };
+    let response = response.map_err(|e| CallError::Broken(e.to_string()))?;
     let status = response.status().as_u16();
     let body = response
         .into_body()
