@@ -3,26 +3,30 @@
 #
 #   scripts/bench-peers.sh            (or: make bench-peers)
 #
-# Installs what it lacks from Debian (redis-server, redis-tools, wrk), builds narad in release,
-# starts each system on 127.0.0.1 with durable acknowledgements and its own temporary directory,
-# and runs the same load shape (256-byte messages, closed-loop clients) at 1, 16, 64 and 256
-# clients:
+# Installs what it lacks from Debian (redis-server, redis-tools, wrk, nghttp2-client), builds
+# narad in release, starts each system on 127.0.0.1 with durable acknowledgements and its own
+# temporary directory, and runs the same load shape (256-byte messages, closed-loop clients) at
+# 1, 16, 64 and 256 clients:
 #   - Narad: POST /v1/topics/bench/produce (narad bench; 202 = fsynced in the WAL)
+#   - Narad over HTTP/2 (h2c, prior knowledge), at 16 clients and more: the same produce with the
+#     same number of requests in flight, multiplexed as 16 streams on each of C/16 connections
+#     (h2load; sized to run ~DURATION s after a 1.5 s calibration run that is also its warm-up)
 #   - Redis: XADD s * f <256 B> (redis-benchmark; appendonly yes, appendfsync always)
-#   - Narad GET /healthz: the HTTP ceiling of the same server, with the same client
-# Each client level runs two rounds in A B B A order: fsync probe, Narad, Redis (round 1), then
-# /healthz, then fsync probe, Redis, Narad (round 2); a disk throttle window or an order effect
-# shows as a disagreement between the rounds. For each produce run it records the server's CPU
-# per message (Narad: narad bench --server-pid; Redis: utime+stime of redis-server from
-# /proc/PID/stat around the measured redis-benchmark run, not its calibration) and the flush
-# requests completed by the block device under the data (/sys/block/DEV/stat, field 16; the whole
-# disk, so anything else that flushes it counts too), per message of that run.
+#   - Narad GET /healthz: the HTTP ceiling of the same server, with the same client as produce
+# Each client level runs two rounds in A B B A order: fsync probe, Narad, Narad h2c, Redis
+# (round 1), then /healthz, then fsync probe, Redis, Narad h2c, Narad (round 2); a disk throttle
+# window or an order effect shows as a disagreement between the rounds. For each produce run it
+# records the server's CPU per message (Narad: narad bench --server-pid; Narad h2c and Redis:
+# utime+stime of the server from /proc/PID/stat around the measured h2load / redis-benchmark run,
+# not its calibration) and the flush requests completed by the block device under the data
+# (/sys/block/DEV/stat, field 16; the whole disk, so anything else that flushes it counts too),
+# per message of that run.
 # Then batch produce (100 x 256 B, 64 clients), wrk against /healthz, and produce -> visible
 # latency at 64 clients over VISIBLE_DURATION. The serialized write+fdatasync probe before every
 # round tracks the disk's speed, which drifts (the host can throttle it): compare the ratios of
 # one round. Writes the tables, an SVG chart and the machine's description to OUT (with
 # OUT-throughput.svg and OUT-results.jsonl beside it). Stops what it started by PID.
-# Every wait is bounded; the whole run takes about 5 minutes (more while the disk is throttled:
+# Every wait is bounded; the whole run takes about 6 minutes (more while the disk is throttled:
 # up to 90 s + REST per client level).
 #
 # Knobs (environment): DURATION (s per run, 5), VISIBLE_DURATION (s, 60), CLIENTS ("1 16 64 256"),
@@ -54,6 +58,7 @@ need=()
 command -v redis-server >/dev/null || need+=(redis-server)
 command -v redis-benchmark >/dev/null || need+=(redis-tools)
 command -v wrk >/dev/null || need+=(wrk)
+command -v h2load >/dev/null || need+=(nghttp2-client)
 command -v python3 >/dev/null || need+=(python3)
 command -v curl >/dev/null || need+=(curl)
 command -v free >/dev/null || need+=(procps)
@@ -261,22 +266,92 @@ PY
     redis-cli -p "$REDIS_PORT" del s >/dev/null
 }
 
+h2_bench() { # h2_bench KEY CLIENTS: Narad produce over HTTP/2 (h2c), sized to run ~DURATION s
+    # CLIENTS requests in flight as max(1, CLIENTS/16) connections x 16 streams, driven by h2load.
+    local key="$1" clients="$2" conns rate n out cpu0 cpu1 flushes0 flushes1 accepted0 accepted1
+    conns=$((clients / 16 > 0 ? clients / 16 : 1))
+    local load=(-c "$conns" -m 16 -d "$WORK/payload" -H 'content-type: application/octet-stream'
+        "http://127.0.0.1:$NARAD_PORT/v1/topics/bench/produce")
+    # Calibrate (also the warm-up): the rate over 1.5 s, from h2load's duration mode.
+    rate="$( (timeout 20 h2load -D 1500ms "${load[@]}" 2>/dev/null || true) |
+        sed -n 's/^finished in [^,]*, \([0-9.]*\) req\/s.*/\1/p')"
+    n="$(python3 -c "print(max(1000, int(float('${rate:-1000}') * $DURATION)))")"
+    # The measured run: narad's CPU, the disk's flushes and the records accepted right around it.
+    cpu0="$(cpu_ticks "$NARAD_PID")"; flushes0="$(device_flushes)"; accepted0="$(accepted)"
+    out="$(timeout $((DURATION * 4 + 20)) h2load -n "$n" "${load[@]}" 2>&1 || true)"
+    cpu1="$(cpu_ticks "$NARAD_PID")"; flushes1="$(device_flushes)"; accepted1="$(accepted)"
+    record "$key" "$(python3 - "$out" "$n" "$conns" "$cpu0" "$cpu1" "$CLK_TCK" "$flushes0" \
+        "$flushes1" "$accepted0" "$accepted1" <<'PY'
+import json, re, sys
+out, n, conns = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+c0, c1, f0, f1, a0, a1 = (json.loads(sys.argv[i]) for i in (4, 5, 7, 8, 9, 10))
+cpu_s = None if c0 is None or c1 is None else (c1 - c0) / float(sys.argv[6])
+flushes = None if f0 is None or f1 is None else f1 - f0
+msgs = None if a0 is None or a1 is None else a1 - a0
+
+def ms(text):  # one of h2load's durations (789us, 4.56ms, 1.23s) in milliseconds
+    m = re.fullmatch(r"([0-9.]+)(us|ms|s)", text)
+    return float(m.group(1)) * {"us": 1e-3, "ms": 1.0, "s": 1e3}[m.group(2)] if m else None
+
+finished = re.search(r"^finished in ([0-9.]+(?:us|ms|s)),", out, re.M)
+requests = re.search(r"^requests: (\d+) total, (\d+) started, (\d+) done, (\d+) succeeded, "
+                     r"(\d+) failed, (\d+) errored, (\d+) timeout", out, re.M)
+codes = re.search(r"^status codes: (\d+) 2xx, (\d+) 3xx, (\d+) 4xx, (\d+) 5xx", out, re.M)
+latency = re.search(r"^time for request:\s+(\S+)\s+(\S+)\s+(\S+)", out, re.M)
+seconds = ms(finished.group(1)) / 1e3 if finished else None
+result = {"client": "h2load", "connections": conns, "streams_per_connection": 16,
+          "requests": n}
+if not (seconds and requests and codes):
+    last = [line for line in out.splitlines() if line.strip()][-1:]
+    result.update({"msgs_per_sec": None,
+                   "error": "h2load gave no result" + (f": {last[0]}" if last else "")})
+else:
+    total, _, done, _, failed, errored, timeout = (int(x) for x in requests.groups())
+    ok = int(codes.group(1))
+    result.update({
+        "msgs_per_sec": round(ok / seconds, 1), "seconds": round(seconds, 3), "ok_2xx": ok,
+        # every planned request without a 2xx: non-2xx answers, failed, errored, timed out
+        "errors": total - ok, "failed": failed, "errored": errored, "timeout": timeout,
+        "non_2xx": sum(int(x) for x in codes.groups()[1:]),
+        # h2load reports min / max / mean / sd per request, no percentiles
+        "min_ms": ms(latency.group(1)) if latency and ok else None,
+        "max_ms": ms(latency.group(2)) if latency and ok else None,
+        "mean_ms": ms(latency.group(3)) if latency and ok else None,
+        "server_cpu_s": None if cpu_s is None else round(cpu_s, 3),
+        "server_cpu_pct": None if cpu_s is None else round(100 * cpu_s / seconds, 1),
+        "server_cpu_us_per_msg": round(cpu_s * 1e6 / ok, 2) if cpu_s is not None and ok else None,
+    })
+result.update({
+    "device_flushes": flushes, "device_msgs": msgs,
+    "device_flushes_per_msg": round(flushes / msgs, 4) if flushes is not None and msgs else None,
+})
+print(json.dumps(result))
+PY
+)"
+}
+
 # --- the runs ----------------------------------------------------------------------------------
 : >"$RESULTS"
+head -c 256 /dev/zero | tr '\0' x >"$WORK/payload" # h2load's request body
 record "probe-start" "$(probe 2s)"
 record "probe-start-overwrite" "$("$NARAD" bench --fsync-probe "$WORK" --duration 2s --probe-overwrite --json)"
 record "device" "$DEVICE"
 for c in $CLIENTS; do
     wait_disk
     # A B B A: round 1 runs Narad first, round 2 Redis first, /healthz between them.
-    log "$c clients, round 1: fsync probe, narad produce, redis XADD; then narad /healthz"
+    # Narad over h2c (16 streams per connection) only from 16 clients up.
+    h2=0; h2_note=""
+    if ((c >= 16)); then h2=1; h2_note=", narad produce h2c"; fi
+    log "$c clients, round 1: fsync probe, narad produce$h2_note, redis XADD; then narad /healthz"
     record "probe-$c-r1" "$(probe 2s)"
     narad_bench "narad-$c-r1" --concurrency "$c" --duration "${DURATION}s"
+    if ((h2)); then h2_bench "narad-h2-$c-r1" "$c"; fi
     redis_bench "redis-$c-r1" "$c"
     narad_bench "healthz-$c" --healthz --concurrency "$c" --duration "${DURATION}s"
-    log "$c clients, round 2: fsync probe, redis XADD, narad produce"
+    log "$c clients, round 2: fsync probe, redis XADD$h2_note, narad produce"
     record "probe-$c-r2" "$(probe 2s)"
     redis_bench "redis-$c-r2" "$c"
+    if ((h2)); then h2_bench "narad-h2-$c-r2" "$c"; fi
     narad_bench "narad-$c-r2" --concurrency "$c" --duration "${DURATION}s"
 done
 wait_disk
@@ -314,6 +389,7 @@ d = json.load(sys.stdin)
 print("%s field 16, write cache: %s" % (d["stat"], d.get("write_cache")) if d.get("stat")
       else "unavailable: %s" % d.get("why"))' <<<"$DEVICE")"
     echo "redis: $(redis-server --version | cut -d' ' -f3)"
+    echo "h2load: $(h2load --version | awk '{print $2}')"
     echo "narad: $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- core runtime-tokio || echo '+dirty')"
     echo "load average at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
 } >"$MACHINE"

@@ -5,8 +5,10 @@ usage: bench_report.py RESULTS.jsonl MACHINE.txt MICRO.txt OUT.md COMMAND "CLIEN
 
 RESULTS holds one {"key", "result"} object per line: device (the disk whose flushes are counted,
 or why none), probe-start*, and per client level N probe-N-rR, narad-N-rR, redis-N-rR (rounds R =
-1, 2) and healthz-N, then batch-64, wrk-healthz-64, probe-visible, visible-64, probe-end. (An
-older file with narad-N, redis-N, probe-N is read as round 1.) MICRO (may be missing or empty) is the output of the core's
+1, 2), narad-h2-N-rR (Narad produce over h2c, driven by h2load; N >= 16 only) and healthz-N, then
+batch-64, wrk-healthz-64, probe-visible, visible-64, probe-end. (An older file with narad-N,
+redis-N, probe-N is read as round 1; one without narad-h2 runs shows their columns as —.)
+MICRO (may be missing or empty) is the output of the core's
 divan microbenchmarks; when it is empty the microbenchmark section of the existing OUT is kept.
 No plotting library: the chart is written as SVG by hand.
 """
@@ -68,7 +70,8 @@ def rget(results, prefix, c, r, field):
 
 
 def has_round(results, c, r):
-    return any(run_key(results, prefix, c, r) in results for prefix in ("probe", "narad", "redis"))
+    return any(run_key(results, prefix, c, r) in results
+               for prefix in ("probe", "narad", "narad-h2", "redis"))
 
 
 def healthz(results, c):
@@ -95,22 +98,24 @@ def fsyncs_wal_partition(results, c, r):
 def table(results, clients):
     rows = [
         "| clients | round | fsync probe /s | Narad produce msg/s | p50 ms | p99 ms "
-        "| Redis XADD msg/s | p50 ms | p99 ms | Narad/Redis msg/s | Narad /healthz req/s "
-        "| Narad/ceiling |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| Narad h2c msg/s | mean ms | Redis XADD msg/s | p50 ms | p99 ms | Narad/Redis msg/s "
+        "| Narad-h2c/Redis msg/s | Narad /healthz req/s | Narad/ceiling |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in clients:
         ceiling = healthz(results, c)
         for r in (r for r in ROUNDS if has_round(results, c, r)):
             narad = rget(results, "narad", c, r, "msgs_per_sec")
+            h2 = rget(results, "narad-h2", c, r, "msgs_per_sec")
             redis = rget(results, "redis", c, r, "msgs_per_sec")
             rows.append(
                 f"| {c} | {r} | {num(rget(results, 'probe', c, r, 'ops_per_sec'))} | {num(narad)} "
                 f"| {num(rget(results, 'narad', c, r, 'p50_ms'), 2)} "
-                f"| {num(rget(results, 'narad', c, r, 'p99_ms'), 2)} | {num(redis)} "
+                f"| {num(rget(results, 'narad', c, r, 'p99_ms'), 2)} | {num(h2)} "
+                f"| {num(rget(results, 'narad-h2', c, r, 'mean_ms'), 2)} | {num(redis)} "
                 f"| {num(rget(results, 'redis', c, r, 'p50_ms'), 2)} "
                 f"| {num(rget(results, 'redis', c, r, 'p99_ms'), 2)} "
-                f"| {num(ratio(narad, redis), 2)} | {num(ceiling)} "
+                f"| {num(ratio(narad, redis), 2)} | {num(ratio(h2, redis), 2)} | {num(ceiling)} "
                 f"| {num(ratio(narad, ceiling), 2)} |"
             )
     return "\n".join(rows)
@@ -118,21 +123,25 @@ def table(results, clients):
 
 def cost_table(results, clients):
     rows = [
-        "| clients | round | Narad server CPU µs/msg | Redis server CPU µs/msg | Narad/Redis CPU "
-        "| Narad device flushes/msg | Redis device flushes/msg | Narad/Redis flushes "
-        "| Narad fsyncs/msg (WAL+partition) |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
+        "| clients | round | Narad server CPU µs/msg | Narad h2c CPU µs/msg "
+        "| Redis server CPU µs/msg | Narad/Redis CPU | Narad-h2c/Redis CPU "
+        "| Narad device flushes/msg | Narad h2c flushes/msg | Redis device flushes/msg "
+        "| Narad/Redis flushes | Narad-h2c/Redis flushes | Narad fsyncs/msg (WAL+partition) |",
+        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for c in clients:
         for r in (r for r in ROUNDS if has_round(results, c, r)):
             ncpu = rget(results, "narad", c, r, "server_cpu_us_per_msg")
+            hcpu = rget(results, "narad-h2", c, r, "server_cpu_us_per_msg")
             rcpu = rget(results, "redis", c, r, "server_cpu_us_per_msg")
             nfl = rget(results, "narad", c, r, "device_flushes_per_msg")
+            hfl = rget(results, "narad-h2", c, r, "device_flushes_per_msg")
             rfl = rget(results, "redis", c, r, "device_flushes_per_msg")
             rows.append(
-                f"| {c} | {r} | {num(ncpu, 1)} | {num(rcpu, 1)} | {num(ratio(ncpu, rcpu), 2)} "
-                f"| {num(nfl, 4)} | {num(rfl, 4)} | {num(ratio(nfl, rfl), 2)} "
-                f"| {fsyncs_wal_partition(results, c, r)} |"
+                f"| {c} | {r} | {num(ncpu, 1)} | {num(hcpu, 1)} | {num(rcpu, 1)} "
+                f"| {num(ratio(ncpu, rcpu), 2)} | {num(ratio(hcpu, rcpu), 2)} "
+                f"| {num(nfl, 4)} | {num(hfl, 4)} | {num(rfl, 4)} | {num(ratio(nfl, rfl), 2)} "
+                f"| {num(ratio(hfl, rfl), 2)} | {fsyncs_wal_partition(results, c, r)} |"
             )
     return "\n".join(rows)
 
@@ -152,23 +161,56 @@ def device_note(results):
     return f"Device flushes: — unavailable: {d.get('why') or 'unknown reason'}."
 
 
+TRANSPORTS = (("HTTP/1.1", "narad"), ("h2c", "narad-h2"))
+
+
 def rounds_note(results, clients):
     apart, compared = [], 0
     for c in clients:
-        ratios = [ratio(rget(results, "narad", c, r, "msgs_per_sec"),
-                        rget(results, "redis", c, r, "msgs_per_sec")) for r in ROUNDS]
-        if None in ratios or 0 in ratios:
-            continue
-        compared += 1
-        if max(ratios) > 1.2 * min(ratios):
-            apart.append(f"{c} clients ({' vs '.join(num(x, 2) for x in ratios)})")
+        for name, prefix in TRANSPORTS:
+            ratios = [ratio(rget(results, prefix, c, r, "msgs_per_sec"),
+                            rget(results, "redis", c, r, "msgs_per_sec")) for r in ROUNDS]
+            if None in ratios or 0 in ratios:
+                continue
+            compared += 1
+            if max(ratios) > 1.2 * min(ratios):
+                apart.append(f"{c} clients over {name} "
+                             f"({' vs '.join(num(x, 2) for x in ratios)})")
     if not compared:
         return "No client level has two rounds with both results to compare."
     if apart:
         return ("The two rounds disagree by more than 20 % on Narad/Redis msg/s at "
                 + ", ".join(apart) + ": the disk (or the host) changed speed during that level; "
                 "read those ratios with the probe column beside them.")
-    return "The two rounds agree within 20 % on Narad/Redis msg/s at every client level."
+    return ("The two rounds agree within 20 % on Narad/Redis msg/s at every client level, over "
+            "both transports.")
+
+
+def h2c_note(results, clients):
+    runs = [results[k] for c in clients for r in ROUNDS
+            if (k := run_key(results, "narad-h2", c, r)) in results]
+    errors = sum(run.get("errors") or 0 for run in runs)
+    failed = [k for c in clients for r in ROUNDS
+              if (k := run_key(results, "narad-h2", c, r)) in results
+              and results[k].get("msgs_per_sec") is None]
+    text = ("Narad h2c: the same produce with the same number of requests in flight (C), "
+            "multiplexed as 16 HTTP/2 streams on each of max(1, C/16) connections (h2c, prior "
+            "knowledge, on the same plain-text port), driven by `h2load` (nghttp2's C client, one "
+            "thread) rather than `narad bench`, at 16 clients and more. Each run is sized to last "
+            "about as long as the others by a 1.5 s calibration run just before it (also its "
+            "warm-up). msg/s = 2xx responses / h2load's elapsed time; server CPU = utime + stime of "
+            "narad in `/proc/PID/stat` around the measured run / its 2xx responses; device flushes "
+            "/ records accepted by narad over the same run. h2load reports only the mean, min and "
+            "max time per request, not percentiles: its p50/p99 are not available, so the h2c "
+            "column shows the mean (the max is under Every run). The /healthz ceiling is "
+            "narad bench's over HTTP/1.1 and has no h2c counterpart.")
+    if not runs:
+        return text + " This run has no h2c results."
+    if failed:
+        text += f" No result from h2load in {', '.join(failed)}."
+    if errors:
+        text += f" h2load counted {num(errors)} requests without a 2xx answer in all."
+    return text
 
 
 def svg_chart(results, clients):
@@ -176,6 +218,7 @@ def svg_chart(results, clients):
     left, right, top, bottom = 80, 170, 40, 60
     series = [
         ("Narad produce (202 after fsync)", "narad", "#1f77b4"),
+        ("Narad produce over h2c (h2load)", "narad-h2", "#2ca02c"),
         ("Redis XADD, appendfsync always", "redis", "#d62728"),
         ("Narad GET /healthz (HTTP ceiling)", "healthz", "#7f7f7f"),
     ]
@@ -249,26 +292,44 @@ def verdict(ok):
     return "**met**" if ok else "**not met**"
 
 
+def transports_verdict(oks):
+    """The verdict of one criterion judged per transport ({name: [ok per run]}): met if every run of
+    some transport met it, saying which; each transport's own verdict beside it."""
+    each = {name: both_rounds(runs) for name, runs in oks.items()}
+    met = [name for name, ok in each.items() if ok]
+    others = "; ".join(f"{name}: {verdict(ok)}" for name, ok in each.items() if not ok)
+    if met:
+        return f"**met** over {' and '.join(met)}" + (f" ({others})" if others else "")
+    if all(ok is None for ok in each.values()):
+        return "not measured"
+    return f"**not met** ({others})"
+
+
 def acceptance(results):
     lines = []
 
-    # 1. 64 and 256 clients: throughput and server CPU per message against Redis, every round.
-    oks, subs = [], []
+    # 1. 64 and 256 clients: throughput and server CPU per message against Redis, every round,
+    # judged for each transport (HTTP/1.1 by narad bench, h2c by h2load).
+    oks, subs = {name: [] for name, _ in TRANSPORTS}, []
     for c in (64, 256):
         for r in ROUNDS:
-            narad = rget(results, "narad", c, r, "msgs_per_sec")
             redis = rget(results, "redis", c, r, "msgs_per_sec")
-            ncpu = rget(results, "narad", c, r, "server_cpu_us_per_msg")
             rcpu = rget(results, "redis", c, r, "server_cpu_us_per_msg")
-            vs = ratio(narad, redis)
-            ok = None if vs is None or ncpu is None or rcpu is None else vs >= 1.2 and ncpu <= rcpu
-            oks.append(ok)
-            subs.append(f"   - {c} clients, round {r}: {num(narad)} vs {num(redis)} msg/s = "
-                        f"{num(vs, 2)} × Redis; server CPU {num(ncpu, 1)} vs {num(rcpu, 1)} "
-                        f"µs/msg = {num(ratio(ncpu, rcpu), 2)} × — {verdict(ok)}")
+            parts = []
+            for name, prefix in TRANSPORTS:
+                narad = rget(results, prefix, c, r, "msgs_per_sec")
+                ncpu = rget(results, prefix, c, r, "server_cpu_us_per_msg")
+                vs = ratio(narad, redis)
+                ok = (None if vs is None or ncpu is None or rcpu is None
+                      else vs >= 1.2 and ncpu <= rcpu)
+                oks[name].append(ok)
+                parts.append(f"{name} {num(narad)} vs {num(redis)} msg/s = {num(vs, 2)} × Redis, "
+                             f"server CPU {num(ncpu, 1)} vs {num(rcpu, 1)} µs/msg = "
+                             f"{num(ratio(ncpu, rcpu), 2)} × — {verdict(ok)}")
+            subs.append(f"   - {c} clients, round {r}: " + "; ".join(parts))
     lines.append("1. 64 and 256 clients: Narad ≥ 1.2 × Redis (appendfsync always) msg/s and "
                  "server CPU per message ≤ Redis's, in both rounds — "
-                 f"{verdict(both_rounds(oks))}")
+                 f"{transports_verdict(oks)}")
     lines += subs
 
     # 2. 1 client against the serialized fdatasync probe of the same round.
@@ -285,22 +346,25 @@ def acceptance(results):
                  f"in both rounds — {verdict(both_rounds(oks))}")
     lines += subs
 
-    # 3. Device flushes per message at 256 clients against Redis's.
-    oks, subs = [], []
+    # 3. Device flushes per message at 256 clients against Redis's, for each transport.
+    oks, subs = {name: [] for name, _ in TRANSPORTS}, []
     for r in ROUNDS:
-        narad = rget(results, "narad", 256, r, "device_flushes_per_msg")
         redis = rget(results, "redis", 256, r, "device_flushes_per_msg")
-        vs = ratio(narad, redis)
-        ok = None if narad is None or redis is None else narad <= 1.5 * redis
-        oks.append(ok)
-        subs.append(f"   - round {r}: Narad {num(narad, 4)} vs Redis {num(redis, 4)} flushes/msg "
-                    f"= {num(vs, 2)} × — {verdict(ok)}; Narad's own fsyncs/msg (WAL+partition) "
-                    f"{fsyncs_wal_partition(results, 256, r)}")
+        parts = []
+        for name, prefix in TRANSPORTS:
+            narad = rget(results, prefix, 256, r, "device_flushes_per_msg")
+            vs = ratio(narad, redis)
+            ok = None if narad is None or redis is None else narad <= 1.5 * redis
+            oks[name].append(ok)
+            parts.append(f"{name} {num(narad, 4)} vs Redis {num(redis, 4)} flushes/msg = "
+                         f"{num(vs, 2)} × — {verdict(ok)}")
+        subs.append(f"   - round {r}: " + "; ".join(parts) + "; Narad's own fsyncs/msg "
+                    f"(WAL+partition, HTTP/1.1 run) {fsyncs_wal_partition(results, 256, r)}")
     device = results.get("device") or {}
     why = "" if device.get("stat") or "device" not in results else \
         f" (no device counter: {device.get('why')})"
     lines.append("3. device flushes per message at 256 clients ≤ 1.5 × Redis's, in both rounds — "
-                 f"{verdict(both_rounds(oks))}{why}")
+                 f"{transports_verdict(oks)}{why}")
     lines += subs
 
     # 4. Visibility latency, batch produce, memory.
@@ -343,15 +407,18 @@ def acceptance(results):
 
 
 def details(results):
-    rows = ["| run | msg/s | p50 ms | p99 ms | p99.9 ms | server CPU % | client CPU % "
+    rows = ["| run | msg/s | errors | p50 ms | p99 ms | p99.9 ms | mean ms | max ms "
+            "| server CPU % | client CPU % "
             "| server CPU µs/msg | records/group commit | device flushes/msg | RSS max MiB |",
-            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+            "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for key, result in results.items():
         if not key.startswith(("narad-", "redis-", "healthz-", "batch-", "visible-")):
             continue
         rows.append(
-            f"| {key} | {num(result.get('msgs_per_sec'))} | {num(result.get('p50_ms'), 2)} "
+            f"| {key} | {num(result.get('msgs_per_sec'))} | {num(result.get('errors'))} "
+            f"| {num(result.get('p50_ms'), 2)} "
             f"| {num(result.get('p99_ms'), 2)} | {num(result.get('p999_ms'), 2)} "
+            f"| {num(result.get('mean_ms'), 2)} | {num(result.get('max_ms'), 2)} "
             f"| {num(result.get('server_cpu_pct'))} | {num(result.get('client_cpu_pct'))} "
             f"| {num(result.get('server_cpu_us_per_msg'), 1)} "
             f"| {num(result.get('records_per_group_commit'), 1)} "
@@ -361,7 +428,11 @@ def details(results):
               for key, r in results.items() if key.startswith("probe-")]
     wrk = get(results, "wrk-healthz-64", "msgs_per_sec")
     return ("\n".join(rows) + "\n\nRedis runs: server CPU from `/proc/PID/stat` of redis-server "
-            "around the measured run only; p99.9, client CPU and RSS are not measured there."
+            "around the measured run only; p99.9, client CPU and RSS are not measured there. "
+            "narad-h2-C-rR: Narad produce over h2c driven by h2load (C streams in flight over "
+            "max(1, C/16) connections); h2load gives the mean and max time per request but no "
+            "percentiles (p50/p99/p99.9: not available), and client CPU, RSS and group commits "
+            "are not measured there; errors = requests without a 2xx answer."
             "\n\nfsync probes, in run order: " + "; ".join(probes)
             + f".\n\nwrk (1 thread, 64 connections) against the same /healthz: {num(wrk)} req/s "
             f"(narad bench at 64: {num(get(results, 'healthz-64', 'msgs_per_sec'))} req/s).")
@@ -410,13 +481,14 @@ Narad side by side with Redis and with its own HTTP ceiling, on one machine, in 
 on disk: Narad answers 202 after the WAL group commit's `fdatasync`; Redis runs with
 `appendonly yes`, `appendfsync always`. Same load shape everywhere: 256-byte messages, closed-loop
 clients on keep-alive connections, loopback. Narad is driven by `narad bench` (one thread, bare
-HTTP/1.1), Redis by `redis-benchmark` (`XADD s * f <256 B>`); the ceiling is Narad's own
-`GET /healthz` driven by the same `narad bench`, so the client's cost is the same on both sides of
-that ratio. The disk of this kind of machine is shared and its speed drifts (a host throttle can
-cut a serialized fsync from ~7,000/s to ~300/s for tens of seconds), so every client level runs
-twice, interleaved A B B A (round 1: Narad then Redis; `/healthz`; round 2: Redis then Narad), a
-serialized write + `fdatasync` probe runs before each round, and only ratios measured in the same
-round count: a throttle window shows as two rounds that disagree.
+HTTP/1.1) and, from 16 clients up, also over HTTP/2 (h2c) by `h2load`; Redis by `redis-benchmark`
+(`XADD s * f <256 B>`); the ceiling is Narad's own `GET /healthz` driven by the same
+`narad bench`, so the client's cost is the same on both sides of that ratio. The disk of this kind
+of machine is shared and its speed drifts (a host throttle can cut a serialized fsync from
+~7,000/s to ~300/s for tens of seconds), so every client level runs twice, interleaved A B B A
+(round 1: Narad, Narad h2c, Redis; `/healthz`; round 2: Redis, Narad h2c, Narad), a serialized
+write + `fdatasync` probe runs before each round, and only ratios measured in the same round
+count: a throttle window shows as two rounds that disagree.
 
 ## Machine and command
 
@@ -443,6 +515,8 @@ measured window); Redis's from utime + stime of redis-server in `/proc/PID/stat`
 just after the measured `redis-benchmark` run (not its calibration run), divided by its
 requests. Narad's own fsync counters: WAL fsyncs (checkpoints included) + partition-log fsyncs,
 per message accepted in the measured window.
+
+{h2c_note(results, clients)}
 
 {device_note(results)}
 
