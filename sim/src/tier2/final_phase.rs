@@ -93,10 +93,12 @@ async fn backlog(n: u32) -> Option<u64> {
 }
 
 async fn call(node: u32, op: ClientOp) -> Option<ClientReply> {
-    let answer = tokio::time::timeout(
-        CALL_TIMEOUT,
-        http::call(node_addr(node), &op, http::Protocol::Http1, || {}),
-    );
+    call_over(node, op, http::Protocol::Http1).await
+}
+
+async fn call_over(node: u32, op: ClientOp, protocol: http::Protocol) -> Option<ClientReply> {
+    let answer =
+        tokio::time::timeout(CALL_TIMEOUT, http::call(node_addr(node), &op, protocol, || {}));
     answer.await.ok()?.ok()
 }
 
@@ -104,14 +106,17 @@ fn violation(world: &Shared, invariant: &'static str, detail: String) {
     lock(world).checker_at(now()).violation(invariant, detail);
 }
 
-/// Every node lists every live topic; every partition is read in full through one of `up`.
+/// Every node lists every live topic, over HTTP/1.1 and over HTTP/2 (a healed node must answer
+/// both); every partition is read in full through one of `up`.
 async fn final_read(world: &Shared, up: &[u32]) {
     let live = lock(world).workload.topics.all_live();
-    for &node in up {
-        let listed = match call(node, ClientOp::ListTopics).await {
+    let protocols = [http::Protocol::Http1, http::Protocol::Http2];
+    for (&node, protocol) in up.iter().flat_map(|n| protocols.iter().map(move |p| (n, *p))) {
+        let listed = match call_over(node, ClientOp::ListTopics, protocol).await {
             Some(ClientReply::Topics(listed)) => listed,
             other => {
-                violation(world, inv::PROTOCOL, format!("final list on n{node}: {other:?}"));
+                let detail = format!("final list on n{node} over {protocol:?}: {other:?}");
+                violation(world, inv::PROTOCOL, detail);
                 continue;
             }
         };
