@@ -114,21 +114,7 @@ impl Shared {
     {
         let service = self.service.for_connection(deadline.clone());
         let mut conn = self.h2.serve_connection(TokioIo::new(io), service);
-        let mut sleep = Box::pin(tokio::time::sleep(self.header_timeout));
-        let mut stop = self.stop.clone();
-        let mut stopping = false;
-        let ended = loop {
-            tokio::select! {
-                ended = poll_fn(|cx| {
-                    let polled = Pin::new(&mut conn).poll(cx);
-                    poll_deadline(polled, &deadline, sleep.as_mut(), cx)
-                }) => break ended,
-                _ = stop.wait_for(|stop| *stop), if !stopping => {
-                    stopping = true;
-                    Pin::new(&mut conn).graceful_shutdown();
-                }
-            }
-        };
+        let ended = self.run(&mut conn, &deadline).await;
         match ended {
             Ended::Done(Err(error)) => {
                 tracing::debug!(%error, "HTTP/2 connection ended with an error")
@@ -167,20 +153,7 @@ impl Shared {
     {
         let service = self.service.for_connection(deadline.clone());
         let mut conn = self.builder.serve_connection(TokioIo::new(io), service);
-        let mut sleep = Box::pin(tokio::time::sleep(self.header_timeout));
-        let mut stop = self.stop.clone();
-        let mut stopping = false;
-        let ended = loop {
-            tokio::select! {
-                ended = poll_fn(|cx| poll_conn(&mut conn, &deadline, sleep.as_mut(), cx)) => {
-                    break ended;
-                }
-                _ = stop.wait_for(|stop| *stop), if !stopping => {
-                    stopping = true;
-                    Pin::new(&mut conn).graceful_shutdown();
-                }
-            }
-        };
+        let ended = self.run(&mut conn, &deadline).await;
         match &ended {
             Ended::Done(Err(error)) => {
                 tracing::debug!(%error, "HTTP connection ended with an error")
@@ -189,6 +162,25 @@ impl Shared {
             _ => {}
         }
         (conn.into_parts().io.into_inner(), ended)
+    }
+
+    /// Drives hyper's connection until it is done or times out (`deadline`); on the server's stop,
+    /// asks it to finish what it has in hand and end.
+    async fn run<C: Served>(&self, conn: &mut C, deadline: &Deadline) -> Ended {
+        let mut sleep = Box::pin(tokio::time::sleep(self.header_timeout));
+        let mut stop = self.stop.clone();
+        let mut stopping = false;
+        loop {
+            tokio::select! {
+                ended = poll_fn(|cx| {
+                    poll_deadline(conn.poll_served(cx), deadline, sleep.as_mut(), cx)
+                }) => return ended,
+                _ = stop.wait_for(|stop| *stop), if !stopping => {
+                    stopping = true;
+                    conn.shut_down();
+                }
+            }
+        }
     }
 
     /// Closes a finished connection with a lingering close; a timed-out one (nothing was
@@ -206,18 +198,38 @@ impl Shared {
     }
 }
 
-/// Polls hyper's HTTP/1 connection, then sleeps until the connection's current deadline.
-fn poll_conn<I>(
-    conn: &mut http1::Connection<TokioIo<I>, Bounded>,
-    deadline: &Deadline,
-    sleep: Pin<&mut Sleep>,
-    cx: &mut Context<'_>,
-) -> Poll<Ended>
+/// What the connection loop needs of hyper's HTTP/1 and HTTP/2 connections alike.
+trait Served {
+    /// Serves until the connection is done (HTTP/1: leaving the socket to be taken back).
+    fn poll_served(&mut self, cx: &mut Context<'_>) -> Poll<hyper::Result<()>>;
+    /// Starts a graceful shutdown: finish what is in hand, take nothing new.
+    fn shut_down(&mut self);
+}
+
+impl<I> Served for http1::Connection<TokioIo<I>, Bounded>
 where
     I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
-    let polled = conn.poll_without_shutdown(cx);
-    poll_deadline(polled, deadline, sleep, cx)
+    fn poll_served(&mut self, cx: &mut Context<'_>) -> Poll<hyper::Result<()>> {
+        self.poll_without_shutdown(cx)
+    }
+
+    fn shut_down(&mut self) {
+        Pin::new(self).graceful_shutdown();
+    }
+}
+
+impl<I> Served for http2::Connection<TokioIo<I>, Bounded, TokioExecutor>
+where
+    I: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    fn poll_served(&mut self, cx: &mut Context<'_>) -> Poll<hyper::Result<()>> {
+        Pin::new(self).poll(cx)
+    }
+
+    fn shut_down(&mut self) {
+        Pin::new(self).graceful_shutdown();
+    }
 }
 
 /// A connection's poll result, else a sleep until its current deadline (re-armed whenever the
