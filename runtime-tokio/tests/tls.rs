@@ -1,7 +1,8 @@
 //! TLS on the client API against a real node (`narad serve --tls-cert --tls-key`): a produce and
 //! consume round trip through the `narad` CLI with `--ca`, and through a bare rustls client; a
 //! SIGHUP swaps the certificate for new handshakes while an open connection keeps working, and a
-//! bad file on reload keeps the previous certificate. The certificates are self-signed, made here
+//! bad file on reload keeps the previous certificate; a client that offers `h2` by ALPN speaks
+//! HTTP/2 over TLS. The certificates are self-signed, made here
 //! by rcgen.
 
 mod common;
@@ -78,6 +79,22 @@ fn narad(args: &[&str]) -> (bool, String, String) {
     (output.status.success(), text(&output.stdout), text(&output.stderr))
 }
 
+/// A rustls client configuration trusting each of `cas` and offering one ALPN protocol.
+fn client_config(cas: &[&CertificateDer<'static>], alpn: &[u8]) -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        roots.add((*ca).clone()).expect("a root");
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .expect("versions")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![alpn.to_vec()];
+    config
+}
+
 /// A bare rustls client connection, kept open across requests.
 struct TlsConn {
     stream: rustls::StreamOwned<rustls::ClientConnection, TcpStream>,
@@ -86,17 +103,7 @@ struct TlsConn {
 impl TlsConn {
     /// Connects and completes the handshake, trusting each of `cas`.
     fn connect(url: &str, cas: &[&CertificateDer<'static>]) -> TlsConn {
-        let mut roots = rustls::RootCertStore::empty();
-        for ca in cas {
-            roots.add((*ca).clone()).expect("a root");
-        }
-        let provider = Arc::new(rustls::crypto::ring::default_provider());
-        let mut config = rustls::ClientConfig::builder_with_provider(provider)
-            .with_safe_default_protocol_versions()
-            .expect("versions")
-            .with_root_certificates(roots)
-            .with_no_client_auth();
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let config = client_config(cas, b"http/1.1");
         let name = ServerName::try_from("127.0.0.1").expect("a server name");
         let conn = rustls::ClientConnection::new(Arc::new(config), name).expect("a TLS client");
         let tcp = TcpStream::connect(url.trim_start_matches("https://")).expect("connect");
@@ -256,4 +263,38 @@ fn closed_by_server(stream: &mut TcpStream) -> bool {
         Ok(_) => false,
         Err(e) => e.kind() != std::io::ErrorKind::WouldBlock,
     }
+}
+
+#[test]
+fn a_client_offering_h2_by_alpn_gets_http2_over_tls() {
+    use http_body_util::{BodyExt, Empty};
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+
+    let (tmp, data) = data_dir();
+    let (cert, key) = paths(tmp.path());
+    let der = write_cert(&cert, &key);
+    let (node, url) = start_tls(&data, &cert, &key);
+    wait_ready(&node, &url, &der);
+    let runtime = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    let (alpn, status) = runtime.block_on(async {
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(client_config(&[&der], b"h2")));
+        let tcp = tokio::net::TcpStream::connect(url.trim_start_matches("https://")).await.unwrap();
+        let name = ServerName::try_from("127.0.0.1").expect("a server name");
+        let tls = connector.connect(name, tcp).await.expect("a TLS handshake");
+        let alpn = tls.get_ref().1.alpn_protocol().map(<[u8]>::to_vec);
+        let (mut sender, conn) =
+            hyper::client::conn::http2::handshake(TokioExecutor::new(), TokioIo::new(tls))
+                .await
+                .expect("an HTTP/2 handshake over TLS");
+        tokio::spawn(conn);
+        let uri = format!("{url}/healthz");
+        let request = hyper::Request::get(uri).body(Empty::<bytes::Bytes>::new()).unwrap();
+        let response = sender.send_request(request).await.expect("an answer");
+        let status = response.status().as_u16();
+        let body = response.into_body().collect().await.expect("a body").to_bytes();
+        assert_eq!(&body[..], br#"{"status":"ok"}"#);
+        (alpn, status)
+    });
+    assert_eq!(alpn.as_deref(), Some(&b"h2"[..]), "the server chose HTTP/2");
+    assert_eq!(status, 200);
 }

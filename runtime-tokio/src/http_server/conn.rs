@@ -4,7 +4,8 @@
 //! plain-text connection that opens with the HTTP/2 preface (`preface`) is served by hyper's
 //! HTTP/2 connection instead (h2c with prior knowledge: many requests in flight on one
 //! connection, their answers written together), under the same deadlines and body bounds; it
-//! ends with HTTP/2's own GOAWAY rather than a lingering close.
+//! ends with HTTP/2's own GOAWAY rather than a lingering close. Over TLS, HTTP/2 is chosen by
+//! ALPN (`h2`).
 //!
 //! The lingering close: a connection that ends with request bytes still unread (hyper refused a
 //! head with 431, or a response was sent before its request body was read) is closed by first
@@ -141,6 +142,9 @@ impl Shared {
             },
             _ = stop.wait_for(|stop| *stop) => return, // Shutting down: no new sessions.
         };
+        if io.get_ref().1.alpn_protocol() == Some(super::tls::ALPN_HTTP2) {
+            return self.http2(io, deadline).await;
+        }
         let (io, ended) = self.http(io, deadline).await;
         self.close(io, ended).await;
     }

@@ -14,6 +14,9 @@ use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
+/// The ALPN name of HTTP/2 over TLS.
+pub(super) const ALPN_HTTP2: &[u8] = b"h2";
+
 /// The server's TLS: the files it was started with and the certificate it serves now.
 #[derive(Clone)]
 pub struct Tls {
@@ -47,7 +50,8 @@ impl Tls {
             .context("TLS protocol versions")?
             .with_no_client_auth()
             .with_cert_resolver(resolver.clone());
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // A client that offers h2 gets HTTP/2 (`conn`); one that offers nothing, HTTP/1.1.
+        config.alpn_protocols = vec![ALPN_HTTP2.to_vec(), b"http/1.1".to_vec()];
         Ok(Tls {
             cert_path: cert_path.to_path_buf(),
             key_path: key_path.to_path_buf(),
