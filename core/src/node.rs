@@ -81,6 +81,11 @@ pub struct Config {
     /// Zeros pre-written past the active WAL segment's end at a time when idle
     /// (`WAL_PREWRITE_CHUNK_BYTES`; 0 turns pre-writing off).
     pub wal_prewrite_chunk_bytes: u64,
+    /// A produce whose records take more than this waits behind the small ones staged with it
+    /// (`WAL_SMALL_REQUEST_BYTES`; the simulator makes it tiny so its small records exercise it).
+    pub wal_small_request_bytes: u64,
+    /// Bulk bytes a group commit takes, at least one request (`WAL_GROUP_BULK_BYTES`).
+    pub wal_group_bulk_bytes: u64,
     /// Period of the retention pass (`RETENTION_CHECK_MS`): how late a segment past its topic's
     /// retention may be deleted, at most.
     pub retention_check_ms: u64,
@@ -132,6 +137,8 @@ impl Config {
             wal_segment_bytes: crate::constants::WAL_SEGMENT_BYTES,
             wal_rotate_dispatched_bytes: crate::constants::WAL_ROTATE_DISPATCHED_BYTES,
             wal_prewrite_chunk_bytes: crate::constants::WAL_PREWRITE_CHUNK_BYTES,
+            wal_small_request_bytes: crate::constants::WAL_SMALL_REQUEST_BYTES,
+            wal_group_bulk_bytes: crate::constants::WAL_GROUP_BULK_BYTES,
             retention_check_ms: crate::constants::RETENTION_CHECK_MS,
             retention_bytes_divisor: 1,
             consumer_journal_compact_bytes: crate::constants::CONSUMER_JOURNAL_COMPACT_BYTES,
@@ -157,6 +164,8 @@ impl Config {
             segment_bytes: self.wal_segment_bytes,
             rotate_dispatched_bytes: self.wal_rotate_dispatched_bytes,
             prewrite_chunk_bytes: self.wal_prewrite_chunk_bytes,
+            small_request_bytes: self.wal_small_request_bytes,
+            group_bulk_bytes: self.wal_group_bulk_bytes,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The ingress WAL: where a produce becomes durable before it is acknowledged.
 //!
-//! Group commit: `stage` encodes records into a shared buffer; whenever no sync is in flight,
-//! `pump` writes everything staged with one `Write` and makes it durable with one `Sync`; the
+//! Group commit: `stage` queues a request's records; whenever no sync is in flight, `pump`
+//! numbers and encodes what the next group takes (every small request staged, bulk ones up to a
+//! bound: `staging.rs`), writes it with one `Write` and makes it durable with one `Sync`; the
 //! completion acknowledges every waiter of that batch at once. Under load each fsync carries many
 //! records while every caller still waits only for its own bytes. A write or fsync failure
 //! *latches* the WAL: that batch and every later append fail until restart (the dirty pages of a
@@ -24,20 +25,22 @@ pub mod invariants;
 mod prewrite;
 pub mod record;
 mod recovery;
+mod staging;
 
 use std::collections::{BTreeMap, VecDeque};
 
 use bytes::Bytes;
 
 use crate::constants::{
-    CHECKPOINT_SYNC_DELAY_MS, WAL_PREWRITE_CHUNK_BYTES, WAL_READ_CHUNK_BYTES,
-    WAL_ROTATE_DISPATCHED_BYTES, WAL_SEGMENT_BYTES,
+    CHECKPOINT_SYNC_DELAY_MS, WAL_GROUP_BULK_BYTES, WAL_PREWRITE_CHUNK_BYTES, WAL_READ_CHUNK_BYTES,
+    WAL_ROTATE_DISPATCHED_BYTES, WAL_SEGMENT_BYTES, WAL_SMALL_REQUEST_BYTES,
 };
 use crate::ids::Instant;
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 pub use prewrite::PrewriteDone;
 pub use record::WalRecord;
 pub use recovery::{RecoveredWal, recover};
+use staging::{Staged, Staging};
 
 /// What a WAL disk operation was for; the node hands it back with the completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -67,6 +70,16 @@ pub struct Draft {
     pub partition: u32,
     pub key: Option<Bytes>,
     pub payload: Bytes,
+}
+
+impl Draft {
+    /// Bytes the record will take in the WAL, but for its frame's envelope.
+    fn weight(&self) -> usize {
+        record::FIXED_BYTES
+            + self.topic.len()
+            + self.key.as_ref().map_or(0, Bytes::len)
+            + self.payload.len()
+    }
 }
 
 /// What a dispatcher read of the WAL found.
@@ -108,6 +121,10 @@ pub struct WalSizes {
     /// Zeros pre-written past the active segment's end at a time when idle (0: never); see
     /// `prewrite.rs`.
     pub prewrite_chunk_bytes: u64,
+    /// A request whose records take more than this is bulk (`staging.rs`).
+    pub small_request_bytes: u64,
+    /// A group commit takes bulk requests while their bytes are below this (at least one).
+    pub group_bulk_bytes: u64,
 }
 
 impl Default for WalSizes {
@@ -116,6 +133,8 @@ impl Default for WalSizes {
             segment_bytes: WAL_SEGMENT_BYTES,
             rotate_dispatched_bytes: WAL_ROTATE_DISPATCHED_BYTES,
             prewrite_chunk_bytes: WAL_PREWRITE_CHUNK_BYTES,
+            small_request_bytes: WAL_SMALL_REQUEST_BYTES,
+            group_bulk_bytes: WAL_GROUP_BULK_BYTES,
         }
     }
 }
@@ -151,24 +170,6 @@ struct InFlight<W> {
     waiters: Vec<W>,
     ios_left: u32,
     error: Option<DiskError>,
-}
-
-struct Staging<W> {
-    bytes: Vec<u8>,
-    records: Vec<WalRecord>,
-    frame_lens: Vec<u32>,
-    waiters: Vec<W>,
-}
-
-impl<W> Default for Staging<W> {
-    fn default() -> Self {
-        Staging {
-            bytes: Vec::new(),
-            records: Vec::new(),
-            frame_lens: Vec::new(),
-            waiters: Vec::new(),
-        }
-    }
 }
 
 /// Where the dispatcher reads next.
@@ -284,7 +285,7 @@ impl<W> Wal<W> {
         self.sizes = WalSizes {
             segment_bytes: sizes.segment_bytes.max(1),
             rotate_dispatched_bytes: sizes.rotate_dispatched_bytes.max(1),
-            prewrite_chunk_bytes: sizes.prewrite_chunk_bytes,
+            ..sizes
         };
         self
     }
@@ -326,32 +327,26 @@ impl<W> Wal<W> {
         if let Some(error) = &self.latched {
             return Err(error.clone());
         }
-        for draft in drafts {
-            let record = WalRecord {
-                seq: self.next_seq,
-                timestamp_ms: draft.timestamp_ms,
-                topic: draft.topic,
-                topic_id: draft.topic_id,
-                partition: draft.partition,
-                key: draft.key,
-                payload: draft.payload,
-            };
-            self.next_seq += 1;
-            let before = self.staging.bytes.len();
-            record.encode_into(&mut self.staging.bytes);
-            let frame_len = u32::try_from(self.staging.bytes.len() - before)
-                .expect("invariant: a frame is at most a few MiB");
-            self.staging.frame_lens.push(frame_len);
-            self.staging.records.push(record);
-        }
-        self.staging.waiters.push(waiter);
+        let bytes = drafts.iter().map(Draft::weight).sum();
+        self.staging.push(Staged { drafts, bytes, waiter }, self.sizes.small_request_bytes);
         Ok(())
+    }
+
+    /// True unless `drafts` are a bulk request and the bulk lane is full (`staging.rs`); the
+    /// node refuses such a produce with 503 rather than stage it.
+    pub fn admits(&self, drafts: &[Draft]) -> bool {
+        let bytes = drafts.iter().map(Draft::weight).sum::<usize>() as u64;
+        let bulk_waiting = self.staging.bulk_bytes() as u64;
+        let bound = self.sizes.group_bulk_bytes.saturating_mul(staging::BULK_STAGED_GROUPS);
+        bytes <= self.sizes.small_request_bytes
+            || bulk_waiting == 0
+            || bulk_waiting + bytes <= bound
     }
 
     /// Starts a group commit if none is in flight and something is staged, and a checkpoint write
     /// if one is due (`flush_now` skips the checkpoint delay, for shutdown).
     pub fn pump(&mut self, now: Instant, flush_now: bool) {
-        if self.in_flight.is_none() && !self.staging.waiters.is_empty() && self.is_repaired() {
+        if self.in_flight.is_none() && !self.staging.is_empty() && self.is_repaired() {
             self.start_batch();
         }
         self.maybe_write_checkpoint(now, flush_now);
@@ -362,7 +357,7 @@ impl<W> Wal<W> {
     /// An idle, fully dispatched active segment past the rotate size is replaced by a fresh one so that
     /// compaction can delete it: an idle node's WAL stays small without waiting for a produce.
     fn maybe_rotate_idle(&mut self) {
-        let idle = self.in_flight.is_none() && self.staging.waiters.is_empty();
+        let idle = self.in_flight.is_none() && self.staging.is_empty();
         let fully_dispatched = self.checkpoint.durable == self.durable_seq;
         let Some((_, active)) = self.segments.last_key_value() else {
             return;
@@ -382,8 +377,22 @@ impl<W> Wal<W> {
     }
 
     fn start_batch(&mut self) {
-        let staging = std::mem::take(&mut self.staging);
-        let first_seq = staging.records.first().map_or(self.next_seq, |r| r.seq);
+        let first_seq = self.next_seq;
+        let group = self.staging.take_group(self.sizes.group_bulk_bytes);
+        let (mut bytes, mut records, mut frame_lens) = (Vec::new(), Vec::new(), Vec::new());
+        let mut waiters = Vec::with_capacity(group.len());
+        for Staged { drafts, waiter, .. } in group {
+            for draft in drafts {
+                let record = self.sequence(draft);
+                let before = bytes.len();
+                record.encode_into(&mut bytes);
+                let frame_len = u32::try_from(bytes.len() - before)
+                    .expect("invariant: a frame is at most a few MiB");
+                frame_lens.push(frame_len);
+                records.push(record);
+            }
+            waiters.push(waiter);
+        }
         let mut ios = 2;
         if self.needs_new_segment() {
             let file = FileId::WalSegment { first_seq };
@@ -394,9 +403,9 @@ impl<W> Wal<W> {
         }
         let (&segment, active) = self.segments.last_key_value().expect("a segment exists");
         let offset = active.written;
-        let len = staging.bytes.len() as u64;
+        let len = bytes.len() as u64;
         let file = FileId::WalSegment { first_seq: segment };
-        let data = Bytes::from(staging.bytes);
+        let data = Bytes::from(bytes);
         self.outbox.push_back((WalIo::Batch, DiskOp::Write { file, offset, data }));
         self.outbox.push_back((WalIo::Batch, DiskOp::Sync { file }));
         self.segments.get_mut(&segment).expect("active segment").append(len);
@@ -407,12 +416,27 @@ impl<W> Wal<W> {
             segment,
             end_offset: offset + len,
             first_seq,
-            records: staging.records,
-            frame_lens: staging.frame_lens,
-            waiters: staging.waiters,
+            records,
+            frame_lens,
+            waiters,
             ios_left: ios,
             error: None,
         });
+    }
+
+    /// `draft` with the next sequence number.
+    fn sequence(&mut self, draft: Draft) -> WalRecord {
+        let seq = self.next_seq;
+        self.next_seq += 1;
+        WalRecord {
+            seq,
+            timestamp_ms: draft.timestamp_ms,
+            topic: draft.topic,
+            topic_id: draft.topic_id,
+            partition: draft.partition,
+            key: draft.key,
+            payload: draft.payload,
+        }
     }
 
     fn needs_new_segment(&self) -> bool {
@@ -490,7 +514,7 @@ impl<W> Wal<W> {
         // Latch: nothing written by this batch is trusted, and nothing is ever appended again.
         self.latched = Some(error.clone());
         let mut failed = done.waiters;
-        failed.append(&mut std::mem::take(&mut self.staging).waiters);
+        failed.append(&mut self.staging.drain_waiters());
         BatchOutcome { acked: Vec::new(), failed, error: Some(error), durable: Vec::new() }
     }
 

@@ -142,6 +142,11 @@ impl ClusterPlan {
         if std::env::var("NARAD_WAL_PREFILL").is_ok_and(|v| v == "0") {
             config.wal_prewrite_chunk_bytes = 0;
         }
+        // NARAD_WAL_LANES=0 makes every produce small: each group commit takes everything staged
+        // (for measuring what the bulk lane buys).
+        if std::env::var("NARAD_WAL_LANES").is_ok_and(|v| v == "0") {
+            config.wal_small_request_bytes = u64::MAX;
+        }
         config
     }
 

@@ -183,6 +183,14 @@ impl Node {
         self.check_produce_room()?;
         let info = self.meta.topic(topic).ok_or_else(|| self.unknown_topic(topic))?;
         let drafts = self.resolver.resolve(info, messages, batch, self.now.as_millis())?;
+        // The bulk lane's bound is for clients: a dead-letter copy is the node's own work.
+        let client = matches!(waiter, ProduceWaiter::Client { .. });
+        if client && !self.wal.admits(&drafts) {
+            return Err(ClientError::Overloaded(format!(
+                "{} bytes of large produces wait for the ingress WAL",
+                self.wal.staged_bulk_bytes()
+            )));
+        }
         self.wal.stage(drafts, waiter).map_err(|error| ClientError::WalFailed(error.to_string()))
     }
 

@@ -17,12 +17,17 @@ pub struct OutstandingIo {
 impl<W> Wal<W> {
     /// Produces waiting for a group commit (staged or in flight).
     pub fn produce_waiters(&self) -> usize {
-        self.staging.waiters.len() + self.in_flight.as_ref().map_or(0, |f| f.waiters.len())
+        self.staging.waiters() + self.in_flight.as_ref().map_or(0, |f| f.waiters.len())
     }
 
     /// Bytes staged for the next group commit.
     pub fn staged_bytes(&self) -> usize {
-        self.staging.bytes.len()
+        self.staging.bytes()
+    }
+
+    /// Bytes of bulk requests staged (`staging.rs`).
+    pub fn staged_bulk_bytes(&self) -> usize {
+        self.staging.bulk_bytes()
     }
 
     /// Where the dispatcher's cursor reads next (equals the dispatcher's `read_upto`).
@@ -42,7 +47,8 @@ impl<W> Wal<W> {
     }
 
     /// Durable checkpoint ≤ target ≤ cursor ≤ durable sequence ≤ next sequence; the batch in
-    /// flight starts at the durable sequence and the staged records follow it densely; the
+    /// flight starts at the durable sequence and ends at the next (staged records have no
+    /// sequence yet); the
     /// cursor sits in a known segment, at most at its durable end.
     pub fn check_invariants(&self) -> Result<(), String> {
         let cp = &self.checkpoint;
@@ -73,12 +79,6 @@ impl<W> Wal<W> {
             }
             next += flight.records.len() as u64;
         }
-        if let Some(first) = self.staging.records.first()
-            && first.seq != next
-        {
-            return Err(format!("wal: staged records start at {}, expected {next}", first.seq));
-        }
-        next += self.staging.records.len() as u64;
         if self.latched.is_none() && next != self.next_seq {
             return Err(format!("wal: records end at {next}, next sequence {}", self.next_seq));
         }

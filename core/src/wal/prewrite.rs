@@ -53,7 +53,7 @@ impl<W> Wal<W> {
     /// to its end with less than half a chunk pre-written ahead (and below its seal size).
     pub(super) fn maybe_prewrite(&mut self) {
         let chunk = self.sizes.prewrite_chunk_bytes;
-        let idle = self.in_flight.is_none() && self.staging.waiters.is_empty();
+        let idle = self.in_flight.is_none() && self.staging.is_empty();
         if chunk == 0 || !idle || self.prewrite.in_flight.is_some() || self.latched.is_some() {
             return;
         }

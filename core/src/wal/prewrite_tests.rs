@@ -16,6 +16,7 @@ fn prewriting() -> Wal<u32> {
         segment_bytes: 1 << 20,
         rotate_dispatched_bytes: 1 << 30,
         prewrite_chunk_bytes: CHUNK,
+        ..WalSizes::default()
     };
     Wal::from_recovered(recovered).with_sizes(sizes)
 }

@@ -25,7 +25,7 @@ pub struct WalRecord {
     pub payload: Bytes,
 }
 
-const FIXED_BYTES: usize = 8 + 8 + 8 + 4 + 2 + 4;
+pub(super) const FIXED_BYTES: usize = 8 + 8 + 8 + 4 + 2 + 4;
 
 impl WalRecord {
     /// The destination the record was accepted for.

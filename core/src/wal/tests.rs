@@ -74,7 +74,12 @@ pub(super) fn draft(payload_len: usize) -> Draft {
 
 fn tiny(segment_bytes: u64, rotate_dispatched_bytes: u64) -> Wal<u32> {
     let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
-    let sizes = WalSizes { segment_bytes, rotate_dispatched_bytes, prewrite_chunk_bytes: 0 };
+    let sizes = WalSizes {
+        segment_bytes,
+        rotate_dispatched_bytes,
+        prewrite_chunk_bytes: 0,
+        ..WalSizes::default()
+    };
     Wal::from_recovered(recovered).with_sizes(sizes)
 }
 
@@ -273,4 +278,68 @@ fn segments_below_the_recovered_checkpoint_are_deleted_after_recovery() {
     settle(&mut wal, &mut disk, now);
     let firsts: Vec<u64> = disk.segments().keys().copied().collect();
     assert_eq!(firsts, vec![4], "only the segment the cursor is in stays");
+}
+
+/// Pumps once and completes the group commit it starts; returns the waiters it acknowledged.
+fn one_group_commit(wal: &mut Wal<u32>, disk: &mut Disk, now: Instant) -> Vec<u32> {
+    wal.pump(now, false);
+    while let Some((io, op)) = wal.poll_io() {
+        let done = disk.apply(&op);
+        if io == WalIo::Batch
+            && let Some(outcome) = wal.on_batch_io(Ok(done))
+        {
+            wal.advance_cursor(&outcome.durable);
+            return outcome.acked;
+        }
+    }
+    panic!("no group commit started");
+}
+
+#[test]
+fn a_small_produce_staged_behind_bulk_batches_goes_in_the_next_group_commit() {
+    let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
+    let sizes = WalSizes {
+        small_request_bytes: 1_000,
+        group_bulk_bytes: 3_000,
+        prewrite_chunk_bytes: 0,
+        ..WalSizes::default()
+    };
+    let mut wal: Wal<u32> = Wal::from_recovered(recovered).with_sizes(sizes);
+    let mut disk = Disk::default();
+    let now = Instant(1_000);
+    wal.stage(vec![draft(2_000), draft(2_000)], 1).expect("not latched");
+    wal.stage(vec![draft(2_000)], 2).expect("not latched");
+    wal.stage(vec![draft(10)], 3).expect("not latched");
+    assert_eq!(wal.staged_bytes(), 3 * (2_000 + 35) + 10 + 35);
+    assert_eq!(one_group_commit(&mut wal, &mut disk, now), [3, 1], "small first, one bulk");
+    assert_eq!(one_group_commit(&mut wal, &mut disk, now), [2]);
+    assert_eq!(wal.durable_seq(), 4);
+    // The WAL's order is the order of the groups: the small record got sequence 0, and each
+    // request's records stayed contiguous.
+    let segment = disk.segments()[&0].clone();
+    let decoded: Vec<(u64, usize)> = scan(&segment)
+        .frames
+        .iter()
+        .map(|frame| WalRecord::decode(frame.body(&segment)).expect("a record"))
+        .map(|record| (record.seq, record.payload.len()))
+        .collect();
+    assert_eq!(decoded, [(0, 10), (1, 2_000), (2, 2_000), (3, 2_000)]);
+    wal.check_invariants().expect("sound bookkeeping");
+}
+
+#[test]
+fn a_bulk_request_is_refused_while_the_bulk_lane_holds_four_groups_worth() {
+    let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
+    let sizes =
+        WalSizes { small_request_bytes: 100, group_bulk_bytes: 1_000, ..WalSizes::default() };
+    let mut wal: Wal<u32> = Wal::from_recovered(recovered).with_sizes(sizes);
+    let bulk = || vec![draft(1_500)];
+    assert!(wal.admits(&bulk()), "an empty lane takes one request past the bound");
+    wal.stage(bulk(), 1).expect("not latched");
+    wal.stage(bulk(), 2).expect("not latched");
+    assert!(!wal.admits(&bulk()), "4,605 bytes would pass 4 × 1,000");
+    assert!(wal.admits(&[draft(10)]), "small requests are never held back by the bulk lane");
+    let mut disk = Disk::default();
+    assert_eq!(one_group_commit(&mut wal, &mut disk, Instant(1_000)), [1]);
+    assert!(wal.admits(&bulk()), "room again once a group took one");
 }

@@ -55,6 +55,10 @@ impl Harness {
             config.meta_snapshot_every_entries = SMALL_SNAPSHOT_ENTRIES;
         }
         config.dispatch_linger = input.dispatch_linger();
+        if input.small_lanes {
+            config.wal_small_request_bytes = 128;
+            config.wal_group_bulk_bytes = 1;
+        }
         // 64 B steps: frames still straddle chunks, and megabyte logs are not fed a byte at a time.
         let scan_chunk = input.scan_chunk_bytes();
         let mut harness = Harness {

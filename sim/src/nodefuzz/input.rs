@@ -15,6 +15,10 @@ pub struct FuzzInput {
     /// Small limits: a 512 B partition index interval (production 64 KiB) and a metastore
     /// snapshot (with a Raft log reset) every 8 entries (production 1,024).
     pub small_index: bool,
+    /// The WAL's two lanes with tiny bounds: a request past 128 B is bulk and each group commit
+    /// takes one bulk request (production: 64 KiB and 4 MiB). Bit 1 of `small_index`'s byte,
+    /// whose other bits were unused, so inputs kept from before decode as they did otherwise.
+    pub small_lanes: bool,
     /// Recovery scans partition logs in chunks of 64 × the low 15 bits bytes (0 = each file
     /// whole); the top bit turns the dispatch linger on (`FuzzInput::dispatch_linger`). One
     /// field for both, so inputs kept from before the linger existed decode as they did.
@@ -30,9 +34,12 @@ impl FuzzInput {
     /// truncated last operation is dropped, so every prefix of an input is an input too.
     pub fn decode(data: &[u8]) -> FuzzInput {
         let mut u = Unstructured::new(data);
+        let setup = Setup::arbitrary(&mut u).unwrap_or_default();
+        let limits = u8::arbitrary(&mut u).unwrap_or_default();
         let mut input = FuzzInput {
-            setup: Setup::arbitrary(&mut u).unwrap_or_default(),
-            small_index: bool::arbitrary(&mut u).unwrap_or_default(),
+            setup,
+            small_index: limits & 1 == 1,
+            small_lanes: limits & 2 != 0,
             scan_chunk: u16::arbitrary(&mut u).unwrap_or_default(),
             final_power_loss: bool::arbitrary(&mut u).unwrap_or_default(),
             ops: Vec::new(),

@@ -13,6 +13,7 @@ fn input(ops: Vec<Op>) -> FuzzInput {
     FuzzInput {
         setup: Setup::ReadyWithTopics,
         small_index: true,
+        small_lanes: true,
         scan_chunk: 7,
         final_power_loss: true,
         ops,

@@ -500,6 +500,8 @@ pub fn apply_sizes(config: &mut Config, cfg: &SwarmConfig) {
     config.wal_prewrite_chunk_bytes = cfg.sizes.wal_prewrite_chunk_bytes;
     config.flush_pairing_us = cfg.sizes.flush_pairing_us;
     config.dispatch_linger = cfg.sizes.dispatch_linger;
+    config.wal_small_request_bytes = cfg.sizes.wal_small_request_bytes;
+    config.wal_group_bulk_bytes = cfg.sizes.wal_group_bulk_bytes;
     // With the lease set on the topics, the nodes' default is the shortest there is: a node
     // that ignored a topic's lease would lease for less than the checker allows.
     config.queue_visibility_ms = if cfg.workload.queue_topic_lease {

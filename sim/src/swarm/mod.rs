@@ -328,6 +328,10 @@ pub struct NodeSizes {
     pub flush_pairing_us: u64,
     /// `Config::dispatch_linger`.
     pub dispatch_linger: bool,
+    /// `Config::wal_small_request_bytes`.
+    pub wal_small_request_bytes: u64,
+    /// `Config::wal_group_bulk_bytes`.
+    pub wal_group_bulk_bytes: u64,
 }
 
 impl Default for NodeSizes {
@@ -344,6 +348,8 @@ impl Default for NodeSizes {
             wal_prewrite_chunk_bytes: narad_core::constants::WAL_PREWRITE_CHUNK_BYTES,
             flush_pairing_us: narad_core::constants::FLUSH_PAIRING_US,
             dispatch_linger: true,
+            wal_small_request_bytes: narad_core::constants::WAL_SMALL_REQUEST_BYTES,
+            wal_group_bulk_bytes: narad_core::constants::WAL_GROUP_BULK_BYTES,
         }
     }
 }
@@ -386,6 +392,23 @@ pub(crate) fn draw_flush_pairing(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
 /// off for the others (every batch goes as soon as its destination is free).
 pub(crate) fn draw_dispatch_linger(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
     sizes.dispatch_linger = rng.random_bool(0.5);
+}
+
+/// The WAL's lanes (`core/src/wal/staging.rs`), drawn after the linger (earlier draws stay what
+/// they were). A run's requests take tens of bytes to a few KiB, never production's 64 KiB: a
+/// quarter of the seeds keep production's bounds (every request small), the others make
+/// requests past 128 B, 512 B or none (0: every request bulk) join group commits behind the
+/// small ones, one bulk request per group or a few KiB of them.
+pub(crate) fn draw_wal_lanes(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
+    (sizes.wal_small_request_bytes, sizes.wal_group_bulk_bytes) = match rng.random_range(0..4) {
+        0 => (
+            narad_core::constants::WAL_SMALL_REQUEST_BYTES,
+            narad_core::constants::WAL_GROUP_BULK_BYTES,
+        ),
+        1 => (128, 1),
+        2 => (512, 2_048),
+        _ => (0, 4_096),
+    };
 }
 
 pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng) -> NodeSizes {
@@ -446,6 +469,7 @@ impl SwarmConfig {
         draw_prewrite(&mut rng, &mut sizes);
         draw_flush_pairing(&mut rng, &mut sizes);
         draw_dispatch_linger(&mut rng, &mut sizes);
+        draw_wal_lanes(&mut rng, &mut sizes);
         SwarmConfig {
             nodes: 1,
             faults,
