@@ -225,6 +225,12 @@ fn run_sweep(seeds: &str, options: &RunOptions, jobs: Option<usize>, json: bool)
                 t.seeds, t.failed, t.acked, t.duplicates
             );
         }
+        let access = report.access;
+        println!(
+            "  access client: {} seeds, {} requests; answers judged: {} as its users, {} as the \
+             bootstrap admin",
+            access.seeds, access.requests, access.probes_judged, access.admin_judged
+        );
         for failure in &report.failures {
             println!("failing: {}", failure.replay_command());
         }

@@ -64,6 +64,36 @@ pub struct SweepReport {
     /// ran queue workers.
     pub queue: crate::checker::QueueVerdict,
     pub seeds_with_queue: u64,
+    /// Access control: the seeds that ran the access client, its requests, the answers to its
+    /// requests as users and (tier 2) to the bootstrap admin's, judged against the users.
+    pub access: AccessTally,
+}
+
+/// Access-control figures of a sweep.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct AccessTally {
+    pub seeds: u64,
+    pub requests: u64,
+    pub probes_judged: u64,
+    pub admin_judged: u64,
+}
+
+impl AccessTally {
+    fn add(&mut self, counters: &crate::checker::Counters) {
+        self.seeds += u64::from(counters.access_requests > 0);
+        self.requests += counters.access_requests;
+        self.probes_judged += counters.access_probes_judged;
+        self.admin_judged += counters.access_admin_judged;
+    }
+
+    fn to_json(self) -> Value {
+        json!({
+            "seeds": self.seeds,
+            "requests": self.requests,
+            "probes_judged": self.probes_judged,
+            "admin_judged": self.admin_judged,
+        })
+    }
 }
 
 impl SweepReport {
@@ -93,6 +123,7 @@ impl SweepReport {
         self.excused_by_retention += outcome.verdict.deleted_by_retention;
         self.queue.add(&outcome.verdict.queue);
         self.seeds_with_queue += u64::from(outcome.verdict.queue.deliveries > 0);
+        self.access.add(&outcome.counters);
         let tally = self.by_nodes.entry(outcome.nodes).or_default();
         tally.seeds += 1;
         tally.failed += u64::from(!outcome.passed);
@@ -169,6 +200,7 @@ impl SweepReport {
             "excused_by_retention": self.excused_by_retention,
             "queue": self.queue.to_json(),
             "seeds_with_queue": self.seeds_with_queue,
+            "access": self.access.to_json(),
         })
     }
 }

@@ -6,8 +6,9 @@
 //!
 //! The access client asks as some user incarnation for things whose only effect is the grant
 //! check's verdict. Its request reached node `n` when `n`'s users stood at index `lo` and was
-//! answered when they stood at `hi`: the node decided with one of the versions of the users
-//! between the two. Checked once the run is over:
+//! answered when they stood at `hi` (the furthest `n` ever reported by then: an answer may
+//! arrive after its process died and another started): the node decided with one of the
+//! versions of the users between the two. Checked once the run is over:
 //!
 //! - an allowed answer (2xx, or a 404 for a topic that never exists, which the check let
 //!   through) needs a version in `lo..=hi` where the incarnation exists and its grants allow
@@ -15,10 +16,20 @@
 //! - a 403 needs a version where the incarnation exists and its grants do not allow it, up to
 //!   the furthest index any node stood at when it was answered (a partition's owner checks a
 //!   forwarded read again, and may be ahead of the entry node);
-//! - a 401 needs a version in `lo..=hi` where the incarnation does not exist;
+//! - a 401 needs a version in `lo..=hi` where the incarnation does not exist (or, when several
+//!   incarnations may be the asker's, two of them in turn: the node may have resolved the
+//!   name to one and checked the grants of the next);
 //! - a listing of topics holds only names some version's grants cover.
 //!
-//! Anything else (5xx, 503 retry, timeouts) is ambiguous and allowed either way.
+//! Anything else (5xx, 503 retry, 429, timeouts) is ambiguous and allowed either way.
+//!
+//! Who asks: the first tier hands the node a principal, one incarnation (`AsUser::Id`). Over
+//! HTTP (tier 2) credentials name a user, not an incarnation: the node resolves the name with
+//! its copy of the users and checks the password against that incarnation's hash. So tier 2's
+//! access client gives every create a password of its own and a marker grant on a topic no
+//! one uses (`AsUser::CreatedWith`): its credentials match only the incarnation that create
+//! made, which the checker finds by the marker in the users' history. The bootstrap admin,
+//! created once and never changed, asks as `AsUser::Any`.
 
 use std::collections::BTreeMap;
 use std::ops::Bound;
@@ -36,14 +47,28 @@ pub enum AccessNeed {
     ClusterAdmin,
     /// A topic listing: any user may list, the answer is filtered.
     List,
+    /// Only to be this user (its own password).
+    Own,
 }
 
 /// A request the access client made as a user.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct AccessAsk {
     pub name: String,
-    pub id: UserId,
+    pub who: AsUser,
     pub need: AccessNeed,
+}
+
+/// Which incarnations of the asking user a request is made as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AsUser {
+    /// This one (the first tier names it in the principal).
+    Id(UserId),
+    /// Whichever the node holds (tier 2's bootstrap admin: one incarnation, never changed).
+    Any,
+    /// The one whose create listed this marker grant (tier 2's users: the credentials of a
+    /// create match only the incarnation it made).
+    CreatedWith(Grant),
 }
 
 #[derive(Clone, Debug)]
@@ -73,7 +98,10 @@ struct Judged {
 #[derive(Default)]
 pub(super) struct AccessHistory {
     changes: BTreeMap<u64, UserApplied>,
+    /// Where each node's users stand (its current process's reports; 0 until a new process
+    /// reports), and the furthest they ever stood (over every process).
     node_index: BTreeMap<u32, u64>,
+    node_high: BTreeMap<u32, u64>,
     asked: BTreeMap<RequestId, Asked>,
     answered: Vec<Judged>,
 }
@@ -81,8 +109,8 @@ pub(super) struct AccessHistory {
 impl Checker {
     /// Node `node` applied `change` at log index `index`.
     pub(super) fn user_applied(&mut self, node: u32, index: u64, change: &UserApplied) {
+        self.access.stands_at(node, index);
         let history = &mut self.access;
-        history.node_index.insert(node, index);
         match history.changes.get(&index) {
             None => {
                 history.changes.insert(index, change.clone());
@@ -97,7 +125,15 @@ impl Checker {
 
     /// Node `node`'s users now stand at `index`.
     pub(super) fn users_replaced(&mut self, node: u32, index: u64) {
-        self.access.node_index.insert(node, index);
+        self.access.stands_at(node, index);
+    }
+
+    /// Node `node`'s process starts again: until it reports where its users stand (its first
+    /// `UsersReplaced`), they may stand anywhere from the start (tier 2's HTTP server may
+    /// take a request before the driver reported its recovery). An answer the previous process
+    /// sent may still arrive: answers are judged up to the furthest the node ever stood.
+    pub fn users_unknown(&mut self, node: u32) {
+        self.access.node_index.insert(node, 0);
     }
 
     /// The access client sent `request` to node `node`.
@@ -122,8 +158,8 @@ impl Checker {
             Some(_) => Verdict::Allowed,
             None => return,
         };
-        let hi = self.access.node_index.get(&asked.node).copied().unwrap_or(0);
-        let hi_any = self.access.node_index.values().copied().max().unwrap_or(0).max(hi);
+        let hi = self.access.node_high.get(&asked.node).copied().unwrap_or(0);
+        let hi_any = self.access.node_high.values().copied().max().unwrap_or(0).max(hi);
         self.access.answered.push(Judged { asked, hi, hi_any, verdict });
     }
 
@@ -134,12 +170,21 @@ impl Checker {
             if let Err(detail) = self.access.judge(judged) {
                 self.violation(detail.0, detail.1);
             }
+            match judged.asked.ask.who {
+                AsUser::Any => self.counters.access_admin_judged += 1,
+                _ => self.counters.access_probes_judged += 1,
+            }
         }
-        self.counters.access_probes_judged += answered.len() as u64;
     }
 }
 
 impl AccessHistory {
+    fn stands_at(&mut self, node: u32, index: u64) {
+        self.node_index.insert(node, index);
+        let high = self.node_high.entry(node).or_default();
+        *high = (*high).max(index);
+    }
+
     /// The versions of user `name` from the state at `lo` through each change up to `hi`.
     fn versions(&self, name: &str, lo: u64, hi: u64) -> Vec<Option<UserInfo>> {
         let mut user: Option<UserInfo> = None;
@@ -160,16 +205,44 @@ impl AccessHistory {
         versions
     }
 
+    /// The incarnations of `name` whose reported versions list `marker` among their grants.
+    fn created_with(&self, name: &str, marker: &Grant) -> Vec<UserId> {
+        let mut ids: Vec<UserId> = Vec::new();
+        for change in self.changes.values() {
+            if let UserApplied::Put(user) = change
+                && user.name == name
+                && user.grants.contains(marker)
+                && !ids.contains(&user.id)
+            {
+                ids.push(user.id);
+            }
+        }
+        ids
+    }
+
     fn judge(&self, judged: &Judged) -> Result<(), (&'static str, String)> {
         let Judged { asked, hi, hi_any, verdict } = judged;
         let ask = &asked.ask;
-        let current = |v: &Option<UserInfo>| v.as_ref().filter(|u| u.id == ask.id).cloned();
+        let marked = match &ask.who {
+            AsUser::CreatedWith(marker) => self.created_with(&ask.name, marker),
+            AsUser::Id(_) | AsUser::Any => Vec::new(),
+        };
+        let is_asker = |u: &&UserInfo| match &ask.who {
+            AsUser::Id(id) => u.id == *id,
+            AsUser::Any => true,
+            AsUser::CreatedWith(_) => marked.contains(&u.id),
+        };
+        let current = |v: &Option<UserInfo>| v.as_ref().filter(is_asker).cloned();
         let versions = self.versions(&ask.name, asked.lo, *hi);
         let held: Vec<UserInfo> = versions.iter().filter_map(current).collect();
         let allowed = |user: &UserInfo| model_allows(&user.grants, &ask.need);
         let found = match verdict {
             Verdict::Allowed => held.iter().any(allowed),
-            Verdict::Unknown => versions.iter().any(|v| current(v).is_none()),
+            // Also: the node resolved one incarnation and checked the grants of another.
+            Verdict::Unknown => {
+                versions.iter().any(|v| current(v).is_none())
+                    || held.windows(2).any(|pair| pair[0].id != pair[1].id)
+            }
             Verdict::Forbidden => self
                 .versions(&ask.name, asked.lo, *hi_any)
                 .iter()
@@ -189,11 +262,11 @@ impl AccessHistory {
             Verdict::Forbidden | Verdict::Unknown => inv::ACCESS_REFUSED,
         };
         let detail = format!(
-            "n{}: {verdict:?} for {} (incarnation {}) needing {:?}, users at index {}..={} ({} \
+            "n{}: {verdict:?} for {} (as {:?}) needing {:?}, users at index {}..={} ({} \
              versions: {:?})",
             asked.node,
             ask.name,
-            ask.id.0,
+            ask.who,
             ask.need,
             asked.lo,
             hi,
@@ -215,7 +288,7 @@ fn model_allows(grants: &[Grant], need: &AccessNeed) -> bool {
         AccessNeed::ClusterAdmin => {
             grants.iter().any(|g| g.action == Action::Admin && g.topics.to_string() == "*")
         }
-        AccessNeed::List => true,
+        AccessNeed::List | AccessNeed::Own => true,
     }
 }
 
@@ -247,7 +320,7 @@ mod tests {
     }
 
     fn probe(checker: &mut Checker, request: u64, node: u32, need: AccessNeed, reply: ClientReply) {
-        let ask = AccessAsk { name: "u".into(), id: UserId(1), need };
+        let ask = AccessAsk { name: "u".into(), who: AsUser::Id(UserId(1)), need };
         checker.access_asked(RequestId(request), node, ask);
         checker.access_answered(RequestId(request), Some(&reply));
     }
@@ -282,7 +355,7 @@ mod tests {
         let mut checker = Checker::new(true);
         let at = |index, u| NodeEvent::UserApplied { index, change: UserApplied::Put(u) };
         checker.on_event(0, &at(3, user(1, &[(Action::Produce, "*")])));
-        let ask = AccessAsk { name: "u".into(), id: UserId(1), need: produce_to("t") };
+        let ask = AccessAsk { name: "u".into(), who: AsUser::Id(UserId(1)), need: produce_to("t") };
         checker.access_asked(RequestId(1), 0, ask.clone());
         checker.on_event(0, &at(4, user(1, &[])));
         checker.access_answered(RequestId(1), Some(&ClientReply::Produced { accepted: 1 }));
@@ -298,5 +371,87 @@ mod tests {
         let (violations, count) = checker.violations();
         assert_eq!(count, 1, "only the stale incarnation's 202: {violations:?}");
         assert_eq!(violations[0].invariant, inv::ACCESS_GRANTED);
+    }
+
+    fn ask_as(who: AsUser, need: AccessNeed) -> AccessAsk {
+        AccessAsk { name: "u".into(), who, need }
+    }
+
+    #[test]
+    fn over_http_the_credentials_of_a_create_are_its_incarnation_s_only() {
+        let mut checker = Checker::new(true);
+        let at = |index, u| NodeEvent::UserApplied { index, change: UserApplied::Put(u) };
+        let marker = |n: &'static str| (Action::Consume, n);
+        checker.on_event(0, &at(3, user(1, &[(Action::Produce, "*"), marker("incarnation.1")])));
+        let removed = UserApplied::Removed { name: "u".into(), id: UserId(1) };
+        checker.on_event(0, &NodeEvent::UserApplied { index: 4, change: removed });
+        checker.on_event(0, &at(5, user(2, &[(Action::Produce, "*"), marker("incarnation.2")])));
+        // A grant change drops the marker: the incarnation is still the one create 2 made.
+        checker.on_event(0, &at(6, user(2, &[(Action::Produce, "*")])));
+        let created = |n: u64| {
+            let topics = TopicPattern::parse(&format!("incarnation.{n}")).expect("valid");
+            AsUser::CreatedWith(Grant { action: Action::Consume, topics })
+        };
+        let produced = ClientReply::Produced { accepted: 1 };
+        let unknown = ClientReply::Error(ClientError::Unauthenticated("who".into()));
+        for (request, n, reply) in [(1, 2, &produced), (2, 1, &unknown), (3, 3, &unknown)] {
+            checker.access_asked(RequestId(request), 0, ask_as(created(n), produce_to("t")));
+            checker.access_answered(RequestId(request), Some(reply));
+        }
+        checker.check_access();
+        assert_eq!(checker.violations().1, 0, "{:?}", checker.violations().0);
+        // Create 1's credentials taken for create 2's incarnation; create 2's refused.
+        checker.access_asked(RequestId(4), 0, ask_as(created(1), produce_to("t")));
+        checker.access_answered(RequestId(4), Some(&produced));
+        checker.access_asked(RequestId(5), 0, ask_as(created(2), produce_to("t")));
+        checker.access_answered(RequestId(5), Some(&unknown));
+        checker.check_access();
+        let (violations, count) = checker.violations();
+        assert_eq!(count, 2, "{violations:?}");
+        assert_eq!(violations[0].invariant, inv::ACCESS_GRANTED);
+        assert_eq!(violations[1].invariant, inv::ACCESS_REFUSED);
+        assert_eq!(checker.counters.access_probes_judged, 5);
+    }
+
+    #[test]
+    fn the_admin_is_refused_only_before_its_node_holds_it_and_a_restart_forgets_where_it_stood() {
+        let mut checker = Checker::new(true);
+        let admin = || ask_as(AsUser::Any, AccessNeed::ClusterAdmin);
+        let unknown = ClientReply::Error(ClientError::Unauthenticated("who".into()));
+        checker.access_asked(RequestId(1), 0, admin());
+        checker.access_answered(RequestId(1), Some(&unknown));
+        let put = UserApplied::Put(user(1, &[(Action::Admin, "*")]));
+        checker.on_event(0, &NodeEvent::UserApplied { index: 2, change: put });
+        checker.users_unknown(0); // a restart: the first request may meet users at index 0
+        checker.access_asked(RequestId(2), 0, admin());
+        checker.access_answered(RequestId(2), Some(&unknown));
+        checker.on_event(0, &NodeEvent::UsersReplaced { index: 2 });
+        checker.access_asked(RequestId(3), 0, admin());
+        checker.access_answered(RequestId(3), Some(&ClientReply::Topics(vec![])));
+        checker.check_access();
+        assert_eq!(checker.violations().1, 0, "{:?}", checker.violations().0);
+        for (request, reply) in
+            [(4, unknown), (5, ClientReply::Error(ClientError::Forbidden("no".into())))]
+        {
+            checker.access_asked(RequestId(request), 0, admin());
+            checker.access_answered(RequestId(request), Some(&reply));
+        }
+        checker.check_access();
+        let (violations, count) = checker.violations();
+        assert_eq!(count, 2, "{violations:?}");
+        assert!(violations.iter().all(|v| v.invariant == inv::ACCESS_REFUSED));
+        assert_eq!(checker.counters.access_admin_judged, 5);
+    }
+
+    #[test]
+    fn an_answer_arriving_after_its_process_died_is_judged_up_to_where_its_users_stood() {
+        let mut checker = Checker::new(true);
+        checker.access_asked(RequestId(1), 0, ask_as(AsUser::Id(UserId(1)), produce_to("t")));
+        let put = UserApplied::Put(user(1, &[(Action::Produce, "*")]));
+        checker.on_event(0, &NodeEvent::UserApplied { index: 6, change: put });
+        checker.users_unknown(0); // the node restarts before its answer arrives
+        checker.access_answered(RequestId(1), Some(&ClientReply::Produced { accepted: 1 }));
+        checker.check_access();
+        assert_eq!(checker.violations().1, 0, "{:?}", checker.violations().0);
     }
 }

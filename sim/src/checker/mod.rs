@@ -31,7 +31,7 @@ use std::collections::BTreeMap;
 use bytes::Bytes;
 use narad_core::{Instant, PartitionKey, TopicId};
 
-pub use access::{AccessAsk, AccessNeed};
+pub use access::{AccessAsk, AccessNeed, AsUser};
 pub use admin::AdminAsk;
 pub use long_poll::LongPollSent;
 pub use queue::{QueueVerdict, SettleSeen};
@@ -208,6 +208,11 @@ struct NodeCheck {
 pub struct Counters {
     /// Answers to the access client's requests judged against the users' history.
     pub access_probes_judged: u64,
+    /// Answers to requests made with the bootstrap admin's credentials (tier 2 with access
+    /// control on: every other client's), judged likewise.
+    pub access_admin_judged: u64,
+    /// Requests the access client sent (a seed that ran it has some).
+    pub access_requests: u64,
     pub commits_failed: u64,
     pub latches: u64,
     pub discarded: u64,

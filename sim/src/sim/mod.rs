@@ -384,7 +384,7 @@ impl Simulation {
                     self.world.queue.push_after(timeout, Event::ClientTimeout { request });
                     self.hosts[n].deliver(
                         now,
-                        Input::Client { request, op: *op, who },
+                        Input::Client { request, op: *op, who: who.principal() },
                         &mut self.world,
                     );
                 } else {

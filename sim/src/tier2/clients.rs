@@ -1,7 +1,9 @@
 //! The tier-2 workload clients, on turmoil host `client`: the first tier's `Workload` decides
 //! every request (and every retry of an ambiguous answer), and each one goes over HTTP/1.1 to a
 //! node chosen per request. A connection that cannot be made is a refusal (nothing reached the
-//! node); a request sent whose answer never comes, or comes broken, is ambiguous.
+//! node); a request sent whose answer never comes, or comes broken, is ambiguous. With access
+//! control on, every request carries credentials (`access.rs`), and the answers to the admin's
+//! are judged by the access checker.
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -10,11 +12,12 @@ use narad_core::{ClientOp, RequestId};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
 
+use super::access;
 use super::host::{HTTP_PORT, host_name};
 use super::http::{self, CallError};
 use super::world::{Shared, lock, now};
 use crate::trace::{TopicTag, What};
-use crate::workload::Wake;
+use crate::workload::{Wake, Who};
 
 /// The address of node `n`'s HTTP API.
 pub fn node_addr(n: u32) -> SocketAddr {
@@ -44,9 +47,9 @@ async fn run_client(world: Shared, route: std::sync::Arc<std::sync::Mutex<ChaCha
         let delay = match wake {
             Wake::Done => return,
             Wake::Sleep(micros) => micros,
-            Wake::Send { request, op, .. } => {
+            Wake::Send { request, op, who } => {
                 let node = pick_node(&world, &route);
-                send(&world, c, node, request, &op).await
+                send(&world, c, node, (request, &who), &op).await
             }
         };
         tokio::time::sleep(Duration::from_micros(delay)).await;
@@ -64,9 +67,16 @@ fn pick_node(world: &Shared, route: &std::sync::Mutex<ChaCha8Rng>) -> u32 {
     if up.is_empty() { rng.random_range(0..nodes) } else { up[rng.random_range(0..up.len())] }
 }
 
-/// Sends one request of client `c` to node `node`; returns how long the client then waits.
-async fn send(world: &Shared, c: usize, node: u32, request: RequestId, op: &ClientOp) -> u64 {
-    let timeout = {
+/// Sends one request of client `c` to node `node`, as `who`; returns how long the client then
+/// waits.
+async fn send(
+    world: &Shared,
+    c: usize,
+    node: u32,
+    (request, who): (RequestId, &Who),
+    op: &ClientOp,
+) -> u64 {
+    let (timeout, auth, access_client) = {
         let mut w = lock(world);
         let what = What::Request {
             request: request.0,
@@ -74,8 +84,11 @@ async fn send(world: &Shared, c: usize, node: u32, request: RequestId, op: &Clie
             topic: TopicTag::of(op),
         };
         w.record(node, what);
-        w.workload.timeout_micros()
+        let auth = access::credentials(who, w.admin.as_ref());
+        (w.workload.timeout_micros(), auth, w.workload.is_access_client(c))
     };
+    // The admin's requests are judged by the access checker too.
+    let as_admin = auth.is_some() && matches!(who, Who::Principal(_));
     let delivered = std::cell::Cell::new(false);
     let connected = || {
         delivered.set(true);
@@ -83,11 +96,15 @@ async fn send(world: &Shared, c: usize, node: u32, request: RequestId, op: &Clie
         let w = &mut *w;
         w.checker.set_now(now());
         w.workload.delivered(c, request, node, &mut w.checker);
+        if as_admin {
+            w.checker.access_asked(request, node, access::admin_ask());
+        }
     };
     // Odd clients speak HTTP/2 (a choice that draws nothing from the seed's random streams, so
     // the routes and faults of every seed stay what they were).
     let protocol = if c % 2 == 1 { http::Protocol::Http2 } else { http::Protocol::Http1 };
-    let call = http::call(node_addr(node), op, protocol, connected);
+    let via = http::Via { protocol, auth: auth.as_ref() };
+    let call = http::call(node_addr(node), op, via, connected);
     let answer = tokio::time::timeout(Duration::from_micros(timeout), call).await;
     let mut w = lock(world);
     let w = &mut *w;
@@ -96,6 +113,10 @@ async fn send(world: &Shared, c: usize, node: u32, request: RequestId, op: &Clie
         Ok(Ok(reply)) => {
             let (status, count) = crate::sim::world::status_of(&reply);
             w.record(node, What::Reply { request: request.0, status, count });
+            w.checker.access_answered(request, Some(&reply));
+            // The access client reads a 401 as what it is (its create did not happen).
+            let reply =
+                if as_admin && !access_client { access::admin_answer(reply) } else { reply };
             w.workload.on_reply(node, request, &reply, &mut w.checker)
         }
         Ok(Err(CallError::Refused(reason))) => {

@@ -248,7 +248,8 @@ impl Faults<'_, '_> {
         }
     }
 
-    /// The heal: every window ends, every per-datagram fault stops, every disk is healthy.
+    /// The heal: every window ends, every per-datagram fault stops, every disk is healthy, and
+    /// an armed graceful restart goes at once.
     pub fn heal(&mut self) {
         let ids: Vec<u32> = self.windows.open.keys().copied().collect();
         for id in ids {
@@ -264,6 +265,13 @@ impl Faults<'_, '_> {
             let mut datagrams =
                 slot.datagrams.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
             datagrams.faults = Default::default();
+        }
+        // A graceful restart still armed goes now: at its deadline it would stop a node in the
+        // middle of the final read.
+        for n in 0..self.nodes {
+            if w.nodes[n as usize].stop_at_wal_sync.take().is_some() {
+                stop_now(&mut w, n);
+            }
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The end of a tier-2 run, on the client host once the harness healed every fault: wait until
 //! every node is ready again and its dispatch backlog is empty (`/readyz`, `/metrics`: what an
 //! operator would look at), then read every partition of every live topic back over HTTP, in
-//! full, and hand everything to the checker, as the first tier's final read does.
+//! full, and hand everything to the checker, as the first tier's final read does. With access
+//! control on, every request carries the bootstrap admin's credentials.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -68,7 +69,7 @@ async fn drain(world: &Shared, nodes: u32, limit: Duration) -> bool {
                 (w.nodes[n as usize].serving, w.nodes[n as usize].refused)
             };
             // A node whose recovery refused its damaged disk stays down: the others drain.
-            all &= refused || (serving && ready(n).await && backlog(n).await == Some(0));
+            all &= refused || (serving && ready(n).await && backlog(world, n).await == Some(0));
         }
         if all {
             return true;
@@ -80,25 +81,32 @@ async fn drain(world: &Shared, nodes: u32, limit: Duration) -> bool {
 
 /// Node `n` answers `/readyz` with 200: recovered, and its metastore replica caught up.
 async fn ready(n: u32) -> bool {
-    http::get(node_addr(n), "/readyz", CALL_TIMEOUT).await.is_some()
+    http::get(node_addr(n), "/readyz", CALL_TIMEOUT, None).await.is_some()
 }
 
 /// Node `n`'s dispatch backlog as its `/metrics` reports it.
-async fn backlog(n: u32) -> Option<u64> {
-    let body = http::get(node_addr(n), "/metrics", CALL_TIMEOUT).await?;
+async fn backlog(world: &Shared, n: u32) -> Option<u64> {
+    let admin = lock(world).admin.clone();
+    let body = http::get(node_addr(n), "/metrics", CALL_TIMEOUT, admin.as_ref()).await?;
     let text = String::from_utf8_lossy(&body);
     text.lines()
         .find_map(|line| line.strip_prefix("narad_dispatch_backlog "))
         .and_then(|v| v.trim().parse().ok())
 }
 
-async fn call(node: u32, op: ClientOp) -> Option<ClientReply> {
-    call_over(node, op, http::Protocol::Http1).await
+async fn call(world: &Shared, node: u32, op: ClientOp) -> Option<ClientReply> {
+    call_over(world, node, op, http::Protocol::Http1).await
 }
 
-async fn call_over(node: u32, op: ClientOp, protocol: http::Protocol) -> Option<ClientReply> {
-    let answer =
-        tokio::time::timeout(CALL_TIMEOUT, http::call(node_addr(node), &op, protocol, || {}));
+async fn call_over(
+    world: &Shared,
+    node: u32,
+    op: ClientOp,
+    protocol: http::Protocol,
+) -> Option<ClientReply> {
+    let admin = lock(world).admin.clone();
+    let via = http::Via { protocol, auth: admin.as_ref() };
+    let answer = tokio::time::timeout(CALL_TIMEOUT, http::call(node_addr(node), &op, via, || {}));
     answer.await.ok()?.ok()
 }
 
@@ -112,7 +120,7 @@ async fn final_read(world: &Shared, up: &[u32]) {
     let live = lock(world).workload.topics.all_live();
     let protocols = [http::Protocol::Http1, http::Protocol::Http2];
     for (&node, protocol) in up.iter().flat_map(|n| protocols.iter().map(move |p| (n, *p))) {
-        let listed = match call_over(node, ClientOp::ListTopics, protocol).await {
+        let listed = match call_over(world, node, ClientOp::ListTopics, protocol).await {
             Some(ClientReply::Topics(listed)) => listed,
             other => {
                 let detail = format!("final list on n{node} over {protocol:?}: {other:?}");
@@ -143,7 +151,7 @@ async fn final_read(world: &Shared, up: &[u32]) {
 async fn watermarks(world: &Shared, name: &str, inc: TopicId, up: &[u32]) -> BTreeMap<u32, u64> {
     let mut watermarks = BTreeMap::new();
     for &node in up {
-        let reply = call(node, ClientOp::GetTopic { name: name.to_string() }).await;
+        let reply = call(world, node, ClientOp::GetTopic { name: name.to_string() }).await;
         let Some(ClientReply::Topic(info, partitions)) = reply else {
             violation(
                 world,
@@ -184,7 +192,7 @@ async fn read_partition(world: &Shared, via: u32, name: &str, key: PartitionKey,
             max,
             wait_ms: 0,
         };
-        let reply = call(via, op).await;
+        let reply = call(world, via, op).await;
         let retry = {
             let mut w = lock(world);
             let checker = w.checker_at(now());

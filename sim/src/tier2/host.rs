@@ -4,7 +4,8 @@
 //! driver, router and transport) on turmoil's TCP and UDP. A graceful stop ends the process and
 //! it starts again at once; a fatal exit or a failed start-up read restarts it a little later,
 //! as a supervisor would; a recovery that refuses the disk keeps it down. Crashes and power
-//! losses are the harness's (`turmoil::Sim::crash`, then `bounce`).
+//! losses are the harness's (`turmoil::Sim::crash`, then `bounce`). On the seeds that run the
+//! access client it starts as `--admin-password-file` would have it (`access.rs`).
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -100,6 +101,7 @@ async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
     let mut rng_seed = [0u8; 32];
     rand::Rng::fill_bytes(&mut entropy, &mut rng_seed);
     let entropy = Arc::new(SimEntropy { rng: Mutex::new(entropy) });
+    let access = super::access::node_access(lock(world).admin.as_ref(), &*entropy);
     // The previous incarnation's host was dropped with its sockets: the ports are free.
     let Some(listener) = bound(SimListener::bind(HTTP_PORT).await) else {
         return Served::ExitedEarly("http-bind-failed");
@@ -123,7 +125,7 @@ async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
         data_dir: None,
         observer: Box::new(Observer { n, world: world.clone() }),
         transport,
-        access: narad::auth::setup::Access::open(),
+        access,
     };
     let mut stop = Stop(stop_rx);
     let result = narad::server::run_node(parts, plan, listener, &mut stop).await;
@@ -166,6 +168,7 @@ fn recover(
     match narad::server::recover(config, &mut clock, Found::from_files(files)) {
         Ok(node) => {
             w.nodes[n as usize].refused = false;
+            w.checker_at(now).users_unknown(n);
             if node.recovered_segments().0 > 0 {
                 w.hit(narad_sim_runtime::FaultClass::PartitionSealAdopted);
             }

@@ -2,7 +2,8 @@
 //! directly) becomes the request a real client sends to the v1 API, and the answer becomes the
 //! `ClientReply` the workload and the checker already understand, so both tiers judge runs with
 //! the same code. Each request uses a fresh connection (hyper over a turmoil TCP stream), HTTP/1.1
-//! or HTTP/2 with prior knowledge (the node tells them apart by the preface) as the caller asks.
+//! or HTTP/2 with prior knowledge (the node tells them apart by the preface) as the caller asks,
+//! with HTTP Basic credentials when the caller has some (`access.rs`).
 
 use std::net::SocketAddr;
 
@@ -17,6 +18,9 @@ use narad_core::{ClientError, ClientOp, ClientReply, ConsumedRecord, TopicId};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use super::access::Basic;
+use super::http_users;
 
 /// How a request ended short of an answer.
 #[derive(Debug)]
@@ -34,23 +38,42 @@ pub struct HttpRequest {
     pub body: Bytes,
 }
 
+/// How a request goes: the protocol, and the credentials it carries (if any).
+#[derive(Clone, Copy, Debug)]
+pub struct Via<'a> {
+    pub protocol: Protocol,
+    pub auth: Option<&'a Basic>,
+}
+
+impl<'a> Via<'a> {
+    /// HTTP/1.1 with these credentials.
+    pub fn http1(auth: Option<&'a Basic>) -> Via<'a> {
+        Via { protocol: Protocol::Http1, auth }
+    }
+}
+
 /// Connects to `addr` and sends `op`; `connected` runs once the connection is up (the request
 /// is then in flight: an answer that never comes is ambiguous).
 pub async fn call(
     addr: SocketAddr,
     op: &ClientOp,
-    protocol: Protocol,
+    via: Via<'_>,
     connected: impl FnOnce(),
 ) -> Result<ClientReply, CallError> {
-    let (status, body) = exchange(addr, request_of(op), protocol, connected).await?;
+    let (status, body) = exchange(addr, request_of(op), via, connected).await?;
     Ok(reply_of(op, status, &body))
 }
 
 /// `GET path` on `addr`: the body of a 200 answer.
-pub async fn get(addr: SocketAddr, path: &str, timeout: std::time::Duration) -> Option<Bytes> {
+pub async fn get(
+    addr: SocketAddr,
+    path: &str,
+    timeout: std::time::Duration,
+    auth: Option<&Basic>,
+) -> Option<Bytes> {
     let request = HttpRequest { method: Method::GET, path: path.to_string(), body: Bytes::new() };
-    let answer =
-        tokio::time::timeout(timeout, exchange(addr, request, Protocol::Http1, || {})).await;
+    let answer = tokio::time::timeout(timeout, exchange(addr, request, Via::http1(auth), || {}));
+    let answer = answer.await;
     match answer {
         Ok(Ok((200, body))) => Some(body),
         _ => None,
@@ -106,7 +129,7 @@ async fn handshake(stream: turmoil::net::TcpStream, protocol: Protocol) -> hyper
 async fn exchange(
     addr: SocketAddr,
     request: HttpRequest,
-    protocol: Protocol,
+    via: Via<'_>,
     connected: impl FnOnce(),
 ) -> Result<(u16, Bytes), CallError> {
     let stream = turmoil::net::TcpStream::connect(addr)
@@ -114,14 +137,16 @@ async fn exchange(
         .map_err(|e| CallError::Refused(e.to_string()))?;
     connected();
     let mut sender =
-        handshake(stream, protocol).await.map_err(|e| CallError::Broken(e.to_string()))?;
-    let http = Request::builder()
+        handshake(stream, via.protocol).await.map_err(|e| CallError::Broken(e.to_string()))?;
+    let mut http = Request::builder()
         .method(request.method)
         .uri(request.path)
         .header(hyper::header::HOST, addr.to_string())
-        .header(hyper::header::CONTENT_TYPE, "application/json")
-        .body(Full::new(request.body))
-        .map_err(|e| CallError::Broken(e.to_string()))?;
+        .header(hyper::header::CONTENT_TYPE, "application/json");
+    if let Some(auth) = via.auth {
+        http = http.header(hyper::header::AUTHORIZATION, auth.header());
+    }
+    let http = http.body(Full::new(request.body)).map_err(|e| CallError::Broken(e.to_string()))?;
     let response = match &mut sender {
         Sender::Http1(sender) => sender.send_request(http).await,
         Sender::Http2(sender) => {
@@ -145,7 +170,7 @@ async fn exchange(
     Ok((status, body))
 }
 
-fn encoded(text: &str) -> String {
+pub(super) fn encoded(text: &str) -> String {
     utf8_percent_encode(text, NON_ALPHANUMERIC).to_string()
 }
 
@@ -197,7 +222,9 @@ pub fn request_of(op: &ClientOp) -> HttpRequest {
         | ClientOp::GetUser { .. }
         | ClientOp::DeleteUser { .. }
         | ClientOp::SetGrants { .. }
-        | ClientOp::SetPassword { .. } => unreachable!("tier-2 seeds run no user workload"),
+        | ClientOp::SetPassword { .. } => {
+            http_users::request_of(op).expect("invariant: a user op has a user route")
+        }
     }
 }
 
@@ -299,7 +326,7 @@ pub fn reply_of(op: &ClientOp, status: u16, body: &[u8]) -> ClientReply {
         | ClientOp::GetUser { .. }
         | ClientOp::DeleteUser { .. }
         | ClientOp::SetGrants { .. }
-        | ClientOp::SetPassword { .. } => None,
+        | ClientOp::SetPassword { .. } => http_users::reply_of(op, body),
     };
     decoded.unwrap_or_else(|| {
         let text = String::from_utf8_lossy(body);
@@ -313,6 +340,8 @@ fn error_of(status: u16, body: &[u8]) -> ClientError {
     let message = json["error"].as_str().unwrap_or_default().to_string();
     match status {
         400 => ClientError::BadRequest(message),
+        401 => ClientError::Unauthenticated(message),
+        403 => ClientError::Forbidden(message),
         404 => ClientError::NotFound(message),
         409 => ClientError::Conflict(message),
         413 => ClientError::TooLarge(message),
@@ -320,6 +349,8 @@ fn error_of(status: u16, body: &[u8]) -> ClientError {
             Some(log_start_offset) => ClientError::Gone { log_start_offset },
             None => ClientError::StaleHandle(message),
         },
+        // Too many wrong passwords for the user: refused before anything ran, retry later.
+        429 => ClientError::Unavailable(format!("429: {message}")),
         503 if message == "shutting down" => ClientError::ShuttingDown,
         503 if message.starts_with("node overloaded") => ClientError::Overloaded(message),
         503 => ClientError::Unavailable(message),

@@ -6,15 +6,19 @@
 //! anomaly names, duplicate accounting and final read. Faults come from the first tier's
 //! schedule (crashes, power losses, restarts, disk faults, partitions both ways and one way,
 //! holds), plus per-datagram loss, duplication and reordering in the node's UDP socket and
-//! clock skew through the wall-clock seam. A seed decides everything: turmoil's rng, every
+//! clock skew through the wall-clock seam. On the seeds that run the access client, access
+//! control is on: every request carries HTTP Basic credentials, and the first tier's access
+//! checker judges the answers (`access.rs`). A seed decides everything: turmoil's rng, every
 //! disk's, every node's entropy; a run repeats bit for bit, and its trace hash says so.
 
+mod access;
 mod clients;
 mod disk;
 mod faults;
 mod final_phase;
 mod host;
 mod http;
+mod http_users;
 mod net;
 mod peer_ledger;
 mod reconnect;
@@ -45,16 +49,21 @@ const ACTIVE_CAP: Duration = Duration::from_secs(30);
 const RUN_CAP: Duration = Duration::from_secs(600);
 /// Messages a tier-2 seed produces at most (its runs are slower than the first tier's).
 const MESSAGES_MAX: u64 = 300;
+/// Tier 2 runs this many times the access client's requests the first tier draws.
+const ACCESS_OPS_FACTOR: u32 = 2;
 /// Largest clock offset of a skewed node, either way.
 const SKEW_OFFSET_MAX_MICROS: i64 = 30_000_000;
 
 /// The swarm draw of `seed` as this tier runs it: the first tier's, without what its HTTP
 /// workload does not speak yet (queue consumers, retention updates), and with fewer messages.
+/// Seeds that run the access client run with access control on (`access.rs`).
 pub fn config_for(seed: u64, options: &RunOptions) -> SwarmConfig {
     let mut cfg = SwarmConfig::for_seed(seed, options);
     cfg.workload.queue_workers = 0;
     cfg.workload.update_prob = 0.0;
-    cfg.workload.access_ops = 0;
+    // Twice the first tier's access requests: a stale credential finds a node that cached it
+    // more often (the seed's draw says whether it runs the access client at all).
+    cfg.workload.access_ops *= ACCESS_OPS_FACTOR;
     cfg.workload.messages = cfg.workload.messages.min(MESSAGES_MAX);
     cfg
 }
@@ -142,7 +151,8 @@ pub(crate) fn new_world(seed: u64, cfg: &SwarmConfig, keep_trace: bool) -> World
         .collect();
     let mut checker = crate::sim::long_poll_checker(nodes > 1, &cfg.net.faults);
     checker.answers_cross_a_network();
-    let workload = crate::sim::workload_of(seed, cfg);
+    let workload = crate::sim::workload_of(seed, cfg).access_over_http();
+    let admin = workload.has_access_client().then(access::Basic::admin);
     let net = &cfg.net.faults;
     let datagram_faults =
         nodes > 1 && (net.drop_rate > 0.0 || net.duplicate_rate > 0.0 || net.spike_rate > 0.0);
@@ -152,6 +162,7 @@ pub(crate) fn new_world(seed: u64, cfg: &SwarmConfig, keep_trace: bool) -> World
     let mut world = World2::new(slots, checker, workload, Trace::new(keep_trace));
     world.hits = hits;
     world.datagram_faults = datagram_faults;
+    world.admin = admin;
     world
 }
 

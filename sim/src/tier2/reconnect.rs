@@ -27,6 +27,8 @@ pub fn reconnect_after_acceptor_restart(seed: u64) -> Option<Duration> {
     cfg.net = Default::default();
     cfg.net.faults.latency_min_us = 100;
     cfg.net.faults.latency_max_us = 500;
+    // A transport scenario: no access client, so no access control (it reads `/metrics` bare).
+    cfg.workload.access_ops = 0;
     let world = Arc::new(Mutex::new(super::new_world(seed, &cfg, false)));
     let mut sim = turmoil::Builder::new()
         .simulation_duration(WAIT * 3)
@@ -80,7 +82,7 @@ async fn watch(world: Shared, measured: Arc<Mutex<Option<Duration>>>) -> turmoil
 async fn wait_for_connections(at_least: u64) -> Option<u64> {
     let deadline = tokio::time::Instant::now() + WAIT;
     while tokio::time::Instant::now() < deadline {
-        let body = super::http::get(node_addr(0), "/metrics", Duration::from_secs(1)).await;
+        let body = super::http::get(node_addr(0), "/metrics", Duration::from_secs(1), None).await;
         let count = body.and_then(|body| {
             let text = String::from_utf8_lossy(&body).into_owned();
             text.lines()

@@ -10,6 +10,7 @@ use narad_core::Instant;
 use narad_sim_runtime::{FaultClass, FaultHits, SimDisk};
 use tokio::sync::mpsc;
 
+use super::access::Basic;
 use super::net::DatagramState;
 use super::peer_ledger::PeerLedger;
 use crate::checker::Checker;
@@ -80,6 +81,9 @@ pub struct World2 {
     pub verdict: Option<crate::checker::Verdict>,
     /// What the drivers sent to each other and were fed (the transport's contract).
     pub peers: PeerLedger,
+    /// The bootstrap admin's credentials, when access control is on (seeds that run the
+    /// access client).
+    pub admin: Option<Basic>,
 }
 
 /// The phases of a tier-2 run.
@@ -125,6 +129,7 @@ impl World2 {
             lost_nodes: 0,
             verdict: None,
             peers: PeerLedger::default(),
+            admin: None,
         }
     }
 

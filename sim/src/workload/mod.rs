@@ -25,11 +25,36 @@ pub use topics::{DEAD_LETTER_TOPIC, TopicModel, TopicState};
 #[derive(Clone, Debug)]
 pub enum Wake {
     /// Send this request from `who` (then call `delivered` or `refused`).
-    Send { request: RequestId, op: Box<ClientOp>, who: Principal },
+    Send { request: RequestId, op: Box<ClientOp>, who: Who },
     /// Nothing to do yet: wake again after this many microseconds.
     Sleep(u64),
     /// This client has finished.
     Done,
+}
+
+/// Who a request is made as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Who {
+    /// The principal the node is handed (the first tier): `Trusted` for every client but the
+    /// access client's requests as users. Over HTTP `Trusted` goes without credentials, or
+    /// with the bootstrap admin's when access control is on.
+    Principal(Principal),
+    /// HTTP Basic credentials (tier 2's access client): the node resolves the incarnation.
+    Basic { name: String, password: String },
+}
+
+impl Who {
+    pub fn trusted() -> Who {
+        Who::Principal(Principal::Trusted)
+    }
+
+    /// The principal a node is handed directly (the first tier, which never asks over HTTP).
+    pub fn principal(self) -> Principal {
+        match self {
+            Who::Principal(principal) => principal,
+            Who::Basic { .. } => unreachable!("invariant: only tier 2 asks with credentials"),
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -132,10 +157,10 @@ impl Pending {
     }
 
     /// Who makes the request: the access client's requests as users, everything else trusted.
-    fn who(&self) -> Principal {
+    fn who(&self) -> Who {
         match self {
             Pending::Access(request) => request.who.clone(),
-            _ => Principal::Trusted,
+            _ => Who::trusted(),
         }
     }
 }
@@ -232,6 +257,20 @@ impl Workload {
         self
     }
 
+    /// The access client asks over HTTP (tier 2): with credentials, its users' incarnations
+    /// told apart by their passwords (`access.rs`).
+    pub fn access_over_http(mut self) -> Workload {
+        if let Some(access) = self.access.as_mut() {
+            access.over_http();
+        }
+        self
+    }
+
+    /// Whether this seed runs the access client.
+    pub fn has_access_client(&self) -> bool {
+        self.access.is_some()
+    }
+
     /// Queue workers draw from `rng` (`Component::WorkloadQueue`).
     pub fn with_queue_rng(mut self, rng: ChaCha8Rng) -> Workload {
         self.queue_rng = rng;
@@ -268,6 +307,11 @@ impl Workload {
     /// Makes the admin client create `name` soon (scenarios; a gone name is re-created).
     pub fn request_create(&mut self, name: &str) {
         self.scripted_creates.push_back(name.to_string());
+    }
+
+    /// True for the access client.
+    pub fn is_access_client(&self, client: usize) -> bool {
+        self.clients[client].role == Role::Access
     }
 
     /// True for the admin client (topic creates and deletes).
@@ -344,8 +388,11 @@ impl Workload {
             Pending::Produce { ids, .. } => checker.sent(ids),
             Pending::Delete { name, .. } => checker.delete_requested(name),
             Pending::Queue { worker, .. } => self.queue_sent(*worker, checker),
-            Pending::Access(access::AccessRequest { ask: Some(ask), .. }) => {
-                checker.access_asked(request, node, ask.clone());
+            Pending::Access(access) => {
+                checker.counters.access_requests += 1;
+                if let Some(ask) = &access.ask {
+                    checker.access_asked(request, node, ask.clone());
+                }
             }
             _ => {}
         }

@@ -144,9 +144,9 @@ impl Workload {
                 Some(_) => Next::Finished,
             },
             Pending::Queue { worker, op } => self.queue_answer(*worker, op, reply, checker),
-            Pending::Access(_) => {
+            Pending::Access(request) => {
                 let client = self.access.as_mut().expect("invariant: the access client asked");
-                client.answered(reply);
+                client.answered(request, reply);
                 Next::Finished
             }
             Pending::Consume { key, name, offset, sent, .. } => {
