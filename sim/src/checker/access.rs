@@ -136,6 +136,12 @@ impl Checker {
         self.access.node_index.insert(node, 0);
     }
 
+    /// Whether some node reported user `name` (any incarnation, at any time).
+    pub fn user_reported(&self, name: &str) -> bool {
+        let named = |change: &UserApplied| matches!(change, UserApplied::Put(u) if u.name == name);
+        self.access.changes.values().any(named)
+    }
+
     /// The access client sent `request` to node `node`.
     pub fn access_asked(&mut self, request: RequestId, node: u32, ask: AccessAsk) {
         let lo = self.access.node_index.get(&node).copied().unwrap_or(0);

@@ -19,6 +19,8 @@ use narad_core::{ClientError, ClientReply};
 use crate::checker::{AccessAsk, AccessNeed, AsUser};
 use crate::workload::Who;
 
+/// The bootstrap admin's name.
+pub const ADMIN: &str = BOOTSTRAP_ADMIN;
 /// The bootstrap admin's password (what `--admin-password-file` holds).
 const ADMIN_PASSWORD: &str = "tier-2 bootstrap admin";
 
@@ -32,7 +34,7 @@ pub struct Basic {
 impl Basic {
     /// The bootstrap admin's.
     pub fn admin() -> Basic {
-        Basic { name: BOOTSTRAP_ADMIN.to_string(), password: ADMIN_PASSWORD.to_string() }
+        Basic { name: ADMIN.to_string(), password: ADMIN_PASSWORD.to_string() }
     }
 
     /// The `Authorization` header's value.
@@ -66,11 +68,7 @@ pub fn credentials(who: &Who, admin: Option<&Basic>) -> Option<Basic> {
 
 /// What the access checker judges an answer to the admin by: it may do everything.
 pub fn admin_ask() -> AccessAsk {
-    AccessAsk {
-        name: BOOTSTRAP_ADMIN.to_string(),
-        who: AsUser::Any,
-        need: AccessNeed::ClusterAdmin,
-    }
+    AccessAsk { name: ADMIN.to_string(), who: AsUser::Any, need: AccessNeed::ClusterAdmin }
 }
 
 /// An answer to the admin as the workload takes it: a 401 (the node's users do not hold the

@@ -19,6 +19,9 @@ use super::world::{Shared, lock, now};
 use crate::trace::{TopicTag, What};
 use crate::workload::{Wake, Who};
 
+/// Longest the access client waits for the bootstrap admin before it starts anyway.
+const ADMIN_WAIT: Duration = Duration::from_secs(10);
+
 /// The address of node `n`'s HTTP API.
 pub fn node_addr(n: u32) -> SocketAddr {
     SocketAddr::new(turmoil::lookup(host_name(n)), HTTP_PORT)
@@ -37,6 +40,9 @@ pub async fn run_workload(world: Shared, route: ChaCha8Rng) {
 }
 
 async fn run_client(world: Shared, route: std::sync::Arc<std::sync::Mutex<ChaCha8Rng>>, c: usize) {
+    if lock(&world).workload.is_access_client(c) {
+        admin_reported(&world).await;
+    }
     loop {
         let wake = {
             let mut w = lock(&world);
@@ -53,6 +59,19 @@ async fn run_client(world: Shared, route: std::sync::Arc<std::sync::Mutex<ChaCha
             }
         };
         tokio::time::sleep(Duration::from_micros(delay)).await;
+    }
+}
+
+/// Waits (bounded) until a node reported the bootstrap admin. Before, the access client's
+/// requests would only be refused; and a node that fails at start-up would close its first
+/// connections (the admin client's and the access client's) in an order no seed decides
+/// (tokio's unseeded choice among tasks woken together), which the workload would then see.
+async fn admin_reported(world: &Shared) {
+    let deadline = tokio::time::Instant::now() + ADMIN_WAIT;
+    while !lock(world).checker.user_reported(access::ADMIN)
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(Duration::from_millis(1)).await;
     }
 }
 
