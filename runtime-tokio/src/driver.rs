@@ -79,6 +79,9 @@ struct HandleParts {
     wall: Arc<dyn WallClock>,
     /// The users' credentials as the node's replica last showed them.
     users: SharedDirectory,
+    /// Whether long CPU work of a request may run on tokio's blocking pool (`offload`):
+    /// production, not the simulator (which must not start threads).
+    blocking_pool: bool,
 }
 
 impl NodeHandle {
@@ -95,6 +98,27 @@ impl NodeHandle {
         let parts = Arc::get_mut(&mut self.parts).expect("invariant: set before it is shared");
         parts.data_dir = Some(Arc::from(dir));
         self
+    }
+
+    /// This handle, running long CPU work of requests on tokio's blocking pool (`offload`).
+    pub fn with_blocking_pool(mut self) -> NodeHandle {
+        let parts = Arc::get_mut(&mut self.parts).expect("invariant: set before it is shared");
+        parts.blocking_pool = true;
+        self
+    }
+
+    /// Runs `work` (CPU only: parsing a large body, say) on tokio's blocking pool if this
+    /// handle may, so the runtime thread goes on serving other requests meanwhile; otherwise
+    /// here, inline. `None` if the pool lost the task (it panicked).
+    pub async fn offload<T, F>(&self, work: F) -> Option<T>
+    where
+        F: FnOnce() -> T + Send + 'static,
+        T: Send + 'static,
+    {
+        if !self.parts.blocking_pool {
+            return Some(work());
+        }
+        tokio::task::spawn_blocking(work).await.ok()
     }
 
     /// The users' credentials as the node's metastore replica last showed them.
@@ -165,6 +189,7 @@ impl NodeHandle {
             data_dir: None,
             wall: Arc::new(crate::env::SystemClock),
             users: SharedDirectory::default(),
+            blocking_pool: false,
         };
         NodeHandle { parts: Arc::new(parts) }
     }
@@ -230,6 +255,7 @@ impl Driver {
             data_dir: None,
             wall: clock.wall(),
             users: users.clone(),
+            blocking_pool: false,
         };
         let handle = NodeHandle { parts: Arc::new(parts) };
         let driver = Driver {

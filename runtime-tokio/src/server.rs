@@ -206,6 +206,7 @@ where
         Some(dir) => handle.with_data_dir(dir),
         None => handle,
     };
+    let handle = if access.settings.blocking_pool { handle.with_blocking_pool() } else { handle };
     let (driver, transport) = plan.attach(driver, transport)?;
     let (stop_tx, stop_rx) = watch::channel(false);
     let span = tracing::info_span!("node", id);

@@ -44,9 +44,9 @@ pub struct AuthSettings {
     pub mode: AuthMode,
     /// `/metrics` without credentials (`--metrics-unauthenticated`).
     pub metrics_unauthenticated: bool,
-    /// Run the KDF on tokio's blocking pool (production), or inline (the simulator, which must
-    /// not start threads).
-    pub verify_on_blocking_pool: bool,
+    /// Run long CPU work of requests (the KDF, decoding large batches) on tokio's blocking pool
+    /// (production), or inline (the simulator, which must not start threads).
+    pub blocking_pool: bool,
     /// The cost of the hashes this node makes.
     pub kdf: password::Kdf,
 }
@@ -57,7 +57,7 @@ impl AuthSettings {
         AuthSettings {
             mode,
             metrics_unauthenticated,
-            verify_on_blocking_pool: true,
+            blocking_pool: true,
             kdf: password::Kdf::Recommended,
         }
     }
@@ -163,7 +163,7 @@ impl Gate {
             .map_err(|_| busy())?
             .expect("invariant: the semaphore is never closed");
         let (kdf, entropy) = (self.settings.kdf, Arc::clone(&self.entropy));
-        let hashed = if self.settings.verify_on_blocking_pool {
+        let hashed = if self.settings.blocking_pool {
             tokio::task::spawn_blocking(move || password::hash_with(kdf, &password, &*entropy))
                 .await
                 .map_err(|e| anyhow::anyhow!("the hashing task failed: {e}"))
@@ -175,7 +175,7 @@ impl Gate {
     }
 
     async fn verify(&self, password: String, hash: PasswordHash) -> bool {
-        if !self.settings.verify_on_blocking_pool {
+        if !self.settings.blocking_pool {
             return password::verify(&password, &hash);
         }
         tokio::task::spawn_blocking(move || password::verify(&password, &hash))

@@ -44,15 +44,21 @@ impl Basic {
 }
 
 /// How a node checks who is asking: with `admin` as `--admin-password-file` sets it up (the
-/// hash's salt from `entropy`, the node's seam), or not at all.
+/// hash's salt from `entropy`, the node's seam), or not at all. Either way the KDF and the
+/// decoding of large batches run inline: the simulator starts no threads.
 pub fn node_access(admin: Option<&Basic>, entropy: &dyn narad::env::Entropy) -> Access {
-    let Some(admin) = admin else { return Access::open() };
-    let mut settings = AuthSettings::new(AuthMode::Users { loopback: false }, false);
-    settings.verify_on_blocking_pool = false;
-    settings.kdf = Kdf::Cheap;
-    let hash = narad::password::hash_with(Kdf::Cheap, &admin.password, entropy)
-        .expect("invariant: a valid password hashes");
-    Access { settings, bootstrap_admin: Some(hash) }
+    let mut access = match admin {
+        None => Access::open(),
+        Some(admin) => {
+            let mut settings = AuthSettings::new(AuthMode::Users { loopback: false }, false);
+            settings.kdf = Kdf::Cheap;
+            let hash = narad::password::hash_with(Kdf::Cheap, &admin.password, entropy)
+                .expect("invariant: a valid password hashes");
+            Access { settings, bootstrap_admin: Some(hash) }
+        }
+    };
+    access.settings.blocking_pool = false;
+    access
 }
 
 /// The credentials a request from `who` carries (`admin`: the bootstrap admin's, when access
