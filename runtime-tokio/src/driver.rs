@@ -581,3 +581,35 @@ fn log_event(event: NodeEvent) {
         | NodeEvent::DeadLettered { .. } => {}
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+    use std::time::Duration;
+
+    use super::*;
+
+    /// Offloaded work runs on the blocking pool, `OFFLOADS_AT_ONCE` at a time.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn offloaded_work_runs_one_at_a_time() {
+        let handle = NodeHandle::detached(true, false).with_blocking_pool();
+        let (running, most) = (Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let works = (0..4).map(|_| {
+            let (handle, running, most) = (handle.clone(), running.clone(), most.clone());
+            tokio::spawn(async move {
+                handle
+                    .offload(move || {
+                        let now = running.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        std::thread::sleep(Duration::from_millis(20));
+                        running.fetch_sub(1, Ordering::SeqCst);
+                    })
+                    .await
+            })
+        });
+        for work in works.collect::<Vec<_>>() {
+            assert_eq!(work.await.expect("joined"), Some(()));
+        }
+        assert_eq!(most.load(Ordering::SeqCst), OFFLOADS_AT_ONCE);
+    }
+}
