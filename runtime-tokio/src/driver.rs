@@ -85,11 +85,9 @@ struct HandleParts {
     wall: Arc<dyn WallClock>,
     /// The users' credentials as the node's replica last showed them.
     users: SharedDirectory,
-    /// Whether long CPU work of a request may run on tokio's blocking pool (`offload`):
-    /// production, not the simulator (which must not start threads).
-    blocking_pool: bool,
-    /// Offloaded work running at once (`OFFLOADS_AT_ONCE`).
-    offloads: tokio::sync::Semaphore,
+    /// Turns to run long CPU work of a request on tokio's blocking pool (`offload`,
+    /// `OFFLOADS_AT_ONCE`): production's; `None` in the simulator, which starts no threads.
+    offloads: Option<tokio::sync::Semaphore>,
 }
 
 impl NodeHandle {
@@ -111,7 +109,7 @@ impl NodeHandle {
     /// This handle, running long CPU work of requests on tokio's blocking pool (`offload`).
     pub fn with_blocking_pool(mut self) -> NodeHandle {
         let parts = Arc::get_mut(&mut self.parts).expect("invariant: set before it is shared");
-        parts.blocking_pool = true;
+        parts.offloads = Some(tokio::sync::Semaphore::new(OFFLOADS_AT_ONCE));
         self
     }
 
@@ -124,10 +122,8 @@ impl NodeHandle {
         F: FnOnce() -> T + Send + 'static,
         T: Send + 'static,
     {
-        if !self.parts.blocking_pool {
-            return Some(work());
-        }
-        let _turn = self.parts.offloads.acquire().await.ok()?;
+        let Some(offloads) = &self.parts.offloads else { return Some(work()) };
+        let _turn = offloads.acquire().await.ok()?;
         tokio::task::spawn_blocking(work).await.ok()
     }
 
@@ -199,8 +195,7 @@ impl NodeHandle {
             data_dir: None,
             wall: Arc::new(crate::env::SystemClock),
             users: SharedDirectory::default(),
-            blocking_pool: false,
-            offloads: tokio::sync::Semaphore::new(OFFLOADS_AT_ONCE),
+            offloads: None,
         };
         NodeHandle { parts: Arc::new(parts) }
     }
@@ -266,8 +261,7 @@ impl Driver {
             data_dir: None,
             wall: clock.wall(),
             users: users.clone(),
-            blocking_pool: false,
-            offloads: tokio::sync::Semaphore::new(OFFLOADS_AT_ONCE),
+            offloads: None,
         };
         let handle = NodeHandle { parts: Arc::new(parts) };
         let driver = Driver {
