@@ -25,6 +25,7 @@ fn record(seq: u64, partition: u32) -> WalRecord {
         partition,
         key: Some(Bytes::from_static(b"customer-42")),
         payload: Bytes::from(vec![7u8; 256]),
+        chunk: None,
     }
 }
 

@@ -20,10 +20,11 @@ pub const WAL_PREWRITE_CHUNK_BYTES: u64 = 256 * 1024;
 /// small one staged with it (`core/src/wal/staging.rs`; the default of
 /// `Config::wal_small_request_bytes`).
 pub const WAL_SMALL_REQUEST_BYTES: u64 = 64 * 1024;
-/// A group commit takes bulk produces while their bytes are below this, at least one: a small
-/// produce waits behind at most one 16 MiB batch per group, not every batch staged
-/// (`Config::wal_group_bulk_bytes`). At about 300 MB/s, 4 MiB is some 13 ms of writing.
-pub const WAL_GROUP_BULK_BYTES: u64 = 4 * 1024 * 1024;
+/// A group commit takes bulk produces while their bytes are below this, at least one piece, and
+/// a bulk produce larger than this is written in chunks of at most this size, with small groups
+/// between them (`core/src/wal/staging.rs`; `Config::wal_group_bulk_bytes`): a small produce
+/// waits behind at most one chunk, some 3 ms of writing at about 300 MB/s, not a 16 MiB batch.
+pub const WAL_GROUP_BULK_BYTES: u64 = 1024 * 1024;
 /// Longest a lone producer's partition work waits for the next WAL group commit, so that both
 /// fsyncs reach the device together (`core/src/node/flush_pairing.rs`; the default of
 /// `Config::flush_pairing_us`, 0 turns it off).

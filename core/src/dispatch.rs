@@ -17,6 +17,10 @@
 //!   once and keeps no probe; with no healthy sibling they wait there, and every failed pass
 //!   (and every membership change) looks again, so they move as soon as a sibling is healthy.
 //! - **Discard** only for incarnations the authority confirms gone (asked once per topic per pass).
+//! - **Abandoned requests.** The records of a chunked bulk request whose final record never
+//!   reached the WAL (recovery names them) are done without a commit: a request applies whole
+//!   or not at all. (The WAL's cursor never hands over a chunked request before its final record
+//!   is durable, so a running node has none to drop.)
 
 mod destination;
 mod invariants;
@@ -69,6 +73,8 @@ pub struct DispatchCounters {
     pub records_discarded: u64,
     /// Records found damaged at rest in the WAL and skipped (lost).
     pub records_lost: u64,
+    /// Records of abandoned chunked requests, dropped (never acknowledged).
+    pub records_abandoned: u64,
 }
 
 /// What a rerouted destination keeps.
@@ -100,6 +106,10 @@ pub struct Dispatcher {
     next_start: Option<PartitionKey>,
     counters: DispatchCounters,
     linger: bool,
+    /// Chunked requests recovery found without their final record.
+    abandoned: BTreeSet<u64>,
+    /// Sequences of theirs dropped since `take_dropped` last ran.
+    dropped: Vec<u64>,
 }
 
 impl Dispatcher {
@@ -125,7 +135,15 @@ impl Dispatcher {
             next_start: None,
             counters: DispatchCounters::default(),
             linger: false,
+            abandoned: BTreeSet::new(),
+            dropped: Vec::new(),
         }
+    }
+
+    /// Drops the records of these chunked requests as they arrive (`RecoveredWal::abandoned`).
+    pub fn with_abandoned(mut self, requests: impl IntoIterator<Item = u64>) -> Dispatcher {
+        self.abandoned = requests.into_iter().collect();
+        self
     }
 
     /// Turns the linger rule on or off (`Config::dispatch_linger`; off until asked).
@@ -192,6 +210,12 @@ impl Dispatcher {
             assert_eq!(record.seq, self.read_upto, "invariant: records arrive dense and in order");
             self.read_upto += 1;
             let seq = record.seq;
+            if record.chunk.is_some_and(|chunk| self.abandoned.contains(&chunk.request)) {
+                self.counters.records_abandoned += 1;
+                self.dropped.push(seq);
+                self.pass(seq);
+                continue;
+            }
             let destination = record.destination();
             self.held.insert(seq, record);
             if placement.partitions(destination.topic).is_none() {
@@ -207,6 +231,11 @@ impl Dispatcher {
         assert!(self.held.len() <= WINDOW_MAX_RECORDS * LOOKAHEAD_WINDOWS);
     }
 
+    /// The records of abandoned requests dropped since the last call (for events).
+    pub fn take_dropped(&mut self) -> Vec<u64> {
+        std::mem::take(&mut self.dropped)
+    }
+
     /// Takes the next sequences as lost (damaged at rest in the WAL): they count as done, so the
     /// checkpoint can pass them.
     pub fn skip_lost(&mut self, seqs: std::ops::Range<u64>) {
@@ -214,8 +243,13 @@ impl Dispatcher {
         self.counters.records_lost += seqs.end - seqs.start;
         for seq in seqs {
             self.read_upto += 1;
-            self.done_ahead.insert(seq);
+            self.pass(seq);
         }
+    }
+
+    /// `seq` is done without being held or committed (lost, or of an abandoned request).
+    fn pass(&mut self, seq: u64) {
+        self.done_ahead.insert(seq);
         while self.done_ahead.remove(&self.checkpoint) {
             self.checkpoint += 1;
         }

@@ -216,6 +216,10 @@ pub enum NodeEvent {
     /// WAL records were found damaged at rest by the dispatcher and are lost (their only copy):
     /// reported loudly, then skipped so the records behind them still flow.
     RecordsLost { seqs: std::ops::Range<u64> },
+    /// WAL records of a chunked bulk request whose last chunk never reached the WAL (found at
+    /// start-up) were dropped without a commit: the request was never acknowledged, and applies
+    /// whole or not at all.
+    RecordsAbandoned { seqs: Vec<u64> },
     /// The WAL latched after a write or fsync failure: no further produce is acknowledged.
     WalLatched,
     /// A partition log's commit failed (fsync, write or read-back) and was rolled back.

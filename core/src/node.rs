@@ -84,7 +84,8 @@ pub struct Config {
     /// A produce whose records take more than this waits behind the small ones staged with it
     /// (`WAL_SMALL_REQUEST_BYTES`; the simulator makes it tiny so its small records exercise it).
     pub wal_small_request_bytes: u64,
-    /// Bulk bytes a group commit takes, at least one request (`WAL_GROUP_BULK_BYTES`).
+    /// Bulk bytes a group commit takes, at least one piece; larger bulk requests are written
+    /// in chunks of this size (`WAL_GROUP_BULK_BYTES`).
     pub wal_group_bulk_bytes: u64,
     /// Period of the retention pass (`RETENTION_CHECK_MS`): how late a segment past its topic's
     /// retention may be deleted, at most.
@@ -443,8 +444,17 @@ impl Node {
         let (files, seals) = split_seals(files);
         let id_base = incarnation_id_base(config.seed, now);
         let checkpoint = recovered.checkpoint;
+        for (request, records) in &recovered.abandoned {
+            tracing::warn!(
+                request,
+                records,
+                "dropping a bulk produce whose last chunk never reached the WAL (a crash or disk \
+                 failure ended it before its 202): none of it will be visible"
+            );
+        }
         let dispatcher = Dispatcher::with_first_commit_id(checkpoint, id_base)
-            .with_linger(config.dispatch_linger);
+            .with_linger(config.dispatch_linger)
+            .with_abandoned(recovered.abandoned.keys().copied());
         let wal = Wal::from_recovered(recovered).with_sizes(config.wal_sizes());
         let node = Node {
             resolver: Resolver::new(config.seed),

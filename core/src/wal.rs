@@ -38,9 +38,9 @@ use crate::constants::{
 use crate::ids::Instant;
 use crate::io::{DiskDone, DiskError, DiskOp, FileId};
 pub use prewrite::PrewriteDone;
-pub use record::WalRecord;
+pub use record::{Chunk, WalRecord};
 pub use recovery::{RecoveredWal, recover};
-use staging::{Staged, Staging};
+use staging::{Bounds, Piece, Staged, Staging};
 
 /// What a WAL disk operation was for; the node hands it back with the completion.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -170,6 +170,8 @@ struct InFlight<W> {
     waiters: Vec<W>,
     ios_left: u32,
     error: Option<DiskError>,
+    /// The chunked request still open once this group is durable (its first sequence).
+    open_after: Option<u64>,
 }
 
 /// Where the dispatcher reads next.
@@ -212,6 +214,13 @@ pub struct Wal<W> {
     force_new_segment: bool,
     staging: Staging<W>,
     in_flight: Option<InFlight<W>>,
+    /// The chunked request being written (its first sequence), from its first chunk's group to
+    /// its last chunk's.
+    open_request: Option<u64>,
+    /// The first sequence of the chunked request whose last chunk is not durable yet: the cursor
+    /// stops there, so none of the request reaches the dispatcher before all of it can (a
+    /// request whose last chunk never becomes durable is dropped by the next start-up).
+    hold_from: Option<u64>,
     latched: Option<DiskError>,
     checkpoint: CheckpointState,
     cursor: Cursor,
@@ -261,6 +270,8 @@ impl<W> Wal<W> {
             force_new_segment: recovered.force_new_segment,
             staging: Staging::default(),
             in_flight: None,
+            open_request: None,
+            hold_from: None,
             latched: None,
             checkpoint: CheckpointState {
                 durable: recovered.checkpoint,
@@ -327,8 +338,11 @@ impl<W> Wal<W> {
         if let Some(error) = &self.latched {
             return Err(error.clone());
         }
-        let bytes = drafts.iter().map(Draft::weight).sum();
-        self.staging.push(Staged { drafts, bytes, waiter }, self.sizes.small_request_bytes);
+        let bounds = Bounds {
+            small_request_bytes: self.sizes.small_request_bytes,
+            group_bulk_bytes: self.sizes.group_bulk_bytes,
+        };
+        self.staging.push(drafts, waiter, bounds);
         Ok(())
     }
 
@@ -381,9 +395,17 @@ impl<W> Wal<W> {
         let group = self.staging.take_group(self.sizes.group_bulk_bytes);
         let (mut bytes, mut records, mut frame_lens) = (Vec::new(), Vec::new(), Vec::new());
         let mut waiters = Vec::with_capacity(group.len());
-        for Staged { drafts, waiter, .. } in group {
-            for draft in drafts {
-                let record = self.sequence(draft);
+        for Staged { drafts, waiter, piece, .. } in group {
+            if let Piece::Chunk { first: true, .. } = piece {
+                self.open_request = Some(self.next_seq);
+            }
+            let count = drafts.len();
+            for (index, draft) in drafts.into_iter().enumerate() {
+                let mut record = self.sequence(draft);
+                if let Piece::Chunk { last, .. } = piece {
+                    let request = self.open_request.expect("invariant: a chunk of an open request");
+                    record.chunk = Some(Chunk { request, last: last && index + 1 == count });
+                }
                 let before = bytes.len();
                 record.encode_into(&mut bytes);
                 let frame_len = u32::try_from(bytes.len() - before)
@@ -391,7 +413,10 @@ impl<W> Wal<W> {
                 frame_lens.push(frame_len);
                 records.push(record);
             }
-            waiters.push(waiter);
+            if let Piece::Chunk { last: true, .. } = piece {
+                self.open_request = None;
+            }
+            waiters.extend(waiter);
         }
         let mut ios = 2;
         if self.needs_new_segment() {
@@ -421,6 +446,7 @@ impl<W> Wal<W> {
             waiters,
             ios_left: ios,
             error: None,
+            open_after: self.open_request,
         });
     }
 
@@ -436,6 +462,7 @@ impl<W> Wal<W> {
             partition: draft.partition,
             key: draft.key,
             payload: draft.payload,
+            chunk: None,
         }
     }
 
@@ -469,6 +496,7 @@ impl<W> Wal<W> {
 
     fn complete_batch(&mut self, done: InFlight<W>) -> BatchOutcome<W> {
         self.durable_seq = done.first_seq + done.records.len() as u64;
+        self.hold_from = done.open_after;
         self.segments.get_mut(&done.segment).expect("segment of a batch").durable = done.end_offset;
         self.counters.records_synced += done.records.len() as u64;
         let InFlight { first_seq, segment, records, frame_lens, waiters, .. } = done;
@@ -498,7 +526,9 @@ impl<W> Wal<W> {
             self.cursor = Cursor { seq: first_seq, segment, offset: start_offset };
         }
         assert_eq!(self.cursor.offset, start_offset, "invariant: the cursor sits at the batch");
-        records.into_iter().zip(frame_lens.iter().map(|&len| u64::from(len))).collect()
+        let hold_from = self.hold_from;
+        let records = records.into_iter().zip(frame_lens.iter().map(|&len| u64::from(len)));
+        records.take_while(|(record, _)| hold_from.is_none_or(|hold| record.seq < hold)).collect()
     }
 
     /// Advances the cursor past records the dispatcher took (from a batch or a read), in order.
@@ -642,6 +672,7 @@ impl<W> Wal<W> {
         if self.read_in_flight
             || self.cursor.seq >= self.durable_seq
             || self.cursor.seq >= limit_seq
+            || self.hold_from.is_some_and(|hold| self.cursor.seq >= hold)
         {
             return;
         }
@@ -686,9 +717,12 @@ impl<W> Wal<W> {
             Ok(DiskDone::Done) => return Err("read returned no data".to_string()),
             Err(error) => return Err(error.to_string()),
         };
-        let records = damage::decode_run(&bytes, self.cursor.seq);
+        let mut records = damage::decode_run(&bytes, self.cursor.seq);
         if !records.is_empty() {
             self.damaged_reads = 0;
+            if let Some(hold) = self.hold_from {
+                records.retain(|(record, _)| record.seq < hold);
+            }
             return Ok(CursorRead::Records(records));
         }
         self.damaged_reads += 1;

@@ -8,7 +8,7 @@ use bytes::Bytes;
 use libfuzzer_sys::fuzz_target;
 use narad_core::TopicId;
 use narad_core::codec::{ScanEnd, scan};
-use narad_core::wal::WalRecord;
+use narad_core::wal::{Chunk, WalRecord};
 
 fuzz_target!(|data: &[u8]| {
     decoded_bodies_are_canonical(data);
@@ -38,13 +38,18 @@ fn arbitrary_record(mut u: Unstructured<'_>) -> arbitrary::Result<WalRecord> {
     let topic: String = u.arbitrary()?;
     let topic = topic.chars().take(200).collect();
     let key: Option<Vec<u8>> = u.arbitrary()?;
+    let seq: u64 = u.arbitrary()?;
+    let chunk: Option<(u64, bool)> = u.arbitrary()?;
+    // A chunk header never names a request that starts after its record.
+    let chunk = chunk.map(|(back, last)| Chunk { request: seq - back % seq.saturating_add(1), last });
     Ok(WalRecord {
-        seq: u.arbitrary()?,
+        seq,
         timestamp_ms: u.arbitrary()?,
         topic,
         topic_id: TopicId(u.arbitrary()?),
         partition: u.arbitrary()?,
         key: key.map(Bytes::from),
         payload: Bytes::copy_from_slice(u.take_rest()),
+        chunk,
     })
 }

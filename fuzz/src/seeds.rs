@@ -11,7 +11,7 @@ use narad_core::meta::storage::{SnapRecord, encode_snap_record, put_entries, put
 use narad_core::meta::{MetaCommand, encode_command};
 use narad_core::partition::PartitionRecord;
 use narad_core::peer::{PeerMessage, WireAdminResult, WireCommitResult, WireRecord};
-use narad_core::wal::{WalRecord, checkpoint};
+use narad_core::wal::{Chunk, WalRecord, checkpoint};
 use narad_core::{FileId, NodeId, PartitionKey, TopicId};
 use raft::eraftpb::{ConfState, Entry, HardState, SnapshotMetadata};
 
@@ -49,6 +49,7 @@ fn wal_record(seq: u64, key: Option<&'static [u8]>, payload: &'static [u8]) -> W
         partition: 1,
         key: key.map(Bytes::from_static),
         payload: Bytes::from_static(payload),
+        chunk: None,
     }
 }
 
@@ -61,6 +62,9 @@ fn wal_bodies() -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     wal_record(1, Some(b"k"), b"{\"a\":1}").encode_into(&mut out);
     wal_record(2, None, b"\x00\xff").encode_into(&mut out);
+    let chunked = |seq, last| WalRecord { chunk: Some(Chunk { request: 2, last }), ..wal_record(seq, None, b"c") };
+    chunked(3, false).encode_into(&mut out);
+    chunked(4, true).encode_into(&mut out);
     bodies(&out)
 }
 
@@ -68,6 +72,11 @@ fn wal_log() -> Vec<u8> {
     let mut out = vec![0, 0];
     for seq in 0..4 {
         wal_record(seq, None, b"payload").encode_into(&mut out);
+    }
+    // A chunked bulk request (4..=6) with a small record between its chunks.
+    for (seq, chunk) in [(4, Some(false)), (5, None), (6, Some(true))] {
+        let chunk = chunk.map(|last| Chunk { request: 4, last });
+        WalRecord { chunk, ..wal_record(seq, None, b"bulk") }.encode_into(&mut out);
     }
     out
 }

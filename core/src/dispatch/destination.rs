@@ -245,6 +245,7 @@ mod tests {
                     partition: 0,
                     key: None,
                     payload: bytes::Bytes::from_static(b"p"),
+                    chunk: None,
                 };
                 (seq, record)
             })

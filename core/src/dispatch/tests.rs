@@ -73,6 +73,7 @@ fn record(seq: u64, partition: u32) -> WalRecord {
         partition,
         key: None,
         payload: Bytes::from_static(b"p"),
+        chunk: None,
     }
 }
 
@@ -332,4 +333,23 @@ fn an_idle_failing_sibling_gets_a_probe_from_a_dead_owners_destination() {
     d.reroute_dead_owners(now, &zero_dead);
     let targets = run_passes(&mut d, &mut now, 6, &zero_dead);
     assert_eq!(d.checkpoint(), 6, "everything committed on partition 1: {targets:?}");
+}
+
+#[test]
+fn records_of_an_abandoned_chunked_request_are_done_without_a_commit() {
+    use crate::wal::Chunk;
+    let now = Instant(1_000_000);
+    let mut d = Dispatcher::new(0).with_abandoned([1]);
+    let chunked =
+        |seq, request| WalRecord { chunk: Some(Chunk { request, last: false }), ..record(seq, 0) };
+    let records = vec![record(0, 0), chunked(1, 1), record(2, 0), chunked(3, 1), chunked(4, 4)];
+    d.accept(records, now, &AllAlive);
+    assert_eq!(d.counters().records_abandoned, 2);
+    let commits = d.poll_commits(now);
+    let seqs: Vec<u64> = commits.iter().flat_map(|c| c.records.iter().map(|r| r.seq)).collect();
+    assert_eq!(seqs, [0, 2, 4], "a request not named abandoned is dispatched");
+    for commit in commits {
+        d.on_commit(commit.id, CommitResult::Committed { first_offset: 0 }, now, &AllAlive);
+    }
+    assert_eq!(d.checkpoint(), 5, "the checkpoint passes the dropped records");
 }

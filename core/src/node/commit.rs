@@ -64,6 +64,10 @@ impl Node {
         let placement = ClusterPlacement(&self.meta);
         let records = records.into_iter().map(|(record, _)| record).collect();
         self.dispatcher.accept(records, self.now, &placement);
+        let dropped = self.dispatcher.take_dropped();
+        if !dropped.is_empty() {
+            self.push_event(NodeEvent::RecordsAbandoned { seqs: dropped });
+        }
     }
 
     /// A dispatcher read of the WAL completed.

@@ -61,6 +61,7 @@ impl<W> Wal<W> {
         }
         self.check_batches()?;
         self.check_segments()?;
+        self.check_chunked_request()?;
         if let Some(write) = cp.in_flight
             && (write.ios_left == 0 || write.value.is_some_and(|value| value > cp.target))
         {
@@ -81,6 +82,18 @@ impl<W> Wal<W> {
         }
         if self.latched.is_none() && next != self.next_seq {
             return Err(format!("wal: records end at {next}, next sequence {}", self.next_seq));
+        }
+        Ok(())
+    }
+
+    /// The cursor's hold is a durable record, at or before the request being written.
+    fn check_chunked_request(&self) -> Result<(), String> {
+        let Some(hold) = self.hold_from else { return Ok(()) };
+        if hold >= self.durable_seq || self.open_request.is_some_and(|open| open < hold) {
+            let (durable, open) = (self.durable_seq, self.open_request);
+            return Err(format!(
+                "wal: cursor held at {hold}, durable sequence {durable}, open request {open:?}"
+            ));
         }
         Ok(())
     }

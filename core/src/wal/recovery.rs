@@ -1,13 +1,14 @@
 //! Recovery of the ingress WAL from the bytes found on disk at start-up: validate every segment,
-//! find the torn tail of the last one (to truncate), refuse loudly on corruption, and position the
-//! dispatcher's cursor at the durable checkpoint.
+//! find the torn tail of the last one (to truncate), refuse loudly on corruption, position the
+//! dispatcher's cursor at the durable checkpoint, and name the chunked bulk requests that never
+//! got their final record written (abandoned: none of their records is ever dispatched).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use bytes::Bytes;
 
 use super::checkpoint;
-use super::record::WalRecord;
+use super::record::{Chunk, WalRecord};
 use crate::codec::{ScanEnd, scan};
 use crate::constants::MAX_WAL_SEQ;
 use crate::io::FileId;
@@ -33,12 +34,18 @@ pub struct RecoveredWal {
     pub checkpoint_file_exists: bool,
     /// Records above the checkpoint (the dispatch backlog at start-up).
     pub backlog: u64,
+    /// Chunked bulk requests whose final record is not in the WAL, each with how many of its
+    /// records are: a crash or a disk failure ended them before their 202, and they are dropped
+    /// whole (`Dispatcher::with_abandoned`).
+    pub abandoned: BTreeMap<u64, u64>,
 }
 
 struct SegmentScan {
     valid_len: u64,
     /// (sequence, byte offset) of every record.
     records: Vec<(u64, u64)>,
+    /// (sequence, chunk header) of every record of a chunked request.
+    chunks: Vec<(u64, Chunk)>,
     torn: bool,
 }
 
@@ -87,7 +94,37 @@ pub fn recover(
             what: format!("checkpoint {checkpoint} is below the oldest WAL record {first}"),
         });
     }
-    Ok(assemble(scans, checkpoint, wal_end, checkpoint_file.is_some()))
+    let abandoned = abandoned_requests(&scans)?;
+    let mut recovered = assemble(scans, checkpoint, wal_end, checkpoint_file.is_some());
+    recovered.abandoned = abandoned;
+    Ok(recovered)
+}
+
+/// The chunked requests whose final record is not in the log, with their record counts. A
+/// record of a request after its final record is damage: the WAL never writes one.
+fn abandoned_requests(
+    scans: &BTreeMap<u64, SegmentScan>,
+) -> Result<BTreeMap<u64, u64>, RecoveryError> {
+    let mut ended = BTreeSet::new();
+    let mut open: BTreeMap<u64, u64> = BTreeMap::new();
+    for (&first_seq, scan) in scans {
+        for &(seq, chunk) in &scan.chunks {
+            if ended.contains(&chunk.request) {
+                let what = format!(
+                    "record {seq} of chunked request {} follows its final record",
+                    chunk.request
+                );
+                return Err(inconsistent(first_seq, what));
+            }
+            if chunk.last {
+                open.remove(&chunk.request);
+                ended.insert(chunk.request);
+            } else {
+                *open.entry(chunk.request).or_default() += 1;
+            }
+        }
+    }
+    Ok(open)
 }
 
 fn beyond_max(what: &str, value: u64) -> String {
@@ -132,6 +169,7 @@ fn assemble(
         force_new_segment,
         checkpoint_file_exists,
         backlog: next_seq - checkpoint,
+        abandoned: BTreeMap::new(),
     }
 }
 
@@ -156,17 +194,21 @@ fn scan_segment(first_seq: u64, bytes: &[u8], is_last: bool) -> Result<SegmentSc
         }
     };
     let mut records = Vec::with_capacity(scanned.frames.len());
+    let mut chunks = Vec::new();
     for (index, frame) in scanned.frames.iter().enumerate() {
         let expected = first_seq + index as u64;
         match WalRecord::decode(frame.body(bytes)) {
-            Some(record) if record.seq == expected => records.push((expected, frame.pos as u64)),
+            Some(record) if record.seq == expected => {
+                records.push((expected, frame.pos as u64));
+                chunks.extend(record.chunk.map(|chunk| (expected, chunk)));
+            }
             _ => {
                 let what = format!("record at byte {} is not sequence {expected}", frame.pos);
                 return Err(inconsistent(first_seq, what));
             }
         }
     }
-    Ok(SegmentScan { valid_len: scanned.valid_len() as u64, records, torn })
+    Ok(SegmentScan { valid_len: scanned.valid_len() as u64, records, chunks, torn })
 }
 
 fn inconsistent(first_seq: u64, what: String) -> RecoveryError {
@@ -250,6 +292,46 @@ mod tests {
         only[20] ^= 1;
         let err = recover(&files(&[(0, only)]), None).unwrap_err();
         assert!(matches!(err, RecoveryError::CorruptLog { .. }), "{err}");
+    }
+
+    /// Records 0..6 with a chunked request from 1 (records 1, 3 and, if `ended`, 5) and small
+    /// records between its chunks.
+    fn chunked_log(ended: bool) -> Vec<u8> {
+        let (plain, starts) = super::super::record::test_segment(0, 6, 20);
+        let mut out = Vec::new();
+        for (index, &start) in starts.iter().enumerate() {
+            let end = starts.get(index + 1).copied().unwrap_or(plain.len());
+            let frame = &plain[start..end];
+            let mut record = WalRecord::decode(scan(frame).frames[0].body(frame)).unwrap();
+            let seq = record.seq;
+            if seq == 1 || seq == 3 || (seq == 5 && ended) {
+                record.chunk = Some(Chunk { request: 1, last: seq == 5 });
+            }
+            record.encode_into(&mut out);
+        }
+        out
+    }
+
+    #[test]
+    fn a_chunked_request_without_its_final_record_is_abandoned_whatever_the_checkpoint() {
+        let whole = recover(&files(&[(0, chunked_log(true))]), None).unwrap();
+        assert_eq!(whole.abandoned, BTreeMap::new());
+        let cut = recover(&files(&[(0, chunked_log(false))]), None).unwrap();
+        assert_eq!(cut.abandoned, BTreeMap::from([(1, 2)]));
+        // An earlier start-up dropped part of it already: the rest is still dropped.
+        let ckpt = Bytes::from(checkpoint::encode_slot(3));
+        let later = recover(&files(&[(0, chunked_log(false))]), Some(&ckpt)).unwrap();
+        assert_eq!(later.abandoned, BTreeMap::from([(1, 2)]));
+    }
+
+    #[test]
+    fn a_record_of_a_chunked_request_after_its_final_record_is_an_error() {
+        let mut log = chunked_log(true);
+        let mut late = WalRecord::decode(&segment(6, 1)[8..]).unwrap();
+        late.chunk = Some(Chunk { request: 1, last: false });
+        late.encode_into(&mut log);
+        let error = recover(&files(&[(0, log)]), None).unwrap_err();
+        assert!(error.to_string().contains("follows its final record"), "{error}");
     }
 
     #[test]

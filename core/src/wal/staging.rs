@@ -2,38 +2,65 @@
 //!
 //! Why not simply everything staged: a group commit is one write and one fsync, and a caller waits
 //! for the whole of it. Under a flood of 16 MiB batches, a one-record produce staged behind three
-//! of them would wait for 48 MiB to reach the disk, then for the group after it. So requests are
-//! kept whole (a request's records stay contiguous in the WAL) but in two lanes:
+//! of them would wait for 48 MiB to reach the disk, then for the group after it. So requests wait
+//! in two lanes:
 //! - **small** requests (encoded size at most `small_request_bytes`) all join the next group, in
-//!   the order they came;
+//!   the order they came, each whole;
 //! - **bulk** requests join it after them, in the order they came, while the group's bulk bytes
-//!   are below `group_bulk_bytes` (at least one), unless small requests are waiting and the
+//!   are below `group_bulk_bytes` (at least one piece), unless small requests are waiting and the
 //!   group before took bulk ones: then the group is small requests only. Bulk groups alternate
 //!   with small ones, so bulk never starves and takes about half the groups under a mix.
+//! - A bulk request larger than `group_bulk_bytes` is cut into **chunks** of whole records, each
+//!   at most that size (a record larger than it is a chunk of its own), queued one after the
+//!   other in the bulk lane: a 16 MiB batch is sixteen 1 MiB writes with small groups between
+//!   them, not one 16 MiB write that every small produce arriving meanwhile waits for. Only the
+//!   last chunk carries the request's waiter, and the WAL marks the request's records so that it
+//!   applies all or nothing (`Wal::start_batch`, `Chunk`). The lane is FIFO, so at most one
+//!   chunked request is open (partly written) at a time.
 //!
 //! The bulk lane is bounded too: a bulk request is refused (the node answers 503) while more
 //! than `BULK_STAGED_GROUPS` groups' worth of bulk bytes wait, so a flood of large batches
 //! queues at its clients, not in the WAL ahead of everyone.
 //!
 //! A small produce therefore waits for at most the group in flight (holding at most one bulk
-//! request past the bulk bound) and its own group, which holds no bulk if the one before did. Sequence numbers are given when a group
-//! starts, so the WAL's order is the order groups were written in; produces that were in flight
-//! together have no order between them (a client that waits for its 202 before the next produce
-//! keeps its order).
+//! piece past the bulk bound) and its own group, which holds no bulk if the one before did.
+//! Sequence numbers are given when a group starts, so the WAL's order is the order groups were
+//! written in; produces that were in flight together have no order between them (a client that
+//! waits for its 202 before the next produce keeps its order).
 
 use std::collections::VecDeque;
 
 use super::Draft;
 
 /// Bulk bytes may wait for this many groups' bulk bound (`group_bulk_bytes`), at least one
-/// request: four 4 MiB groups, one 16 MiB batch, in production.
-pub(super) const BULK_STAGED_GROUPS: u64 = 4;
+/// request: sixteen 1 MiB groups, one 16 MiB batch, in production.
+pub(super) const BULK_STAGED_GROUPS: u64 = 16;
 
-/// One staged request: its records, their encoded size, and who waits for them.
+/// What a staged piece is of its request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Piece {
+    /// The whole request.
+    Whole,
+    /// One chunk of a bulk request: the first opens the request, the last ends it.
+    Chunk { first: bool, last: bool },
+}
+
+/// One staged piece: its records, their encoded size, and who waits for them (only on a whole
+/// request or the last chunk).
 pub(super) struct Staged<W> {
     pub(super) drafts: Vec<Draft>,
     pub(super) bytes: usize,
-    pub(super) waiter: W,
+    pub(super) waiter: Option<W>,
+    pub(super) piece: Piece,
+}
+
+/// The lanes' bounds (`WalSizes`).
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Bounds {
+    /// A request larger than this is bulk.
+    pub(super) small_request_bytes: u64,
+    /// A group takes bulk pieces while below this; a bulk request larger than it is chunked.
+    pub(super) group_bulk_bytes: u64,
 }
 
 /// The two lanes of requests waiting for a group commit.
@@ -59,14 +86,35 @@ impl<W> Default for Staging<W> {
 }
 
 impl<W> Staging<W> {
-    /// Queues a request; it is bulk if its encoded size is past `small_request_bytes`.
-    pub(super) fn push(&mut self, staged: Staged<W>, small_request_bytes: u64) {
-        self.bytes += staged.bytes;
-        if staged.bytes as u64 <= small_request_bytes {
-            self.small.push_back(staged);
-        } else {
-            self.bulk_bytes += staged.bytes;
-            self.bulk.push_back(staged);
+    /// Queues a request: small, bulk, or bulk in chunks (see the module's header).
+    pub(super) fn push(&mut self, drafts: Vec<Draft>, waiter: W, bounds: Bounds) {
+        let bytes: usize = drafts.iter().map(Draft::weight).sum();
+        self.bytes += bytes;
+        if bytes as u64 <= bounds.small_request_bytes {
+            let piece = Piece::Whole;
+            self.small.push_back(Staged { drafts, bytes, waiter: Some(waiter), piece });
+            return;
+        }
+        self.bulk_bytes += bytes;
+        let mut chunks = split(drafts, bounds.group_bulk_bytes);
+        if chunks.len() == 1 {
+            let piece = Piece::Whole;
+            self.bulk.push_back(Staged {
+                drafts: chunks.remove(0),
+                bytes,
+                waiter: Some(waiter),
+                piece,
+            });
+            return;
+        }
+        let count = chunks.len();
+        let mut waiter = Some(waiter);
+        for (index, drafts) in chunks.into_iter().enumerate() {
+            let last = index + 1 == count;
+            let bytes = drafts.iter().map(Draft::weight).sum();
+            let piece = Piece::Chunk { first: index == 0, last };
+            let waiter = if last { waiter.take() } else { None };
+            self.bulk.push_back(Staged { drafts, bytes, waiter, piece });
         }
     }
 
@@ -76,7 +124,7 @@ impl<W> Staging<W> {
 
     /// Requests waiting.
     pub(super) fn waiters(&self) -> usize {
-        self.small.len() + self.bulk.len()
+        self.small.len() + self.bulk.iter().filter(|staged| staged.waiter.is_some()).count()
     }
 
     /// Encoded bytes waiting (the node's produce bound reads it).
@@ -89,8 +137,8 @@ impl<W> Staging<W> {
         self.bulk_bytes
     }
 
-    /// The requests of the next group commit, in the order they are written: every small one,
-    /// then bulk ones while the bulk bytes taken are below `group_bulk_bytes` (at least one),
+    /// The pieces of the next group commit, in the order they are written: every small request,
+    /// then bulk pieces while the bulk bytes taken are below `group_bulk_bytes` (at least one),
     /// unless the last group took bulk ones and small ones wait.
     pub(super) fn take_group(&mut self, group_bulk_bytes: u64) -> Vec<Staged<W>> {
         let mut group: Vec<Staged<W>> = self.small.drain(..).collect();
@@ -112,8 +160,28 @@ impl<W> Staging<W> {
     /// Every waiter, small lane first (a latched WAL fails them all).
     pub(super) fn drain_waiters(&mut self) -> Vec<W> {
         (self.bytes, self.bulk_bytes) = (0, 0);
-        self.small.drain(..).chain(self.bulk.drain(..)).map(|staged| staged.waiter).collect()
+        self.small.drain(..).chain(self.bulk.drain(..)).filter_map(|staged| staged.waiter).collect()
     }
+}
+
+/// `drafts` cut into runs of whole records of at most `bound` bytes each (a record larger than
+/// that is a run of its own), in order.
+fn split(drafts: Vec<Draft>, bound: u64) -> Vec<Vec<Draft>> {
+    let mut chunks = Vec::new();
+    let (mut chunk, mut bytes) = (Vec::new(), 0u64);
+    for draft in drafts {
+        let weight = draft.weight() as u64;
+        if !chunk.is_empty() && bytes + weight > bound {
+            chunks.push(std::mem::take(&mut chunk));
+            bytes = 0;
+        }
+        bytes += weight;
+        chunk.push(draft);
+    }
+    if !chunk.is_empty() || chunks.is_empty() {
+        chunks.push(chunk);
+    }
+    chunks
 }
 
 #[cfg(test)]
@@ -123,30 +191,37 @@ mod tests {
     use super::*;
     use crate::ids::TopicId;
 
-    fn request(id: u32, bytes: usize) -> Staged<u32> {
-        let draft = Draft {
+    /// A record whose weight is `bytes` (at least 35: the envelope and a one-byte topic).
+    fn draft(bytes: usize) -> Draft {
+        let payload = Bytes::from(vec![0; bytes - super::super::record::FIXED_BYTES - 1]);
+        Draft {
             timestamp_ms: 0,
             topic: "t".into(),
             topic_id: TopicId(1),
             partition: 0,
             key: None,
-            payload: Bytes::new(),
-        };
-        Staged { drafts: vec![draft], bytes, waiter: id }
+            payload,
+        }
+    }
+
+    /// Queues request `id`: one record of `bytes`, small up to 100 bytes, never chunked.
+    fn push(staging: &mut Staging<u32>, id: u32, bytes: usize) {
+        let bounds = Bounds { small_request_bytes: 100, group_bulk_bytes: u64::MAX };
+        staging.push(vec![draft(bytes)], id, bounds);
     }
 
     fn ids(group: &[Staged<u32>]) -> Vec<u32> {
-        group.iter().map(|staged| staged.waiter).collect()
+        group.iter().filter_map(|staged| staged.waiter).collect()
     }
 
     #[test]
     fn small_requests_overtake_bulk_ones_and_a_group_takes_one_bulk_past_the_bound() {
         let mut staging = Staging::default();
-        staging.push(request(1, 5_000), 100);
-        staging.push(request(2, 5_000), 100);
-        staging.push(request(3, 50), 100);
-        staging.push(request(4, 5_000), 100);
-        staging.push(request(5, 100), 100);
+        push(&mut staging, 1, 5_000);
+        push(&mut staging, 2, 5_000);
+        push(&mut staging, 3, 50);
+        push(&mut staging, 4, 5_000);
+        push(&mut staging, 5, 100);
         assert_eq!((staging.bytes(), staging.bulk_bytes()), (15_150, 15_000));
         assert_eq!(ids(&staging.take_group(4_000)), [3, 5, 1]);
         assert_eq!((staging.bytes(), staging.bulk_bytes()), (10_000, 10_000));
@@ -161,11 +236,11 @@ mod tests {
     fn under_a_mix_bulk_groups_alternate_with_groups_of_small_requests_only() {
         let mut staging = Staging::default();
         for id in 0..3 {
-            staging.push(request(id, 5_000), 100);
+            push(&mut staging, id, 5_000);
         }
         let mut taken = Vec::new();
         for small in 10..16 {
-            staging.push(request(small, 10), 100);
+            push(&mut staging, small, 40);
             taken.push(ids(&staging.take_group(4_000)));
         }
         let expected: [&[u32]; 6] = [&[10, 0], &[11], &[12, 1], &[13], &[14, 2], &[15]];
@@ -176,19 +251,74 @@ mod tests {
     fn bulk_requests_share_a_group_up_to_the_bound() {
         let mut staging = Staging::default();
         for id in 0..5 {
-            staging.push(request(id, 1_000), 100);
+            push(&mut staging, id, 1_000);
         }
         assert_eq!(ids(&staging.take_group(3_000)), [0, 1, 2]);
         assert_eq!(ids(&staging.take_group(3_500)), [3, 4]);
     }
 
     #[test]
+    fn a_bulk_request_past_the_group_bound_is_queued_as_chunks_and_only_the_last_waits() {
+        let mut staging = Staging::default();
+        let bounds = Bounds { small_request_bytes: 100, group_bulk_bytes: 250 };
+        let drafts = vec![draft(100), draft(100), draft(100), draft(400), draft(40)];
+        staging.push(drafts, 7, bounds);
+        staging.push(vec![draft(40)], 8, bounds);
+        assert_eq!(staging.waiters(), 2);
+        assert_eq!((staging.bytes(), staging.bulk_bytes()), (780, 740));
+        let mut pieces = Vec::new();
+        while !staging.is_empty() {
+            for staged in staging.take_group(250) {
+                pieces.push((staged.drafts.len(), staged.piece, staged.waiter));
+            }
+        }
+        let chunk = |first, last| Piece::Chunk { first, last };
+        let expected = [
+            (1, Piece::Whole, Some(8)),
+            (2, chunk(true, false), None),
+            (1, chunk(false, false), None),
+            (1, chunk(false, false), None), // larger than the bound: a chunk of its own
+            (1, chunk(false, true), Some(7)),
+        ];
+        assert_eq!(pieces, expected);
+        assert_eq!((staging.bytes(), staging.bulk_bytes()), (0, 0));
+    }
+
+    #[test]
+    fn chunks_of_a_request_alternate_with_small_groups() {
+        let mut staging = Staging::default();
+        let bounds = Bounds { small_request_bytes: 100, group_bulk_bytes: 200 };
+        staging.push(vec![draft(200), draft(200), draft(200)], 1, bounds);
+        let mut taken = Vec::new();
+        for small in 10..14 {
+            staging.push(vec![draft(40)], small, bounds);
+            let group = staging.take_group(200);
+            taken.push(group.iter().map(|s| (s.piece, s.waiter)).collect::<Vec<_>>());
+        }
+        let chunk = |first, last| Piece::Chunk { first, last };
+        let expected: [&[(Piece, Option<u32>)]; 4] = [
+            &[(Piece::Whole, Some(10)), (chunk(true, false), None)],
+            &[(Piece::Whole, Some(11))],
+            &[(Piece::Whole, Some(12)), (chunk(false, false), None)],
+            &[(Piece::Whole, Some(13))],
+        ];
+        assert_eq!(taken, expected);
+        let last = staging.take_group(200);
+        assert_eq!(
+            last.iter().map(|s| (s.piece, s.waiter)).collect::<Vec<_>>(),
+            [(chunk(false, true), Some(1))]
+        );
+    }
+
+    #[test]
     fn a_latch_fails_every_waiter_of_both_lanes() {
         let mut staging = Staging::default();
-        staging.push(request(1, 5_000), 100);
-        staging.push(request(2, 10), 100);
-        assert_eq!(staging.waiters(), 2);
-        assert_eq!(staging.drain_waiters(), [2, 1]);
+        push(&mut staging, 1, 5_000);
+        push(&mut staging, 2, 40);
+        let bounds = Bounds { small_request_bytes: 100, group_bulk_bytes: 200 };
+        staging.push(vec![draft(200), draft(200)], 3, bounds);
+        assert_eq!(staging.waiters(), 3);
+        assert_eq!(staging.drain_waiters(), [2, 1, 3]);
         assert!(staging.is_empty());
         assert_eq!((staging.bytes(), staging.bulk_bytes()), (0, 0));
     }

@@ -48,6 +48,12 @@ impl Checker {
             NodeEvent::DeadLettered { key, offset } => {
                 self.dead_lettered(node, *key, *offset, None)
             }
+            // Never acknowledged: a message among them that was is a lost write (`verdict`).
+            NodeEvent::RecordsAbandoned { seqs } => {
+                for &seq in seqs {
+                    self.mark_done(node, seq);
+                }
+            }
             NodeEvent::RecordsLost { seqs } => {
                 // Only a disk that damaged data at rest may cost records; they count as done
                 // for the checkpoint check and their messages are excused as lost to corruption.

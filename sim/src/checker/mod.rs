@@ -25,6 +25,7 @@ mod queue_wait;
 mod reads;
 mod retention;
 mod verdict;
+mod whole_requests;
 
 use std::collections::BTreeMap;
 
@@ -249,6 +250,8 @@ pub struct Checker {
     answers_cross_a_network: bool,
     /// Records read before any answer to their message arrived (`reads.rs`).
     half_applied_suspects: Vec<(u64, String)>,
+    /// The ids of each batch request of more than one message (`whole_requests.rs`).
+    batches: Vec<std::ops::Range<u64>>,
     incarnations: BTreeMap<TopicId, Incarnation>,
     by_name: BTreeMap<String, Vec<TopicId>>,
     parts: BTreeMap<PartitionKey, PartState>,

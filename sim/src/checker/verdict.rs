@@ -44,6 +44,7 @@ impl Checker {
         self.check_admin();
         self.check_access();
         self.judge_half_applied_suspects();
+        self.check_requests_whole(read_complete, lost_nodes);
         self.queue_verdict_checks(read_complete);
         let mut v = Verdict { queue: self.queue_verdict(), ..Verdict::default() };
         let mut lost_ids = Vec::new();

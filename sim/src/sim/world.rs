@@ -210,6 +210,7 @@ pub fn traced(event: &NodeEvent) -> Option<What> {
             What::RecordsLost { first: seqs.start, count: seqs.end - seqs.start }
         }
         NodeEvent::TopicApplied { .. }
+        | NodeEvent::RecordsAbandoned { .. }
         | NodeEvent::DeadLettered { .. }
         | NodeEvent::UserApplied { .. }
         | NodeEvent::UsersReplaced { .. } => return None,

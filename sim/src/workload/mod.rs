@@ -557,6 +557,7 @@ impl Workload {
             ids.push(id);
             messages.push(message);
         }
+        checker.batch_made(checker.next_id() - count..checker.next_id());
         if invalid {
             let at = self.rng.random_range(0..messages.len());
             messages[at].partition = Some(partitions + self.rng.random_range(0..3));
