@@ -444,14 +444,7 @@ impl Node {
         let (files, seals) = split_seals(files);
         let id_base = incarnation_id_base(config.seed, now);
         let checkpoint = recovered.checkpoint;
-        for (request, records) in &recovered.abandoned {
-            tracing::warn!(
-                request,
-                records,
-                "dropping a bulk produce whose last chunk never reached the WAL (a crash or disk \
-                 failure ended it before its 202): none of it will be visible"
-            );
-        }
+        warn_abandoned(&recovered.abandoned);
         let dispatcher = Dispatcher::with_first_commit_id(checkpoint, id_base)
             .with_linger(config.dispatch_linger)
             .with_abandoned(recovered.abandoned.keys().copied());
@@ -821,4 +814,16 @@ fn split_seals(files: BTreeMap<FileId, Bytes>) -> (BTreeMap<FileId, Bytes>, Seal
 fn incarnation_id_base(seed: u64, now: Instant) -> u64 {
     let mixed = (now.0 ^ seed.rotate_left(29)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
     (mixed & !0xFFFF_FFFF) | 1
+}
+
+/// One warning per chunked bulk request recovery found without its final record.
+fn warn_abandoned(abandoned: &BTreeMap<u64, u64>) {
+    for (request, records) in abandoned {
+        tracing::warn!(
+            request,
+            records,
+            "dropping a bulk produce whose last chunk never reached the WAL (a crash or disk \
+             failure ended it before its 202): none of it will be visible"
+        );
+    }
 }

@@ -565,7 +565,10 @@ fn log_event(event: NodeEvent) {
             tracing::error!(?seqs, "acknowledged WAL records damaged at rest were lost");
         }
         NodeEvent::RecordsAbandoned { seqs } => {
-            tracing::debug!(records = seqs.len(), "records of an unacknowledged bulk produce dropped");
+            tracing::debug!(
+                records = seqs.len(),
+                "records of an unacknowledged bulk produce dropped"
+            );
         }
         NodeEvent::CommitFailed { key, reason } => {
             tracing::warn!(%key, reason, "partition commit failed and was rolled back");
