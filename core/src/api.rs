@@ -341,6 +341,9 @@ pub struct Stats {
     /// Acknowledged records found damaged at rest in the WAL before dispatch: lost (their only
     /// copy). Anything above zero means the disk corrupted data; see the error log.
     pub records_lost: u64,
+    /// Records of bulk produces dropped at start-up because their last chunk never reached the
+    /// WAL (never acknowledged; a crash or a disk failure ended the request).
+    pub records_abandoned: u64,
     /// Per partition held here: (topic name, partition, its numbers).
     pub partitions: Vec<(String, u32, PartitionNumbers)>,
     /// Sealed segments deleted by retention, and the records and bytes they held.

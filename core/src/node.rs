@@ -692,6 +692,7 @@ impl Node {
             records_rerouted: dispatch.records_rerouted,
             records_discarded: dispatch.records_discarded,
             records_lost: dispatch.records_lost,
+            records_abandoned: dispatch.records_abandoned,
             partitions,
             retention_segments_deleted: self.counters.retention_segments_deleted,
             retention_records_deleted: self.counters.retention_records_deleted,

@@ -58,3 +58,34 @@ fn group_commit_shares_fsyncs() {
         "group commit must share fsyncs: {fsyncs} fsyncs for {produces} produces"
     );
 }
+
+/// A batch of about 4 MiB is past the WAL's 1 MiB bulk bound: it is written as several chunks,
+/// each a group commit of its own, answered once, and every message of it is read back once.
+#[test]
+fn a_large_batch_is_written_in_chunks_and_read_back_whole() {
+    let (_tmp, dir) = data_dir();
+    let node = TestNode::start(&dir);
+    let client = node.client();
+    client.create_topic("bulk", 3);
+    let before = client.metric("narad_wal_group_commits_total");
+    let messages: Vec<serde_json::Value> = (0..1_000)
+        .map(|i| serde_json::json!({ "payload": format!("m{i}-{}", "x".repeat(4_000)) }))
+        .collect();
+    let (status, answer) = client
+        .post_json("/v1/topics/bulk/produce/batch", &serde_json::json!({ "messages": messages }));
+    assert_eq!(status, 202, "{}", String::from_utf8_lossy(&answer));
+    let commits = client.metric("narad_wal_group_commits_total") - before;
+    assert!(commits >= 4.0, "4 MiB in chunks of at most 1 MiB: {commits} group commits");
+    let drained = common::wait_drained(&client, "bulk", 1_000, std::time::Duration::from_secs(120));
+    assert!(drained, "the batch became visible");
+    let mut seen = std::collections::BTreeSet::new();
+    for partition in 0..3 {
+        for message in client.read_partition("bulk", partition) {
+            let payload = String::from_utf8(common::payload_bytes(&message)).expect("text");
+            let id = payload.split('-').next().expect("an id").to_string();
+            assert!(seen.insert(id.clone()), "{id} read twice");
+        }
+    }
+    assert_eq!(seen.len(), 1_000, "every message of the batch, once");
+    assert_eq!(client.metric("narad_records_abandoned_total"), 0.0);
+}

@@ -67,7 +67,7 @@ struct Scalar {
 }
 
 /// Every node-wide metric, in exposition order.
-const SCALARS: [Scalar; 39] = [
+const SCALARS: [Scalar; 40] = [
     Scalar {
         name: "narad_produce_requests_accepted_total",
         kind: Kind::Counter,
@@ -187,6 +187,12 @@ const SCALARS: [Scalar; 39] = [
         kind: Kind::Gauge,
         help: "1 once recovery finished and the node serves requests.",
         value: |s| s.ready,
+    },
+    Scalar {
+        name: "narad_records_abandoned_total",
+        kind: Kind::Counter,
+        help: "Records of unacknowledged bulk produces dropped at start-up: their last chunk never reached the WAL.",
+        value: |s| s.records_abandoned,
     },
     Scalar {
         name: "narad_records_lost_total",
