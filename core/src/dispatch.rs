@@ -20,7 +20,9 @@
 //! - **Abandoned requests.** The records of a chunked bulk request whose final record never
 //!   reached the WAL (recovery names them) are done without a commit: a request applies whole
 //!   or not at all. (The WAL's cursor never hands over a chunked request before its final record
-//!   is durable, so a running node has none to drop.)
+//!   is durable, so a running node has none to drop.) A request the WAL latched in the middle
+//!   of is **frozen**: its records are set aside, neither dispatched nor done, so the checkpoint
+//!   stays below them and the next start-up decides it; the records around it still commit.
 
 mod destination;
 mod invariants;
@@ -110,6 +112,11 @@ pub struct Dispatcher {
     abandoned: BTreeSet<u64>,
     /// Sequences of theirs dropped since `take_dropped` last ran.
     dropped: Vec<u64>,
+    /// The chunked request the WAL latched in the middle of (`Wal::frozen_request`), and its
+    /// records read so far: neither dispatched nor done, so the checkpoint stays below them
+    /// and the next start-up decides the request.
+    frozen_request: Option<u64>,
+    frozen: BTreeSet<u64>,
 }
 
 impl Dispatcher {
@@ -137,6 +144,8 @@ impl Dispatcher {
             linger: false,
             abandoned: BTreeSet::new(),
             dropped: Vec::new(),
+            frozen_request: None,
+            frozen: BTreeSet::new(),
         }
     }
 
@@ -210,6 +219,10 @@ impl Dispatcher {
             assert_eq!(record.seq, self.read_upto, "invariant: records arrive dense and in order");
             self.read_upto += 1;
             let seq = record.seq;
+            if record.chunk.is_some_and(|chunk| Some(chunk.request) == self.frozen_request) {
+                self.frozen.insert(seq);
+                continue;
+            }
             if record.chunk.is_some_and(|chunk| self.abandoned.contains(&chunk.request)) {
                 self.counters.records_abandoned += 1;
                 self.dropped.push(seq);
@@ -229,6 +242,12 @@ impl Dispatcher {
             self.destinations.entry(target).or_default().enqueue(seq, now);
         }
         assert!(self.held.len() <= WINDOW_MAX_RECORDS * LOOKAHEAD_WINDOWS);
+    }
+
+    /// Sets the records of chunked request `request` aside from now on (the WAL latched while it
+    /// was open: `Wal::frozen_request`).
+    pub fn freeze(&mut self, request: u64) {
+        self.frozen_request = Some(request);
     }
 
     /// The records of abandoned requests dropped since the last call (for events).

@@ -221,6 +221,11 @@ pub struct Wal<W> {
     /// stops there, so none of the request reaches the dispatcher before all of it can (a
     /// request whose last chunk never becomes durable is dropped by the next start-up).
     hold_from: Option<u64>,
+    /// The chunked request that was open when the WAL latched (its first sequence): the hold
+    /// is lifted, and the dispatcher sets that request's records aside (`Dispatcher::freeze`)
+    /// while everything around them still goes to its partitions. The next start-up decides the
+    /// request: whole if its last chunk reached the disk after all, dropped if not.
+    frozen_request: Option<u64>,
     latched: Option<DiskError>,
     checkpoint: CheckpointState,
     cursor: Cursor,
@@ -272,6 +277,7 @@ impl<W> Wal<W> {
             in_flight: None,
             open_request: None,
             hold_from: None,
+            frozen_request: None,
             latched: None,
             checkpoint: CheckpointState {
                 durable: recovered.checkpoint,
@@ -543,6 +549,7 @@ impl<W> Wal<W> {
     fn fail_batch(&mut self, done: InFlight<W>, error: DiskError) -> BatchOutcome<W> {
         // Latch: nothing written by this batch is trusted, and nothing is ever appended again.
         self.latched = Some(error.clone());
+        self.freeze_open_request();
         let mut failed = done.waiters;
         failed.append(&mut self.staging.drain_waiters());
         BatchOutcome { acked: Vec::new(), failed, error: Some(error), durable: Vec::new() }
@@ -658,6 +665,21 @@ impl<W> Wal<W> {
     /// Latches the WAL: no append is acknowledged again until restart.
     pub fn latch(&mut self, error: DiskError) {
         self.latched.get_or_insert(error);
+        self.freeze_open_request();
+    }
+
+    /// Once latched, the request the cursor was held for will not be finished by this
+    /// incarnation: the cursor moves on, and its records are set aside (`frozen_request`).
+    fn freeze_open_request(&mut self) {
+        if let Some(request) = self.hold_from.take() {
+            self.frozen_request = Some(request);
+        }
+    }
+
+    /// The chunked request open when the WAL latched, whose records the dispatcher must set
+    /// aside (never dispatch, never count done) until a restart decides it.
+    pub fn frozen_request(&self) -> Option<u64> {
+        self.frozen_request
     }
 
     /// Handles completion of a start-up repair operation.

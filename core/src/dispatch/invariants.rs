@@ -22,9 +22,11 @@ impl Dispatcher {
             return Err(format!("dispatch: checkpoint {checkpoint} past read_upto {upto}"));
         }
         let span = upto - checkpoint;
-        if span != (self.held.len() + self.done_ahead.len()) as u64 {
-            let (held, done) = (self.held.len(), self.done_ahead.len());
-            return Err(format!("dispatch: span {span} ≠ {held} held + {done} done ahead"));
+        let (held, done, frozen) = (self.held.len(), self.done_ahead.len(), self.frozen.len());
+        if span != (held + done + frozen) as u64 {
+            return Err(format!(
+                "dispatch: span {span} ≠ {held} held + {done} done ahead + {frozen} frozen"
+            ));
         }
         if self.held.len() > WINDOW_MAX_RECORDS {
             return Err(format!("dispatch: {} records held, window max", self.held.len()));

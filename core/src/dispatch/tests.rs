@@ -353,3 +353,22 @@ fn records_of_an_abandoned_chunked_request_are_done_without_a_commit() {
     }
     assert_eq!(d.checkpoint(), 5, "the checkpoint passes the dropped records");
 }
+
+#[test]
+fn records_of_a_frozen_request_are_never_dispatched_and_hold_the_checkpoint() {
+    use crate::wal::Chunk;
+    let now = Instant(1_000_000);
+    let mut d = Dispatcher::new(0);
+    d.freeze(1);
+    let chunked =
+        |seq, request| WalRecord { chunk: Some(Chunk { request, last: false }), ..record(seq, 0) };
+    d.accept(vec![record(0, 0), chunked(1, 1), record(2, 0), chunked(3, 1)], now, &AllAlive);
+    let commits = d.poll_commits(now);
+    let seqs: Vec<u64> = commits.iter().flat_map(|c| c.records.iter().map(|r| r.seq)).collect();
+    assert_eq!(seqs, [0, 2], "the frozen request's records are set aside");
+    for commit in commits {
+        d.on_commit(commit.id, CommitResult::Committed { first_offset: 0 }, now, &AllAlive);
+    }
+    assert_eq!((d.checkpoint(), d.read_upto()), (1, 4), "the checkpoint stays below them");
+    d.check_deep().expect("sound bookkeeping");
+}

@@ -61,6 +61,9 @@ impl Node {
             return;
         }
         self.wal.advance_cursor(&records);
+        if let Some(request) = self.wal.frozen_request() {
+            self.dispatcher.freeze(request);
+        }
         let placement = ClusterPlacement(&self.meta);
         let records = records.into_iter().map(|(record, _)| record).collect();
         self.dispatcher.accept(records, self.now, &placement);

@@ -384,7 +384,7 @@ fn a_bulk_request_past_the_group_bound_is_written_in_chunks_and_read_only_once_w
 }
 
 #[test]
-fn a_request_whose_last_chunk_failed_is_never_read_and_recovery_abandons_it() {
+fn a_request_whose_last_chunk_failed_is_frozen_and_recovery_decides_it() {
     let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
     let sizes = WalSizes {
         small_request_bytes: 100,
@@ -397,6 +397,9 @@ fn a_request_whose_last_chunk_failed_is_never_read_and_recovery_abandons_it() {
     let now = Instant(1_000);
     wal.stage(vec![draft(50), draft(50)], 1).expect("not latched");
     assert_eq!(one_group_commit(&mut wal, &mut disk, now), [0u32; 0]);
+    wal.stage(vec![draft(10)], 2).expect("not latched");
+    assert_eq!(one_group_commit(&mut wal, &mut disk, now), [2], "a small group between chunks");
+    assert_eq!(read_cursor(&mut wal, &mut disk), [0u64; 0], "held at the open request");
     wal.pump(now, false);
     let mut outcome = None;
     while let Some((io, op)) = wal.poll_io() {
@@ -409,13 +412,16 @@ fn a_request_whose_last_chunk_failed_is_never_read_and_recovery_abandons_it() {
     }
     let outcome = outcome.expect("the group ended");
     assert_eq!((outcome.acked.len(), outcome.failed), (0, vec![1]));
-    assert_eq!(read_cursor(&mut wal, &mut disk), [0u64; 0], "the first chunk is held for good");
+    // Latched: the request will not be finished here. The cursor moves on (the dispatcher sets
+    // the request's records aside), so the small record behind its first chunk is dispatched.
+    assert_eq!(wal.frozen_request(), Some(0));
+    assert_eq!(read_cursor(&mut wal, &mut disk), [0, 1]);
     // The failed group's bytes may or may not have reached the disk: without them, the next
     // start-up drops the request; with them, it is whole.
     let segments = disk.segments();
     let mut first_chunk_only = segments.clone();
-    let first_len = scan(&segments[&0]).frames[1].pos;
-    first_chunk_only.insert(0, segments[&0].slice(..first_len));
+    let cut = scan(&segments[&0]).frames[2].pos;
+    first_chunk_only.insert(0, segments[&0].slice(..cut));
     let got = recover(&first_chunk_only, None).expect("recovers");
     assert_eq!(got.abandoned, BTreeMap::from([(0, 1)]));
     assert_eq!(recover(&segments, None).expect("recovers").abandoned, BTreeMap::new());
