@@ -52,6 +52,9 @@ impl Checker {
             NodeEvent::RecordsAbandoned { seqs } => {
                 for &seq in seqs {
                     self.mark_done(node, seq);
+                    if let Some(&id) = self.by_origin.get(&(node, seq)) {
+                        self.msgs[id as usize].abandoned = true;
+                    }
                 }
             }
             NodeEvent::RecordsLost { seqs } => {

@@ -117,6 +117,10 @@ pub struct Msg {
     pub ambiguous: bool,
     /// A corruption-class fault hit bytes holding this message.
     pub damaged: bool,
+    /// A start-up dropped its WAL record as part of a chunked request whose last chunk was
+    /// missing (`NodeEvent::RecordsAbandoned`). Were it acknowledged, only a disk that lost the
+    /// last chunk after its fsync could explain that.
+    pub abandoned: bool,
     /// Copies seen by the final read.
     pub visible: u32,
     /// (node, incarnation) of every WAL staging of this message seen so far.
@@ -386,6 +390,7 @@ impl Checker {
             acked: false,
             ambiguous: false,
             damaged: false,
+            abandoned: false,
             visible: 0,
             stagings: Vec::new(),
             acked_under: Vec::new(),

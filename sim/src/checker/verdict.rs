@@ -77,6 +77,7 @@ impl Checker {
                 v.deleted_by_retention += 1;
             } else if msg.damaged
                 || (self.corruption_hit && (!read_complete || msg.held_by & lost_nodes != 0))
+                || (self.corruption_hit && msg.abandoned)
                 || msg.acked_incarnations().iter().all(|&inc| self.is_unavailable(inc))
             {
                 v.lost_to_corruption += 1;
