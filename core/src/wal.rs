@@ -232,6 +232,9 @@ pub struct Wal<W> {
     read_in_flight: bool,
     /// Consecutive cursor reads that found no valid record at the cursor.
     damaged_reads: u32,
+    /// The cursor last moved past damage (`skip_damage`) and has not been realigned with a
+    /// batch the WAL wrote since: its offset may be that of a stale copy of its records.
+    resumed_past_damage: bool,
     repairs_left: u32,
     outbox: VecDeque<(WalIo, DiskOp)>,
     counters: WalCounters,
@@ -288,6 +291,7 @@ impl<W> Wal<W> {
             cursor,
             read_in_flight: false,
             damaged_reads: 0,
+            resumed_past_damage: false,
             repairs_left,
             outbox,
             counters: WalCounters::default(),
@@ -525,13 +529,18 @@ impl<W> Wal<W> {
         if self.read_in_flight || self.cursor.seq != first_seq {
             return Vec::new();
         }
-        if self.cursor.segment != segment {
-            // The batch opened a new segment and the cursor sits at the end of the previous one.
-            let previous = self.segments[&self.cursor.segment];
-            assert_eq!(self.cursor.offset, previous.durable, "invariant: the cursor read it all");
-            self.cursor = Cursor { seq: first_seq, segment, offset: start_offset };
-        }
-        assert_eq!(self.cursor.offset, start_offset, "invariant: the cursor sits at the batch");
+        // The cursor sits at the batch's first record: it is where the WAL just wrote it. Only a
+        // cursor that resumed past damage can believe otherwise (the valid records it resumed at
+        // were a stale copy, as a misdirected write leaves): the WAL's own layout wins.
+        let realign = std::mem::take(&mut self.resumed_past_damage);
+        let in_place = if self.cursor.segment == segment {
+            self.cursor.offset == start_offset
+        } else {
+            // The batch opened a new segment: the cursor read all of the previous one.
+            self.cursor.offset == self.segments[&self.cursor.segment].durable
+        };
+        assert!(in_place || realign, "invariant: the cursor sits at the batch");
+        self.cursor = Cursor { seq: first_seq, segment, offset: start_offset };
         let hold_from = self.hold_from;
         let records = records.into_iter().zip(frame_lens.iter().map(|&len| u64::from(len)));
         records.take_while(|(record, _)| hold_from.is_none_or(|hold| record.seq < hold)).collect()
@@ -770,6 +779,7 @@ impl<W> Wal<W> {
                 None => (self.segments[&segment].durable, segment_end_seq),
             };
         self.cursor = Cursor { seq: resume_seq, segment, offset: resume_offset };
+        self.resumed_past_damage = true;
         first_lost..resume_seq
     }
 

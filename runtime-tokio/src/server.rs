@@ -233,6 +233,11 @@ where
             if let Ok(NodeExit::Fatal(reason)) = result {
                 bail!("fatal: {reason}");
             }
+            if let Err(join) = &result
+                && join.is_panic()
+            {
+                return Err(DriverPanicked(join.to_string()).into());
+            }
             bail!("node driver stopped unexpectedly: {}", describe_exit(result));
         }
         result = &mut server => bail!("HTTP server stopped unexpectedly: {result:?}"),
@@ -265,6 +270,7 @@ async fn finish_node(
         result = tokio::time::timeout(SHUTDOWN_GRACE, &mut *driver) => match result {
             Ok(Ok(NodeExit::Clean(stats))) => Ok(*stats),
             Ok(Ok(NodeExit::Fatal(reason))) => bail!("fatal during shutdown: {reason}"),
+            Ok(Err(join)) if join.is_panic() => Err(DriverPanicked(join.to_string()).into()),
             Ok(Err(join)) => bail!("node driver failed during shutdown: {join}"),
             Err(_) => {
                 tracing::error!(grace = ?SHUTDOWN_GRACE, "node did not finish shutting down in time");
@@ -277,6 +283,12 @@ async fn finish_node(
         }
     }
 }
+
+/// The node's driver task panicked: an invariant of the core or of the driver broke. The process
+/// exits 1 as for any unexpected stop; the simulator's second tier reports it as a violation.
+#[derive(Debug, thiserror::Error)]
+#[error("node driver panicked: {0}")]
+pub struct DriverPanicked(pub String);
 
 fn describe_exit(result: Result<NodeExit, tokio::task::JoinError>) -> String {
     match result {

@@ -57,6 +57,8 @@ pub mod inv {
     pub const PEER_MESSAGE_LOST: &str = "peer-message-lost";
     pub const HALF_APPLIED: &str = "half-applied";
     pub const PROTOCOL: &str = "protocol";
+    /// Tier 2: a node's driver task panicked (the production process would exit 1).
+    pub const NODE_PANICKED: &str = "node-panicked";
     pub const RECOVERY: &str = "recovery-refused";
     pub const TOPIC_LOST: &str = "topic-lost";
     /// An answer to a topic create, delete or lookup that the applied metastore history

@@ -140,7 +140,13 @@ async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
             w.record(n, What::Fault { action: "stopped-gracefully" });
             Served::Stopped
         }
-        Err(_) => Served::ExitedEarly("fatal-exit"),
+        Err(error) => {
+            if let Some(panicked) = error.downcast_ref::<narad::server::DriverPanicked>() {
+                w.checker
+                    .violation(crate::checker::inv::NODE_PANICKED, format!("n{n}: {panicked}"));
+            }
+            Served::ExitedEarly("fatal-exit")
+        }
     }
 }
 
