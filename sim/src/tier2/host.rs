@@ -22,7 +22,7 @@ use tokio::sync::mpsc;
 
 use super::disk::SimDiskBackend;
 use super::net::{SimListener, SimResolver, SimUdp};
-use super::world::{Exit, Shared, SimEntropy, SimWall, lock, now};
+use super::world::{Exit, Shared, SimEntropy, SimWall, World2, lock, now};
 use crate::observe;
 use crate::swarm::SwarmConfig;
 use crate::trace::What;
@@ -129,7 +129,12 @@ async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
     };
     let mut stop = Stop(stop_rx);
     let result = narad::server::run_node(parts, plan, listener, &mut stop).await;
-    let mut w = lock(world);
+    ended(&mut lock(world), n, result)
+}
+
+/// Node `n`'s incarnation ended with `result`: a driver panic is a violation (the production
+/// process would exit 1 and be restarted, as here).
+fn ended(w: &mut World2, n: u32, result: anyhow::Result<narad_core::Stats>) -> Served {
     let slot = &mut w.nodes[n as usize];
     slot.up = false;
     slot.serving = false;
@@ -142,8 +147,8 @@ async fn start_and_serve(world: &Shared, setup: &NodeSetup) -> Served {
         }
         Err(error) => {
             if let Some(panicked) = error.downcast_ref::<narad::server::DriverPanicked>() {
-                w.checker
-                    .violation(crate::checker::inv::NODE_PANICKED, format!("n{n}: {panicked}"));
+                let detail = format!("n{n}: {panicked}");
+                w.checker.violation(crate::checker::inv::NODE_PANICKED, detail);
             }
             Served::ExitedEarly("fatal-exit")
         }
