@@ -18,6 +18,12 @@
 //!
 //! The dispatcher reads durable records through a cursor: straight from the batch that just
 //! synced when it keeps up, from disk (`Read`) when it fell behind.
+//!
+//! Chunked bulk requests (`staging.rs`, `record.rs`): a bulk request past the group's bulk bound
+//! is written as chunks in successive groups, and applies whole or not at all. The cursor stops
+//! at its first record until its final record is durable (`hold_from`); a latch in between
+//! freezes it instead (`frozen_request`: the dispatcher sets its records aside), and the next
+//! start-up decides it (`RecoveredWal::abandoned`).
 
 pub mod checkpoint;
 mod damage;
