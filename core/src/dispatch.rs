@@ -266,7 +266,7 @@ impl Dispatcher {
         }
     }
 
-    /// `seq` is done without being held or committed (lost, or of an abandoned request).
+    /// `seq` is done: the checkpoint moves past every done sequence in front of it.
     fn pass(&mut self, seq: u64) {
         self.done_ahead.insert(seq);
         while self.done_ahead.remove(&self.checkpoint) {
@@ -444,10 +444,7 @@ impl Dispatcher {
     fn mark_done(&mut self, seq: u64) {
         let removed = self.held.remove(&seq);
         assert!(removed.is_some(), "invariant: only held records complete");
-        self.done_ahead.insert(seq);
-        while self.done_ahead.remove(&self.checkpoint) {
-            self.checkpoint += 1;
-        }
+        self.pass(seq);
         assert!(self.checkpoint <= self.read_upto);
     }
 

@@ -547,9 +547,17 @@ impl<W> Wal<W> {
         };
         assert!(in_place || realign, "invariant: the cursor sits at the batch");
         self.cursor = Cursor { seq: first_seq, segment, offset: start_offset };
-        let hold_from = self.hold_from;
-        let records = records.into_iter().zip(frame_lens.iter().map(|&len| u64::from(len)));
-        records.take_while(|(record, _)| hold_from.is_none_or(|hold| record.seq < hold)).collect()
+        let mut taken: Vec<(WalRecord, u64)> =
+            records.into_iter().zip(frame_lens.iter().map(|&len| u64::from(len))).collect();
+        self.keep_below_hold(&mut taken);
+        taken
+    }
+
+    /// Drops the records at or past the cursor's hold (`hold_from`), a suffix of `records`.
+    fn keep_below_hold(&self, records: &mut Vec<(WalRecord, u64)>) {
+        if let Some(hold) = self.hold_from {
+            records.truncate(records.partition_point(|(record, _)| record.seq < hold));
+        }
     }
 
     /// Advances the cursor past records the dispatcher took (from a batch or a read), in order.
@@ -757,9 +765,7 @@ impl<W> Wal<W> {
         let mut records = damage::decode_run(&bytes, self.cursor.seq);
         if !records.is_empty() {
             self.damaged_reads = 0;
-            if let Some(hold) = self.hold_from {
-                records.retain(|(record, _)| record.seq < hold);
-            }
+            self.keep_below_hold(&mut records);
             return Ok(CursorRead::Records(records));
         }
         self.damaged_reads += 1;

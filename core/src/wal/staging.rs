@@ -96,23 +96,13 @@ impl<W> Staging<W> {
             return;
         }
         self.bulk_bytes += bytes;
-        let mut chunks = split(drafts, bounds.group_bulk_bytes);
-        if chunks.len() == 1 {
-            let piece = Piece::Whole;
-            self.bulk.push_back(Staged {
-                drafts: chunks.remove(0),
-                bytes,
-                waiter: Some(waiter),
-                piece,
-            });
-            return;
-        }
+        let chunks = split(drafts, bounds.group_bulk_bytes);
         let count = chunks.len();
         let mut waiter = Some(waiter);
-        for (index, drafts) in chunks.into_iter().enumerate() {
+        for (index, (drafts, bytes)) in chunks.into_iter().enumerate() {
             let last = index + 1 == count;
-            let bytes = drafts.iter().map(Draft::weight).sum();
-            let piece = Piece::Chunk { first: index == 0, last };
+            let piece =
+                if count == 1 { Piece::Whole } else { Piece::Chunk { first: index == 0, last } };
             let waiter = if last { waiter.take() } else { None };
             self.bulk.push_back(Staged { drafts, bytes, waiter, piece });
         }
@@ -165,21 +155,21 @@ impl<W> Staging<W> {
 }
 
 /// `drafts` cut into runs of whole records of at most `bound` bytes each (a record larger than
-/// that is a run of its own), in order.
-fn split(drafts: Vec<Draft>, bound: u64) -> Vec<Vec<Draft>> {
+/// that is a run of its own), in order, each with its bytes.
+fn split(drafts: Vec<Draft>, bound: u64) -> Vec<(Vec<Draft>, usize)> {
     let mut chunks = Vec::new();
-    let (mut chunk, mut bytes) = (Vec::new(), 0u64);
+    let (mut chunk, mut bytes) = (Vec::new(), 0usize);
     for draft in drafts {
-        let weight = draft.weight() as u64;
-        if !chunk.is_empty() && bytes + weight > bound {
-            chunks.push(std::mem::take(&mut chunk));
+        let weight = draft.weight();
+        if !chunk.is_empty() && (bytes + weight) as u64 > bound {
+            chunks.push((std::mem::take(&mut chunk), bytes));
             bytes = 0;
         }
         bytes += weight;
         chunk.push(draft);
     }
     if !chunk.is_empty() || chunks.is_empty() {
-        chunks.push(chunk);
+        chunks.push((chunk, bytes));
     }
     chunks
 }

@@ -297,14 +297,7 @@ fn one_group_commit(wal: &mut Wal<u32>, disk: &mut Disk, now: Instant) -> Vec<u3
 
 #[test]
 fn a_small_produce_staged_behind_bulk_batches_goes_in_the_next_group_commit() {
-    let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
-    let sizes = WalSizes {
-        small_request_bytes: 1_000,
-        group_bulk_bytes: 3_000,
-        prewrite_chunk_bytes: 0,
-        ..WalSizes::default()
-    };
-    let mut wal: Wal<u32> = Wal::from_recovered(recovered).with_sizes(sizes);
+    let mut wal = with_lanes(1_000, 3_000);
     let mut disk = Disk::default();
     let now = Instant(1_000);
     wal.stage(vec![draft(2_000)], 1).expect("not latched");
@@ -319,6 +312,18 @@ fn a_small_produce_staged_behind_bulk_batches_goes_in_the_next_group_commit() {
         wal_records(&disk).iter().map(|record| (record.seq, record.payload.len())).collect();
     assert_eq!(decoded, [(0, 10), (1, 2_000), (2, 2_000)]);
     wal.check_invariants().expect("sound bookkeeping");
+}
+
+/// An empty WAL with these lane bounds (`staging.rs`) and no pre-writing.
+fn with_lanes(small_request_bytes: u64, group_bulk_bytes: u64) -> Wal<u32> {
+    let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
+    let sizes = WalSizes {
+        small_request_bytes,
+        group_bulk_bytes,
+        prewrite_chunk_bytes: 0,
+        ..WalSizes::default()
+    };
+    Wal::from_recovered(recovered).with_sizes(sizes)
 }
 
 /// Every record in the WAL's segments, in order.
@@ -351,14 +356,7 @@ fn read_cursor(wal: &mut Wal<u32>, disk: &mut Disk) -> Vec<u64> {
 
 #[test]
 fn a_bulk_request_past_the_group_bound_is_written_in_chunks_and_read_only_once_whole() {
-    let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
-    let sizes = WalSizes {
-        small_request_bytes: 1_000,
-        group_bulk_bytes: 3_000,
-        prewrite_chunk_bytes: 0,
-        ..WalSizes::default()
-    };
-    let mut wal: Wal<u32> = Wal::from_recovered(recovered).with_sizes(sizes);
+    let mut wal = with_lanes(1_000, 3_000);
     let mut disk = Disk::default();
     let now = Instant(1_000);
     wal.stage(vec![draft(2_000), draft(2_000), draft(2_000)], 1).expect("not latched");
@@ -385,14 +383,7 @@ fn a_bulk_request_past_the_group_bound_is_written_in_chunks_and_read_only_once_w
 
 #[test]
 fn a_request_whose_last_chunk_failed_is_frozen_and_recovery_decides_it() {
-    let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
-    let sizes = WalSizes {
-        small_request_bytes: 100,
-        group_bulk_bytes: 100,
-        prewrite_chunk_bytes: 0,
-        ..WalSizes::default()
-    };
-    let mut wal: Wal<u32> = Wal::from_recovered(recovered).with_sizes(sizes);
+    let mut wal = with_lanes(100, 100);
     let mut disk = Disk::default();
     let now = Instant(1_000);
     wal.stage(vec![draft(50), draft(50)], 1).expect("not latched");
