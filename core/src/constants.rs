@@ -20,10 +20,11 @@ pub const WAL_PREWRITE_CHUNK_BYTES: u64 = 256 * 1024;
 /// small one staged with it (`core/src/wal/staging.rs`; the default of
 /// `Config::wal_small_request_bytes`).
 pub const WAL_SMALL_REQUEST_BYTES: u64 = 64 * 1024;
-/// A group commit takes bulk produces while their bytes are below this, at least one piece, and
-/// a bulk produce larger than this is written in chunks of at most this size, with small groups
-/// between them (`core/src/wal/staging.rs`; `Config::wal_group_bulk_bytes`): a small produce
-/// waits behind at most one chunk, some 3 ms of writing at about 300 MB/s, not a 16 MiB batch.
+/// A group commit takes bulk produces while their bytes are below this, at least one piece, when
+/// no small produce is about; a bulk produce larger than a quarter of this is written in chunks
+/// of at most that size (256 KiB), and while small produces are about a group takes one chunk,
+/// with small groups between them (`core/src/wal/staging.rs`; `Config::wal_group_bulk_bytes`):
+/// a small produce waits behind about 1 ms of bulk writing at about 300 MB/s, not a 16 MiB batch.
 pub const WAL_GROUP_BULK_BYTES: u64 = 1024 * 1024;
 /// Longest a lone producer's partition work waits for the next WAL group commit, so that both
 /// fsyncs reach the device together (`core/src/node/flush_pairing.rs`; the default of
@@ -58,7 +59,7 @@ pub const SEGMENT_ROLL_AGE_DIVISOR: u64 = 8;
 /// The youngest an active segment rolls by age.
 pub const SEGMENT_ROLL_MIN_AGE_MS: u64 = 1_000;
 /// Byte budget of one commit batch (at least one record is always sent).
-pub const COMMIT_BATCH_BYTES: usize = 8 * 1024 * 1024;
+pub const COMMIT_BATCH_BYTES: usize = 1024 * 1024;
 /// Reading never goes further than this many windows past the checkpoint.
 pub const LOOKAHEAD_WINDOWS: usize = 16;
 /// A destination whose commits failed this many passes in a row is rerouted.

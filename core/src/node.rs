@@ -84,8 +84,9 @@ pub struct Config {
     /// A produce whose records take more than this waits behind the small ones staged with it
     /// (`WAL_SMALL_REQUEST_BYTES`; the simulator makes it tiny so its small records exercise it).
     pub wal_small_request_bytes: u64,
-    /// Bulk bytes a group commit takes, at least one piece; larger bulk requests are written
-    /// in chunks of this size (`WAL_GROUP_BULK_BYTES`).
+    /// Bulk bytes a group commit takes, at least one piece, while no small produce is about;
+    /// bulk requests are written in chunks of a quarter of it, one per group while small
+    /// produces are about (`WAL_GROUP_BULK_BYTES`).
     pub wal_group_bulk_bytes: u64,
     /// Period of the retention pass (`RETENTION_CHECK_MS`): how late a segment past its topic's
     /// retention may be deleted, at most.

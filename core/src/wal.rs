@@ -129,8 +129,18 @@ pub struct WalSizes {
     pub prewrite_chunk_bytes: u64,
     /// A request whose records take more than this is bulk (`staging.rs`).
     pub small_request_bytes: u64,
-    /// A group commit takes bulk requests while their bytes are below this (at least one).
+    /// A group commit takes bulk requests while their bytes are below this (at least one) when
+    /// no small request is about; bulk requests are chunked at a quarter of it (`staging.rs`).
     pub group_bulk_bytes: u64,
+}
+
+impl WalSizes {
+    fn bounds(&self) -> Bounds {
+        Bounds {
+            small_request_bytes: self.small_request_bytes,
+            group_bulk_bytes: self.group_bulk_bytes,
+        }
+    }
 }
 
 impl Default for WalSizes {
@@ -354,11 +364,7 @@ impl<W> Wal<W> {
         if let Some(error) = &self.latched {
             return Err(error.clone());
         }
-        let bounds = Bounds {
-            small_request_bytes: self.sizes.small_request_bytes,
-            group_bulk_bytes: self.sizes.group_bulk_bytes,
-        };
-        self.staging.push(drafts, waiter, bounds);
+        self.staging.push(drafts, waiter, self.sizes.bounds());
         Ok(())
     }
 
@@ -408,7 +414,7 @@ impl<W> Wal<W> {
 
     fn start_batch(&mut self) {
         let first_seq = self.next_seq;
-        let group = self.staging.take_group(self.sizes.group_bulk_bytes);
+        let group = self.staging.take_group(self.sizes.bounds());
         let (mut bytes, mut records, mut frame_lens) = (Vec::new(), Vec::new(), Vec::new());
         let mut waiters = Vec::with_capacity(group.len());
         for Staged { drafts, waiter, piece, .. } in group {

@@ -60,7 +60,8 @@ fn group_commit_shares_fsyncs() {
 }
 
 /// A batch of about 4 MiB is past the WAL's 1 MiB bulk bound: it is written as several chunks,
-/// each a group commit of its own, answered once, and every message of it is read back once.
+/// at most 1 MiB of them per group commit, answered once, and every message of it is read back
+/// once.
 #[test]
 fn a_large_batch_is_written_in_chunks_and_read_back_whole() {
     let (_tmp, dir) = data_dir();
@@ -75,7 +76,7 @@ fn a_large_batch_is_written_in_chunks_and_read_back_whole() {
         .post_json("/v1/topics/bulk/produce/batch", &serde_json::json!({ "messages": messages }));
     assert_eq!(status, 202, "{}", String::from_utf8_lossy(&answer));
     let commits = client.metric("narad_wal_group_commits_total") - before;
-    assert!(commits >= 4.0, "4 MiB in chunks of at most 1 MiB: {commits} group commits");
+    assert!(commits >= 4.0, "4 MiB at most 1 MiB per group: {commits} group commits");
     let drained = common::wait_drained(&client, "bulk", 1_000, std::time::Duration::from_secs(120));
     assert!(drained, "the batch became visible");
     let mut seen = std::collections::BTreeSet::new();

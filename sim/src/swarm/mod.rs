@@ -398,7 +398,8 @@ pub(crate) fn draw_dispatch_linger(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) 
 /// they were). A run's requests take tens of bytes to a few KiB, never production's 64 KiB: a
 /// quarter of the seeds keep production's bounds (every request small), the others make
 /// requests past 128 B, 512 B or none (0: every request bulk) join group commits behind the
-/// small ones, one bulk request per group or a few KiB of them.
+/// small ones, one bulk request per group or a few KiB of them (chunked at a quarter of that:
+/// 1 B, 512 B, 1 KiB; with every request bulk, groups take four chunks).
 pub(crate) fn draw_wal_lanes(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
     (sizes.wal_small_request_bytes, sizes.wal_group_bulk_bytes) = match rng.random_range(0..4) {
         0 => (
