@@ -23,7 +23,7 @@
 //!   behind at most about 1 ms of bulk writing. While only bulk requests write, it is
 //!   `group_bulk_bytes`: four chunks share one write and one fsync, and bulk throughput does
 //!   not pay for the small chunks (measured in docs/design.md §7).
-
+//!
 //! The bulk lane is bounded too: a bulk request is refused (the node answers 503) while more
 //! than `BULK_STAGED_GROUPS` groups' worth of bulk bytes wait, so a flood of large batches
 //! queues at its clients, not in the WAL ahead of everyone.
