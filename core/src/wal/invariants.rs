@@ -62,6 +62,7 @@ impl<W> Wal<W> {
         self.check_batches()?;
         self.check_segments()?;
         self.check_chunked_request()?;
+        self.staging.check().map_err(|error| format!("wal: staging: {error}"))?;
         if let Some(write) = cp.in_flight
             && (write.ios_left == 0 || write.value.is_some_and(|value| value > cp.target))
         {

@@ -180,6 +180,30 @@ impl<W> Staging<W> {
         group
     }
 
+    /// The gauges match the lanes (the node bounds produces by them), and a waiter rides on
+    /// each whole request and on the last chunk of a chunked one, on no other piece.
+    pub(super) fn check(&self) -> Result<(), String> {
+        let bulk: usize = self.bulk.iter().map(|staged| staged.bytes).sum();
+        let small: usize = self.small.iter().map(|staged| staged.bytes).sum();
+        if (self.bytes, self.bulk_bytes) != (small + bulk, bulk) {
+            let (bytes, bulk_bytes) = (self.bytes, self.bulk_bytes);
+            return Err(format!(
+                "{bytes} bytes, {bulk_bytes} of them bulk, counted; lanes hold {small} + {bulk}"
+            ));
+        }
+        let misplaced = self.small.iter().chain(&self.bulk).find(|staged| {
+            let waits = matches!(staged.piece, Piece::Whole | Piece::Chunk { last: true, .. });
+            staged.waiter.is_some() != waits
+        });
+        match misplaced {
+            Some(staged) => {
+                let (piece, waits) = (staged.piece, staged.waiter.is_some());
+                Err(format!("a {piece:?} piece with a waiter: {waits}"))
+            }
+            None => Ok(()),
+        }
+    }
+
     /// Every waiter, small lane first (a latched WAL fails them all).
     pub(super) fn drain_waiters(&mut self) -> Vec<W> {
         (self.bytes, self.bulk_bytes) = (0, 0);
@@ -357,7 +381,12 @@ mod tests {
         let mut expected = vec![1; recent - 1];
         expected.extend([4; 5]);
         assert_eq!(per_group, expected[..12]);
-        assert!(staging.waiters() == 1, "request 3 is still partly staged");
+        assert_eq!(staging.waiters(), 1, "request 3 is still partly staged");
+        assert_eq!(staging.check(), Ok(()));
+        while !staging.is_empty() {
+            staging.take_group(bounds);
+        }
+        assert_eq!((staging.bytes(), staging.bulk_bytes()), (0, 0));
     }
 
     #[test]
