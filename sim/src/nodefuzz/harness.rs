@@ -57,7 +57,7 @@ impl Harness {
         config.dispatch_linger = input.dispatch_linger();
         if input.small_lanes {
             config.wal_small_request_bytes = 128;
-            config.wal_group_bulk_bytes = 1;
+            config.wal_group_bulk_bytes = if input.grouped_chunks { 2_048 } else { 1 };
         }
         // 64 B steps: frames still straddle chunks, and megabyte logs are not fed a byte at a time.
         let scan_chunk = input.scan_chunk_bytes();

@@ -16,9 +16,14 @@ pub struct FuzzInput {
     /// snapshot (with a Raft log reset) every 8 entries (production 1,024).
     pub small_index: bool,
     /// The WAL's two lanes with tiny bounds: a request past 128 B is bulk and each group commit
-    /// takes one bulk request (production: 64 KiB and 4 MiB). Bit 1 of `small_index`'s byte,
+    /// takes one bulk request (production: 64 KiB and 1 MiB). Bit 1 of `small_index`'s byte,
     /// whose other bits were unused, so inputs kept from before decode as they did otherwise.
     pub small_lanes: bool,
+    /// With `small_lanes`, a group bulk bound of 2 KiB instead of 1 B: bulk requests are cut
+    /// into chunks of up to 512 B, and a group takes four of them while no small request is
+    /// about, so several chunks of one request share a group commit. Bit 2 of the same byte
+    /// (inputs kept from before decode as they did).
+    pub grouped_chunks: bool,
     /// Recovery scans partition logs in chunks of 64 × the low 15 bits bytes (0 = each file
     /// whole); the top bit turns the dispatch linger on (`FuzzInput::dispatch_linger`). One
     /// field for both, so inputs kept from before the linger existed decode as they did.
@@ -40,6 +45,7 @@ impl FuzzInput {
             setup,
             small_index: limits & 1 == 1,
             small_lanes: limits & 2 != 0,
+            grouped_chunks: limits & 4 != 0,
             scan_chunk: u16::arbitrary(&mut u).unwrap_or_default(),
             final_power_loss: bool::arbitrary(&mut u).unwrap_or_default(),
             ops: Vec::new(),
