@@ -73,14 +73,13 @@ pub(super) fn draft(payload_len: usize) -> Draft {
 }
 
 fn tiny(segment_bytes: u64, rotate_dispatched_bytes: u64) -> Wal<u32> {
+    empty_with(WalSizes { segment_bytes, rotate_dispatched_bytes, ..WalSizes::default() })
+}
+
+/// An empty WAL with these sizes, pre-writing off.
+fn empty_with(sizes: WalSizes) -> Wal<u32> {
     let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
-    let sizes = WalSizes {
-        segment_bytes,
-        rotate_dispatched_bytes,
-        prewrite_chunk_bytes: 0,
-        ..WalSizes::default()
-    };
-    Wal::from_recovered(recovered).with_sizes(sizes)
+    Wal::from_recovered(recovered).with_sizes(WalSizes { prewrite_chunk_bytes: 0, ..sizes })
 }
 
 /// Pumps the WAL and completes its operations until none is left; returns the records read by
@@ -316,14 +315,7 @@ fn a_small_produce_staged_behind_bulk_batches_goes_in_the_next_group_commit() {
 
 /// An empty WAL with these lane bounds (`staging.rs`) and no pre-writing.
 fn with_lanes(small_request_bytes: u64, group_bulk_bytes: u64) -> Wal<u32> {
-    let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
-    let sizes = WalSizes {
-        small_request_bytes,
-        group_bulk_bytes,
-        prewrite_chunk_bytes: 0,
-        ..WalSizes::default()
-    };
-    Wal::from_recovered(recovered).with_sizes(sizes)
+    empty_with(WalSizes { small_request_bytes, group_bulk_bytes, ..WalSizes::default() })
 }
 
 /// Every record in the WAL's segments, in order.
@@ -420,10 +412,7 @@ fn a_request_whose_last_chunk_failed_is_frozen_and_recovery_decides_it() {
 
 #[test]
 fn a_bulk_request_is_refused_while_the_bulk_lane_holds_sixteen_groups_worth() {
-    let recovered = recover(&BTreeMap::new(), None).expect("an empty disk recovers");
-    let sizes =
-        WalSizes { small_request_bytes: 100, group_bulk_bytes: 1_000, ..WalSizes::default() };
-    let mut wal: Wal<u32> = Wal::from_recovered(recovered).with_sizes(sizes);
+    let mut wal = with_lanes(100, 1_000);
     let bulk = || vec![draft(1_500)];
     assert!(wal.admits(&bulk()), "an empty lane takes one request past the bound");
     for waiter in 1..=10 {
