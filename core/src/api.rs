@@ -277,6 +277,10 @@ pub enum ClientError {
     /// The user holds no grant for this: 403.
     #[error("{0}")]
     Forbidden(String),
+    /// The principal's produce quota is spent (`quota.rs`): 429, nothing was staged; the
+    /// node takes more from it `retry_after_us` after it refused this one.
+    #[error("{message}")]
+    QuotaExceeded { message: String, retry_after_us: u64 },
 }
 
 impl ClientError {
@@ -293,6 +297,7 @@ impl ClientError {
             ClientError::Gone { .. } | ClientError::StaleHandle(_) => 410,
             ClientError::Unauthenticated(_) => 401,
             ClientError::Forbidden(_) => 403,
+            ClientError::QuotaExceeded { .. } => 429,
         }
     }
 }
@@ -309,6 +314,8 @@ pub struct Stats {
     /// Requests refused by the grant check (401 for a user that no longer exists, 403), this
     /// node's clients' and those other nodes forwarded.
     pub requests_refused_access: u64,
+    /// Produce requests refused 429 because their principal's produce quota was spent.
+    pub produce_requests_throttled: u64,
     /// Group commits of the ingress WAL (one write + one fsync each).
     pub wal_group_commits: u64,
     /// fsyncs issued on the ingress WAL (segments and checkpoint).

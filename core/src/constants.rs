@@ -82,6 +82,9 @@ pub const COMMIT_FANOUT: usize = 16;
 pub const CHECKPOINT_SYNC_DELAY_MS: u64 = 250;
 /// The metastore takes a snapshot (and resets its Raft log) after this many applied entries.
 pub const META_SNAPSHOT_EVERY_ENTRIES: u64 = 1_024;
+/// How far ahead of its produce quota a payer may run (`quota.rs`): a burst of this long at the
+/// quota's rate passes at once, on top of the rate itself.
+pub const QUOTA_BURST_MS: u64 = 1_000;
 /// Largest payload of one message.
 pub const MAX_MESSAGE_BYTES: usize = 1024 * 1024;
 /// Most messages in one batch produce.

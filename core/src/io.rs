@@ -245,6 +245,9 @@ pub enum NodeEvent {
     /// The message at `key`@`offset` was moved to its topic's dead-letter topic: its copy was
     /// durable in this node's ingress WAL before the original's ack (now durable) was written.
     DeadLettered { key: PartitionKey, offset: u64 },
+    /// `payer`'s produce quota is spent by a produce just admitted: the node takes no more
+    /// from it for `wait_us` (a runtime may refuse its produces meanwhile without reading them).
+    QuotaSpent { payer: crate::quota::Payer, wait_us: u64 },
 }
 
 /// Which user change a `NodeEvent::UserApplied` reports.

@@ -29,6 +29,7 @@ pub mod node;
 pub mod partition;
 pub mod peer;
 pub mod queue;
+pub mod quota;
 pub mod recovery_error;
 pub mod wal;
 

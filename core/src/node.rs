@@ -41,6 +41,7 @@ use crate::io::{DiskOp, Effect, FileId, Input, NodeEvent};
 use crate::meta::{MetaConfig, MetaIo, Metastore};
 use crate::partition::{CommitId, CommitPart, PartIo, PartitionLog, ReadPlan};
 use crate::peer::PeerMessage;
+use crate::quota::ProduceQuota;
 pub use crate::recovery_error::RecoveryError;
 use crate::wal::{self, Wal, WalIo};
 use cluster::Remote;
@@ -113,6 +114,9 @@ pub struct Config {
     /// recent commit latency, `LINGER_FLOOR_MS`), never past `LINGER_CAP_MS` (`dispatch.rs`).
     /// On by default; the simulator draws it both ways.
     pub dispatch_linger: bool,
+    /// Payload bytes per second each principal may have this node stage (`quota.rs`); 0, the
+    /// default, sets no quota. The simulator draws it small in a share of its seeds.
+    pub produce_quota_bytes_per_sec: u64,
 }
 
 impl Config {
@@ -148,6 +152,7 @@ impl Config {
             queue_visibility_ms: crate::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
             flush_pairing_us: crate::constants::FLUSH_PAIRING_US,
             dispatch_linger: true,
+            produce_quota_bytes_per_sec: 0,
         }
     }
 
@@ -315,6 +320,8 @@ pub struct Node {
     parked: parked::Parked,
     /// Partition work held for the next WAL group commit (`node/flush_pairing.rs`).
     pairing: flush_pairing::FlushPairing,
+    /// What each principal's produces were charged against its quota.
+    quota: ProduceQuota,
 }
 
 #[derive(Clone, Copy, Debug, Default)]
@@ -322,6 +329,7 @@ struct NodeCounters {
     produce_requests_accepted: u64,
     produce_requests_rejected: u64,
     requests_refused_access: u64,
+    produce_requests_throttled: u64,
     records_accepted: u64,
     remote_commits_ok: u64,
     remote_commits_failed: u64,
@@ -452,6 +460,7 @@ impl Node {
         let wal = Wal::from_recovered(recovered).with_sizes(config.wal_sizes());
         let node = Node {
             resolver: Resolver::new(config.seed),
+            quota: ProduceQuota::new(config.produce_quota_bytes_per_sec),
             config,
             now,
             dispatcher,
@@ -677,6 +686,7 @@ impl Node {
             records_accepted: self.counters.records_accepted,
             produce_requests_rejected: self.counters.produce_requests_rejected,
             requests_refused_access: self.counters.requests_refused_access,
+            produce_requests_throttled: self.counters.produce_requests_throttled,
             wal_group_commits: wal.group_commits,
             wal_fsyncs: wal.fsyncs,
             wal_records_synced: wal.records_synced,

@@ -10,6 +10,7 @@ mod node_flow;
 mod overload;
 mod queue_flow;
 mod queue_lag;
+mod quota;
 mod retention;
 mod seal_flow;
 mod topic_update;

@@ -103,6 +103,14 @@ pub struct ServeArgs {
           default_value_t = narad_core::constants::PARTITION_SEGMENT_BYTES,
           value_parser = clap::value_parser!(u64).range(4096..))]
     pub partition_segment_bytes: u64,
+    /// Payload bytes per second (message payloads and keys) each user may produce through this
+    /// node; with access control off, all clients together. A produce past it is answered 429
+    /// with the Retry-After that pays it off, and nothing is staged; a burst of one second's
+    /// worth passes at once, and one batch of any size once the user is paid up. Each node
+    /// counts on its own (a user producing through N nodes may reach N times it). 0, the
+    /// default, sets no quota.
+    #[arg(long, value_name = "BYTES", env = "NARAD_PRODUCE_QUOTA", default_value_t = 0)]
+    pub produce_quota: u64,
     #[command(flatten)]
     pub access: crate::auth::setup::AccessArgs,
     #[command(flatten)]

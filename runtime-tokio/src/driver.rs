@@ -88,6 +88,8 @@ struct HandleParts {
     /// Turns to run long CPU work of a request on tokio's blocking pool (`offload`,
     /// `OFFLOADS_AT_ONCE`): production's; `None` in the simulator, which starts no threads.
     offloads: Option<tokio::sync::Semaphore>,
+    /// Payers the node refused for their produce quota, answered at once for a while.
+    quota_gate: Arc<crate::quota_gate::QuotaGate>,
 }
 
 impl NodeHandle {
@@ -130,6 +132,16 @@ impl NodeHandle {
     /// The users' credentials as the node's metastore replica last showed them.
     pub fn users(&self) -> Arc<UserDirectory> {
         self.parts.users.load()
+    }
+
+    /// The gate of the produce quota, in front of request bodies (`quota_gate.rs`).
+    pub fn quota_gate(&self) -> &crate::quota_gate::QuotaGate {
+        &self.parts.quota_gate
+    }
+
+    /// Microseconds since the Unix epoch on the node's wall clock.
+    pub fn unix_micros(&self) -> u64 {
+        self.parts.wall.unix_micros()
     }
 
     /// The node's data directory, if this handle knows it.
@@ -196,6 +208,7 @@ impl NodeHandle {
             wall: Arc::new(crate::env::SystemClock),
             users: SharedDirectory::default(),
             offloads: None,
+            quota_gate: Default::default(),
         };
         NodeHandle { parts: Arc::new(parts) }
     }
@@ -235,6 +248,8 @@ pub struct Driver {
     /// were copied at.
     users: SharedDirectory,
     users_epoch: u64,
+    /// The produce quota's gate the HTTP handlers consult (`quota_gate.rs`).
+    quota_gate: Arc<crate::quota_gate::QuotaGate>,
 }
 
 impl Driver {
@@ -253,6 +268,7 @@ impl Driver {
         let users = SharedDirectory::default();
         users.replace(UserDirectory::of(node.users()));
         let users_epoch = node.users_epoch();
+        let quota_gate = Arc::new(crate::quota_gate::QuotaGate::default());
         let parts = HandleParts {
             commands: tx,
             ready: Arc::clone(&ready),
@@ -262,6 +278,7 @@ impl Driver {
             wall: clock.wall(),
             users: users.clone(),
             offloads: None,
+            quota_gate: Arc::clone(&quota_gate),
         };
         let handle = NodeHandle { parts: Arc::new(parts) };
         let driver = Driver {
@@ -286,6 +303,7 @@ impl Driver {
             peers,
             users,
             users_epoch,
+            quota_gate,
         };
         (driver, handle)
     }
@@ -450,6 +468,10 @@ impl Driver {
         }
         while let Some(event) = self.node.poll_event() {
             self.observer.event(&event);
+            if let NodeEvent::QuotaSpent { payer, wait_us } = &event {
+                let now_us = self.clock.wall().unix_micros();
+                self.quota_gate.refused(payer.clone(), now_us, *wait_us);
+            }
             log_event(event);
         }
         if !self.served && self.node.is_serving() {
@@ -572,6 +594,9 @@ fn log_event(event: NodeEvent) {
         }
         NodeEvent::CommitFailed { key, reason } => {
             tracing::warn!(%key, reason, "partition commit failed and was rolled back");
+        }
+        NodeEvent::QuotaSpent { payer, wait_us } => {
+            tracing::debug!(?payer, wait_us, "produce quota spent");
         }
         // The core logs topic and user changes and retention's deletions itself.
         NodeEvent::TopicApplied { .. }

@@ -21,6 +21,7 @@ mod http;
 pub mod http_server;
 pub mod password;
 mod payload_json;
+mod quota_gate;
 pub mod server;
 pub mod sub;
 mod transport;

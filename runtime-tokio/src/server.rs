@@ -50,6 +50,10 @@ pub fn serve(args: ServeArgs) -> anyhow::Result<()> {
     let seed = args.seed.unwrap_or_else(clock_seed);
     let mut config = plan.node_config(args.node_id, seed, args.http);
     config.partition_segment_bytes = args.partition_segment_bytes;
+    config.produce_quota_bytes_per_sec = args.produce_quota;
+    if args.produce_quota > 0 {
+        tracing::info!(bytes_per_sec = args.produce_quota, "produce quota per user (per node)");
+    }
     let mut clock = Clock::default();
     let node = recover(config, &mut clock, found)?;
     let has_users = !node.users().is_empty();

@@ -231,6 +231,10 @@ fn run_sweep(seeds: &str, options: &RunOptions, jobs: Option<usize>, json: bool)
              bootstrap admin",
             access.seeds, access.requests, access.probes_judged, access.admin_judged
         );
+        println!(
+            "  produce quotas: {} refusals (429) judged, in {} seeds",
+            report.quota_refusals, report.seeds_with_quota_refusals
+        );
         for failure in &report.failures {
             println!("failing: {}", failure.replay_command());
         }

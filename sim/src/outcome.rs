@@ -125,6 +125,7 @@ impl RunOutcome {
             "access_requests": self.counters.access_requests,
             "access_probes_judged": self.counters.access_probes_judged,
             "access_admin_judged": self.counters.access_admin_judged,
+            "quota_refusals": self.counters.quota_refusals,
             "rerouted": self.totals.rerouted,
             "remote_commits": self.totals.remote_commits,
             "restarts": self.counters.restarts,

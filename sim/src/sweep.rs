@@ -67,6 +67,9 @@ pub struct SweepReport {
     /// Access control: the seeds that ran the access client, its requests, the answers to its
     /// requests as users and (tier 2) to the bootstrap admin's, judged against the users.
     pub access: AccessTally,
+    /// Produce quotas: the seeds whose nodes refused produces for it (429), and how many.
+    pub seeds_with_quota_refusals: u64,
+    pub quota_refusals: u64,
 }
 
 /// Access-control figures of a sweep.
@@ -124,6 +127,8 @@ impl SweepReport {
         self.queue.add(&outcome.verdict.queue);
         self.seeds_with_queue += u64::from(outcome.verdict.queue.deliveries > 0);
         self.access.add(&outcome.counters);
+        self.seeds_with_quota_refusals += u64::from(outcome.counters.quota_refusals > 0);
+        self.quota_refusals += outcome.counters.quota_refusals;
         let tally = self.by_nodes.entry(outcome.nodes).or_default();
         tally.seeds += 1;
         tally.failed += u64::from(!outcome.passed);
@@ -201,6 +206,8 @@ impl SweepReport {
             "queue": self.queue.to_json(),
             "seeds_with_queue": self.seeds_with_queue,
             "access": self.access.to_json(),
+            "seeds_with_quota_refusals": self.seeds_with_quota_refusals,
+            "quota_refusals": self.quota_refusals,
         })
     }
 }

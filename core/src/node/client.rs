@@ -11,10 +11,12 @@ use crate::api::{
 };
 use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS, MAX_CONSUME_WAIT_MS};
 use crate::ids::{PartitionKey, RequestId};
-use crate::io::{DiskDone, DiskError, DiskOp};
+use crate::io::{DiskDone, DiskError, DiskOp, NodeEvent};
 use crate::meta::{MetaCommand, validate_change, validate_requested};
 use crate::partition::{ReadDamage, ReadPlan, ReadRefusal};
 use crate::peer::{PeerMessage, WireConsumed, WireError};
+use crate::quota::Payer;
+use crate::wal::Draft;
 
 impl Node {
     pub(super) fn handle_client(&mut self, request: RequestId, op: ClientOp, who: &Principal) {
@@ -63,7 +65,7 @@ impl Node {
                 reply => self.reply(request, reply),
             },
             ClientOp::Produce { topic, messages, batch } => {
-                self.produce(request, &topic, messages, batch);
+                self.produce(request, &topic, messages, batch, who);
             }
             ClientOp::Consume { topic, partition, offset, max, wait_ms } => {
                 self.consume(request, &topic, partition, offset, (max, wait_ms), who);
@@ -148,31 +150,28 @@ impl Node {
         topic: &str,
         messages: Vec<ProduceMessage>,
         batch: bool,
+        who: &Principal,
     ) {
-        if let Err(error) = self.stage_produce(request, topic, messages, batch) {
+        let waiter = ProduceWaiter::Client { request, records: messages.len() };
+        let payer = Some(Payer::of(who));
+        if let Err(error) = self.stage_messages(topic, messages, batch, waiter, payer) {
             self.counters.produce_requests_rejected += 1;
+            if matches!(error, ClientError::QuotaExceeded { .. }) {
+                self.counters.produce_requests_throttled += 1;
+            }
             self.reply(request, ClientReply::Error(error));
         }
     }
 
-    fn stage_produce(
-        &mut self,
-        request: RequestId,
-        topic: &str,
-        messages: Vec<ProduceMessage>,
-        batch: bool,
-    ) -> Result<(), ClientError> {
-        let waiter = ProduceWaiter::Client { request, records: messages.len() };
-        self.stage_messages(topic, messages, batch, waiter)
-    }
-
-    /// Validates `messages` for `topic` and stages them in the ingress WAL for `waiter`.
+    /// Validates `messages` for `topic` and stages them in the ingress WAL for `waiter`, charging
+    /// `payer`'s produce quota (a client's produce; the node's own copies pay nothing).
     pub(super) fn stage_messages(
         &mut self,
         topic: &str,
         messages: Vec<ProduceMessage>,
         batch: bool,
         waiter: ProduceWaiter,
+        payer: Option<Payer>,
     ) -> Result<(), ClientError> {
         if self.shutting_down {
             return Err(ClientError::ShuttingDown);
@@ -191,7 +190,38 @@ impl Node {
                 self.wal.staged_bulk_bytes()
             )));
         }
+        if let Some(payer) = payer {
+            self.charge_quota(payer, &drafts)?;
+        }
         self.wal.stage(drafts, waiter).map_err(|error| ClientError::WalFailed(error.to_string()))
+    }
+
+    /// Charges a valid produce that the WAL would take to its payer's quota, or refuses it. A
+    /// produce that spends the quota says so (`NodeEvent::QuotaSpent`), so that a runtime can
+    /// refuse the payer's next produces before it reads them.
+    fn charge_quota(&mut self, payer: Payer, drafts: &[Draft]) -> Result<(), ClientError> {
+        let bytes = drafts.iter().map(|d| d.payload.len() + d.key.as_ref().map_or(0, |k| k.len()));
+        let bytes = bytes.sum::<usize>() as u64;
+        match self.quota.admit(payer.clone(), bytes, self.now) {
+            Ok(0) => Ok(()),
+            Ok(wait_us) => {
+                self.push_event(NodeEvent::QuotaSpent { payer, wait_us });
+                Ok(())
+            }
+            Err(refusal) => {
+                let who = match &payer {
+                    Payer::Anonymous => "this node's clients".to_string(),
+                    Payer::User(name) => format!("user `{name}`"),
+                };
+                let (rate, secs) = (refusal.bytes_per_sec, refusal.retry_after_secs());
+                Err(ClientError::QuotaExceeded {
+                    message: format!(
+                        "produce quota of {rate} bytes/s for {who} spent; retry after {secs} s"
+                    ),
+                    retry_after_us: refusal.wait_us,
+                })
+            }
+        }
     }
 
     /// A produce past the group commit's bounds is refused before it is staged.

@@ -70,7 +70,7 @@ impl Node {
             payload: record.payload.clone(),
         };
         let waiter = ProduceWaiter::DeadLetter { key, offset: record.offset };
-        match self.stage_messages(&dead.topic, vec![message], false, waiter) {
+        match self.stage_messages(&dead.topic, vec![message], false, waiter, None) {
             Ok(()) => true,
             Err(error) => {
                 tracing::debug!(

@@ -12,7 +12,8 @@ use axum::http::{Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use narad_core::access::Principal;
-use narad_core::{ClientOp, ClientReply};
+use narad_core::quota::Payer;
+use narad_core::{ClientError, ClientOp, ClientReply};
 
 use super::ApiError;
 use crate::auth::SharedGate;
@@ -65,15 +66,21 @@ const DRAIN_REFUSED_BODY_BYTES: usize = 64 * 1024;
 /// connection: a client refused many times, a producer with an expired password say, would
 /// otherwise reconnect for every answer).
 async fn refuse(request: Request, refusal: ApiError) -> Response {
-    let declared = request
-        .headers()
+    let (parts, body) = request.into_parts();
+    drain_small_body(&parts.headers, body).await;
+    refusal.into_response()
+}
+
+/// Reads and drops the body of a refused request if it declared at most
+/// `DRAIN_REFUSED_BODY_BYTES`.
+pub async fn drain_small_body(headers: &axum::http::HeaderMap, body: axum::body::Body) {
+    let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<usize>().ok());
     if declared.is_some_and(|len| len <= DRAIN_REFUSED_BODY_BYTES) {
-        let _ = axum::body::to_bytes(request.into_body(), DRAIN_REFUSED_BODY_BYTES).await;
+        let _ = axum::body::to_bytes(body, DRAIN_REFUSED_BODY_BYTES).await;
     }
-    refusal.into_response()
 }
 
 /// The browser guard: a request that changes something says it comes from a program.
@@ -112,11 +119,33 @@ impl Caller {
     /// Sends `op` to the node; an error reply becomes an `ApiError` with its status.
     pub async fn call(&self, op: ClientOp) -> Result<ClientReply, ApiError> {
         match self.node.request(op, self.who.clone()).await {
-            Ok(ClientReply::Error(error)) => Err(ApiError::from(error)),
+            Ok(ClientReply::Error(error)) => {
+                if let ClientError::QuotaExceeded { retry_after_us, .. } = &error {
+                    let (gate, now_us) = (self.node.quota_gate(), self.node.unix_micros());
+                    gate.refused(Payer::of(&self.who), now_us, *retry_after_us);
+                }
+                Err(ApiError::from(error))
+            }
             Ok(reply) => Ok(reply),
             Err(NodeGone::Stopped) => Err(ApiError::node_stopped()),
             // Not a clean refusal: what was handed over may have taken effect (ambiguous, 500).
             Err(NodeGone::Unanswered) => Err(ApiError::node_died()),
+        }
+    }
+
+    /// A produce's 429 before its body is read, while the node refused this caller's quota a
+    /// moment ago and will not take more yet (`quota_gate.rs`).
+    pub fn quota_gate(&self) -> Result<(), ApiError> {
+        let gate = self.node.quota_gate();
+        match gate.wait_us(&Payer::of(&self.who), self.node.unix_micros()) {
+            None => Ok(()),
+            Some(wait_us) => Err(ApiError::from(ClientError::QuotaExceeded {
+                message: format!(
+                    "produce quota spent; retry after {} s",
+                    narad_core::quota::retry_after_secs(wait_us)
+                ),
+                retry_after_us: wait_us,
+            })),
         }
     }
 

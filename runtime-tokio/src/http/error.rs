@@ -7,6 +7,8 @@
 //! An overloaded node (a bound of its internal queues reached, `ClientError::Overloaded`) answers
 //! 503 with `Retry-After: 1`, not 429: the limit is the node's, not the client's (429 says "you
 //! send too much"), and 503 is what clients already retry for every other transient refusal.
+//! A produce past its principal's quota (`ClientError::QuotaExceeded`) is the client's: 429,
+//! with the `Retry-After` the quota computed.
 
 use std::borrow::Cow;
 
@@ -81,8 +83,14 @@ impl From<ClientError> for ApiError {
     fn from(error: ClientError) -> ApiError {
         let status = StatusCode::from_u16(error.http_status())
             .expect("invariant: http_status returns a valid status code");
-        let retry_after =
-            matches!(error, ClientError::Overloaded(_)).then_some(OVERLOAD_RETRY_AFTER_SECS);
+        let retry_after = match &error {
+            ClientError::Overloaded(_) => Some(OVERLOAD_RETRY_AFTER_SECS),
+            ClientError::QuotaExceeded { retry_after_us, .. } => {
+                let secs = narad_core::quota::retry_after_secs(*retry_after_us);
+                Some(u32::try_from(secs).unwrap_or(u32::MAX))
+            }
+            _ => None,
+        };
         let log_start_offset = match error {
             ClientError::Gone { log_start_offset } => Some(log_start_offset),
             _ => None,
@@ -132,6 +140,16 @@ mod tests {
             .block_on(axum::body::to_bytes(response.into_body(), 1 << 20))
             .expect("body");
         serde_json::from_slice(&bytes).expect("JSON body")
+    }
+
+    #[test]
+    fn a_spent_quota_answers_429_with_its_retry_after() {
+        let error =
+            ClientError::QuotaExceeded { message: "spent".into(), retry_after_us: 6_000_001 };
+        let response = ApiError::from(error).into_response();
+        assert_eq!(response.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(response.headers()[header::RETRY_AFTER], "7");
+        assert_eq!(json_body(response)["error"], "spent");
     }
 
     #[test]

@@ -67,7 +67,7 @@ struct Scalar {
 }
 
 /// Every node-wide metric, in exposition order.
-const SCALARS: [Scalar; 40] = [
+const SCALARS: [Scalar; 41] = [
     Scalar {
         name: "narad_produce_requests_accepted_total",
         kind: Kind::Counter,
@@ -85,6 +85,12 @@ const SCALARS: [Scalar; 40] = [
         kind: Kind::Counter,
         help: "Requests refused by the grant check (401 for a deleted user, 403).",
         value: |s| s.requests_refused_access,
+    },
+    Scalar {
+        name: "narad_produce_requests_throttled_total",
+        kind: Kind::Counter,
+        help: "Produce requests answered 429: their principal's produce quota was spent.",
+        value: |s| s.produce_requests_throttled,
     },
     Scalar {
         name: "narad_records_accepted_total",

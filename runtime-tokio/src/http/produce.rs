@@ -13,6 +13,7 @@ use narad_core::{ClientOp, ClientReply, ProduceMessage};
 use serde::Deserialize;
 use serde_json::value::RawValue;
 
+use super::access::drain_small_body;
 use super::body::read_limited;
 use super::json::{Object, object};
 use super::query::{batch_params, produce_params};
@@ -28,6 +29,7 @@ pub async fn single(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let params = produce_params(uri.query())?;
+    let body = pass_quota_gate(&node, &headers, body).await?;
     let payload = read_limited(&headers, body, MAX_MESSAGE_BYTES).await?;
     if payload.is_empty() {
         return Err(ApiError::bad_request("empty body: a message needs 1 byte or more"));
@@ -37,6 +39,18 @@ pub async fn single(
     match node.call(op).await? {
         ClientReply::Produced { .. } => Ok(StatusCode::ACCEPTED),
         other => Err(ApiError::unexpected(&other)),
+    }
+}
+
+/// The produce quota's gate (`Caller::quota_gate`), before the body is read: a refused
+/// request's body is read first only if it is small, so its keep-alive connection stays usable.
+async fn pass_quota_gate(node: &Caller, headers: &HeaderMap, body: Body) -> Result<Body, ApiError> {
+    match node.quota_gate() {
+        Ok(()) => Ok(body),
+        Err(refusal) => {
+            drain_small_body(headers, body).await;
+            Err(refusal)
+        }
     }
 }
 
@@ -69,6 +83,7 @@ pub async fn batch(
     body: Body,
 ) -> Result<Response, ApiError> {
     batch_params(uri.query())?;
+    let body = pass_quota_gate(&node, &headers, body).await?;
     let body = read_limited(&headers, body, MAX_BATCH_BYTES).await?;
     let messages = if body.len() >= OFFLOAD_DECODE_BYTES {
         node.node().offload(move || decode_batch(&body)).await.ok_or_else(decode_lost)??

@@ -49,6 +49,8 @@ impl Checker {
                 self.dead_lettered(node, *key, *offset, None)
             }
             // Never acknowledged: a message among them that was is a lost write (`verdict`).
+            // Judged from the answers (`quota.rs`); the runtime's gate is its only user.
+            NodeEvent::QuotaSpent { .. } => {}
             NodeEvent::RecordsAbandoned { seqs } => {
                 for &seq in seqs {
                     self.mark_done(node, seq);

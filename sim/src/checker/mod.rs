@@ -22,6 +22,7 @@ mod long_poll;
 mod queue;
 mod queue_lag;
 mod queue_wait;
+mod quota;
 mod reads;
 mod retention;
 mod verdict;
@@ -103,6 +104,10 @@ pub mod inv {
     pub const ACCESS_REFUSED: &str = "access-refused-wrongly";
     /// Two replicas applied different user changes at one log index.
     pub const USERS_DIVERGED: &str = "users-diverged";
+    /// A node accepted more of a payer's produces than its quota lets through.
+    pub const QUOTA_OVERRUN: &str = "quota-overrun";
+    /// A node refused a produce (429) while its payer was within its quota.
+    pub const QUOTA_REFUSED_EARLY: &str = "quota-refused-early";
 }
 
 /// One message the workload produced (or tried to).
@@ -213,6 +218,8 @@ struct NodeCheck {
 /// Counters for the report.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct Counters {
+    /// Produces refused 429 for their payer's quota.
+    pub quota_refusals: u64,
     /// Answers to the access client's requests judged against the users' history.
     pub access_probes_judged: u64,
     /// Answers to requests made with the bootstrap admin's credentials (tier 2 with access
@@ -301,6 +308,8 @@ pub struct Checker {
     pub cluster: bool,
     /// Long-poll consumes: visibility timelines and what disturbs their delays.
     pub long_poll: long_poll::LongPollState,
+    /// Produces and their answers, while a produce quota is set (`quota.rs`).
+    quota: quota::QuotaHistory,
 }
 
 impl Checker {

@@ -43,6 +43,7 @@ impl Checker {
     pub fn verdict(&mut self, read_complete: bool, lost_nodes: u32) -> Verdict {
         self.check_admin();
         self.check_access();
+        self.check_quota();
         self.judge_half_applied_suspects();
         self.check_requests_whole(read_complete, lost_nodes);
         self.queue_verdict_checks(read_complete);

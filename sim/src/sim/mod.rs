@@ -14,6 +14,7 @@ mod net_faults;
 mod report;
 pub mod world;
 
+use narad_core::quota::Payer;
 use narad_core::{Config, DiskOp, FileId, Input, Instant, IoToken, NodeId};
 use narad_sim_runtime::{
     Component, EventQueue, FaultHits, NodeHost, SimDisk, SimNetwork, component_rng, component_seed,
@@ -161,6 +162,7 @@ impl Simulation {
         };
         let mut world = world;
         world.checker.queue_visibility(cfg.workload.queue_visibility_ms);
+        world.checker.produce_quota(cfg.sizes.produce_quota_bytes_per_sec);
         if cfg.faults.read_error_rate > 0.0 || cfg.faults.read_corruption_rate > 0.0 {
             world.checker.queue_waits_unjudged();
         }
@@ -380,11 +382,15 @@ impl Simulation {
                     self.world.record(n as u32, what);
                     let checker = &mut self.world.checker;
                     self.world.workload.delivered(client, request, n as u32, checker);
+                    let who = who.principal();
+                    if let Some(epoch) = self.world.running[n] {
+                        checker.quota_sent(request, (n as u32, epoch), &op, Payer::of(&who));
+                    }
                     let timeout = self.world.workload.timeout_micros();
                     self.world.queue.push_after(timeout, Event::ClientTimeout { request });
                     self.hosts[n].deliver(
                         now,
-                        Input::Client { request, op: *op, who: who.principal() },
+                        Input::Client { request, op: *op, who },
                         &mut self.world,
                     );
                 } else {
@@ -500,6 +506,7 @@ pub fn apply_sizes(config: &mut Config, cfg: &SwarmConfig) {
     config.wal_prewrite_chunk_bytes = cfg.sizes.wal_prewrite_chunk_bytes;
     config.flush_pairing_us = cfg.sizes.flush_pairing_us;
     config.dispatch_linger = cfg.sizes.dispatch_linger;
+    config.produce_quota_bytes_per_sec = cfg.sizes.produce_quota_bytes_per_sec;
     config.wal_small_request_bytes = cfg.sizes.wal_small_request_bytes;
     config.wal_group_bulk_bytes = cfg.sizes.wal_group_bulk_bytes;
     // With the lease set on the topics, the nodes' default is the shortest there is: a node

@@ -212,6 +212,7 @@ pub fn traced(event: &NodeEvent) -> Option<What> {
         NodeEvent::TopicApplied { .. }
         | NodeEvent::RecordsAbandoned { .. }
         | NodeEvent::DeadLettered { .. }
+        | NodeEvent::QuotaSpent { .. }
         | NodeEvent::UserApplied { .. }
         | NodeEvent::UsersReplaced { .. } => return None,
         NodeEvent::SegmentDeleted { key, trimmed, .. } => What::SegmentDeleted {
@@ -308,6 +309,7 @@ impl HostRuntime for World {
             self.harness_reply = Some(reply);
             return;
         }
+        self.checker.quota_answered(request, &reply);
         if let Some((client, delay)) =
             self.workload.on_reply(node, request, &reply, &mut self.checker)
         {

@@ -74,6 +74,7 @@ pub fn draw(seed: u64, nodes: u32) -> SwarmConfig {
     super::draw_flush_pairing(&mut rng, &mut sizes);
     super::draw_dispatch_linger(&mut rng, &mut sizes);
     super::draw_wal_lanes(&mut rng, &mut sizes);
+    super::draw_produce_quota(&mut rng, &mut workload, &mut sizes);
     SwarmConfig { nodes, faults, net, workload, horizon_ms, idempotent_commits: true, sizes }
 }
 

@@ -233,6 +233,8 @@ pub struct WorkloadConfig {
     /// Requests of the access client (users, grants, requests as those users; 0: none in this
     /// seed). Drawn on its own stream (`draw_access`).
     pub access_ops: u32,
+    /// The nodes set a produce quota: a 429 to a produce is retried, not a violation.
+    pub produce_quota: bool,
 }
 
 impl WorkloadConfig {
@@ -281,6 +283,7 @@ impl Default for WorkloadConfig {
             queue_max_deliveries: None,
             long_poll_prob: 0.0,
             access_ops: 0,
+            produce_quota: false,
         }
     }
 }
@@ -332,6 +335,8 @@ pub struct NodeSizes {
     pub wal_small_request_bytes: u64,
     /// `Config::wal_group_bulk_bytes`.
     pub wal_group_bulk_bytes: u64,
+    /// `Config::produce_quota_bytes_per_sec`.
+    pub produce_quota_bytes_per_sec: u64,
 }
 
 impl Default for NodeSizes {
@@ -350,6 +355,7 @@ impl Default for NodeSizes {
             dispatch_linger: true,
             wal_small_request_bytes: narad_core::constants::WAL_SMALL_REQUEST_BYTES,
             wal_group_bulk_bytes: narad_core::constants::WAL_GROUP_BULK_BYTES,
+            produce_quota_bytes_per_sec: 0,
         }
     }
 }
@@ -412,6 +418,24 @@ pub(crate) fn draw_wal_lanes(rng: &mut ChaCha8Rng, sizes: &mut NodeSizes) {
     };
 }
 
+/// The produce quota (`core/src/quota.rs`), drawn after the WAL's lanes (earlier draws stay
+/// what they were): none for three quarters of the seeds; for the others 2, 8 or 32 KiB/s per
+/// payer per node. A run's producers send a few KiB/s to some tens of KiB/s, so the lower ones
+/// refuse produces all the time and the highest now and then.
+pub(crate) fn draw_produce_quota(
+    rng: &mut ChaCha8Rng,
+    workload: &mut WorkloadConfig,
+    sizes: &mut NodeSizes,
+) {
+    sizes.produce_quota_bytes_per_sec = match rng.random_range(0..12) {
+        0 => 2_048,
+        1 => 8_192,
+        2 => 32_768,
+        _ => 0,
+    };
+    workload.produce_quota = sizes.produce_quota_bytes_per_sec > 0;
+}
+
 pub(crate) fn draw_sizes(rng: &mut ChaCha8Rng) -> NodeSizes {
     let mut sizes = NodeSizes::default();
     if rng.random_bool(0.5) {
@@ -471,6 +495,7 @@ impl SwarmConfig {
         draw_flush_pairing(&mut rng, &mut sizes);
         draw_dispatch_linger(&mut rng, &mut sizes);
         draw_wal_lanes(&mut rng, &mut sizes);
+        draw_produce_quota(&mut rng, &mut workload, &mut sizes);
         SwarmConfig {
             nodes: 1,
             faults,
@@ -559,8 +584,9 @@ pub(crate) fn draw_workload(rng: &mut ChaCha8Rng) -> WorkloadConfig {
         queue_visibility_ms: narad_core::constants::DEFAULT_VISIBILITY_TIMEOUT_MS,
         queue_topic_lease: false, // drawn after everything (`draw_queue_settings`)
         queue_max_deliveries: None,
-        long_poll_prob: 0.0, // drawn after everything (`draw_long_poll`)
-        access_ops: 0,       // drawn on its own stream (`draw_access`)
+        long_poll_prob: 0.0,  // drawn after everything (`draw_long_poll`)
+        access_ops: 0,        // drawn on its own stream (`draw_access`)
+        produce_quota: false, // drawn last (`draw_produce_quota`)
     }
 }
 

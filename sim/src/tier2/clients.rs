@@ -8,6 +8,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use narad_core::quota::Payer;
 use narad_core::{ClientOp, RequestId};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
@@ -115,6 +116,9 @@ async fn send(
         let w = &mut *w;
         w.checker.set_now(now());
         w.workload.delivered(c, request, node, &mut w.checker);
+        let payer = auth.as_ref().map_or(Payer::Anonymous, |basic| Payer::User(basic.name.clone()));
+        let epoch = w.nodes[node as usize].epoch;
+        w.checker.quota_sent(request, (node, epoch), op, payer);
         if as_admin {
             w.checker.access_asked(request, node, access::admin_ask());
         }
@@ -133,6 +137,7 @@ async fn send(
             let (status, count) = crate::sim::world::status_of(&reply);
             w.record(node, What::Reply { request: request.0, status, count });
             w.checker.access_answered(request, Some(&reply));
+            w.checker.quota_answered(request, &reply);
             // The access client reads a 401 as what it is (its create did not happen).
             let reply =
                 if as_admin && !access_client { access::admin_answer(reply) } else { reply };

@@ -349,6 +349,10 @@ fn error_of(status: u16, body: &[u8]) -> ClientError {
             Some(log_start_offset) => ClientError::Gone { log_start_offset },
             None => ClientError::StaleHandle(message),
         },
+        // The payer's produce quota (judged by the checker as the first tier's).
+        429 if message.starts_with("produce quota") => {
+            ClientError::QuotaExceeded { message, retry_after_us: 0 }
+        }
         // Too many wrong passwords for the user: refused before anything ran, retry later.
         429 => ClientError::Unavailable(format!("429: {message}")),
         503 if message == "shutting down" => ClientError::ShuttingDown,

@@ -151,6 +151,7 @@ pub(crate) fn new_world(seed: u64, cfg: &SwarmConfig, keep_trace: bool) -> World
         .collect();
     let mut checker = crate::sim::long_poll_checker(nodes > 1, &cfg.net.faults);
     checker.answers_cross_a_network();
+    checker.produce_quota(cfg.sizes.produce_quota_bytes_per_sec);
     let workload = crate::sim::workload_of(seed, cfg).access_over_http();
     let admin = workload.has_access_client().then(access::Basic::admin);
     let net = &cfg.net.faults;

@@ -220,6 +220,8 @@ impl Workload {
                 Next::Retry { ambiguous: true }
             }
             503 => Next::Retry { ambiguous: false },
+            // The payer's produce quota (judged by the checker, `checker/quota.rs`).
+            429 if self.cfg.produce_quota => Next::Retry { ambiguous: false },
             400 if invalid => Next::Finished,
             // A lagging replica resolved the name to another incarnation (fewer partitions).
             400 if self.cluster => Next::Retry { ambiguous: false },
