@@ -11,6 +11,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use narad_core::quota::Payer;
 
@@ -23,6 +24,8 @@ const FIRST_SWEEP_AT: usize = 64;
 #[derive(Default)]
 pub struct QuotaGate {
     inner: Mutex<Gates>,
+    /// Produces answered 429 here, before their bodies were read.
+    refused: AtomicU64,
 }
 
 #[derive(Default)]
@@ -32,11 +35,19 @@ struct Gates {
 }
 
 impl QuotaGate {
-    /// Microseconds `payer` must still wait at `now_us`, if the gate is closed to it.
+    /// Microseconds `payer` must still wait at `now_us`, if the gate is closed to it (a
+    /// produce it refuses, and counts).
     pub fn wait_us(&self, payer: &Payer, now_us: u64) -> Option<u64> {
         let gates = self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
         let until = *gates.closed_until.get(payer)?;
-        (until > now_us).then(|| until - now_us)
+        let wait = (until > now_us).then(|| until - now_us)?;
+        self.refused.fetch_add(1, Ordering::Relaxed);
+        Some(wait)
+    }
+
+    /// Produces the gate refused so far.
+    pub fn refusals(&self) -> u64 {
+        self.refused.load(Ordering::Relaxed)
     }
 
     /// The core refused `payer` at about `now_us`, to take more `wait_us` later.
@@ -64,6 +75,7 @@ mod tests {
         assert_eq!(gate.wait_us(&flood, 1_000_000), Some(2_000_000 - MARGIN_US));
         assert_eq!(gate.wait_us(&Payer::Anonymous, 1_000_000), None, "payers are apart");
         assert_eq!(gate.wait_us(&flood, 3_000_000 - MARGIN_US), None, "open before the core");
+        assert_eq!(gate.refusals(), 1);
         gate.refused(Payer::Anonymous, 0, MARGIN_US);
         assert_eq!(gate.wait_us(&Payer::Anonymous, 0), None, "a wait within the margin: no gate");
     }

@@ -255,3 +255,33 @@ fn a_flood_of_large_bodies_is_refused_beyond_the_byte_budget() {
     });
     assert!(fits, "a large batch never fitted once the holders left; log:\n{}", node.log());
 }
+
+/// A produce quota (`--produce-quota`, 250 kB/s here; access control off, so every client pays
+/// into one ledger): a 1.5 MB batch (6 s worth) passes and spends it for 5 s, the node's answer to the next says
+/// so (429, `Retry-After`), the produces after that are refused before their bodies are read
+/// (the HTTP layer's gate), and once the quota is paid off a produce is 202 again.
+#[test]
+fn past_the_produce_quota_batches_are_answered_429_with_retry_after() {
+    let (_tmp, data) = data_dir();
+    let node = TestNode::start_with(&data, &["--produce-quota", "250000"]);
+    node.client().create_topic("t", 1);
+    let body = batch_body(1_500_000);
+    let path = "/v1/topics/t/produce/batch";
+    assert_eq!(post_raw(&host(&node), path, body.clone()).0, 202, "the first is always taken");
+    let (status, head) = post_raw(&host(&node), path, body.clone());
+    assert_eq!(status, 429, "{head}");
+    let retry_after: u64 = head
+        .lines()
+        .find_map(|l| l.to_ascii_lowercase().strip_prefix("retry-after: ").map(str::to_string))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no Retry-After: {head}"));
+    assert!((1..=5).contains(&retry_after), "at most 5 s owed, rounded up: {head}");
+    let (status, _) = node.client().post("/v1/topics/t/produce", b"small");
+    assert_eq!(status, 429, "the small produce pays into the same ledger");
+    let metrics = node.client().metrics();
+    let at_gate = metrics["narad_produce_requests_throttled_early_total"];
+    assert!(at_gate >= 1.0, "refused before their bodies were read: {at_gate}");
+    let paid_off = wait_until(ACT_TIMEOUT, || produce_ok(&node, "t"));
+    assert!(paid_off, "the quota never let a produce through again; log:\n{}", node.log());
+    assert_eq!(node.client().metrics()["narad_records_accepted_total"], 1_001.0);
+}

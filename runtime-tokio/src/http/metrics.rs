@@ -25,6 +25,7 @@ pub async fn metrics(State(node): State<NodeHandle>) -> Result<Response, ApiErro
     if let Some(transport) = node.transport_stats() {
         crate::transport::write_metrics(&mut body, &transport);
     }
+    render_quota_gate(&mut body, node.quota_gate().refusals());
     let content_type = HeaderValue::from_static(CONTENT_TYPE);
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response())
 }
@@ -391,6 +392,15 @@ fn render_free_space(out: &mut String, dir: &std::path::Path) {
     ] {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {value}");
     }
+}
+
+/// Produces the HTTP layer answered 429 before reading them (`quota_gate.rs`); the node's own
+/// 429s are `narad_produce_requests_throttled_total`.
+fn render_quota_gate(out: &mut String, refused: u64) {
+    let name = "narad_produce_requests_throttled_early_total";
+    let help = "Produce requests answered 429 before their body was read: their principal's \
+                produce quota was spent a moment before.";
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {refused}");
 }
 
 /// Escapes a label value (`\`, `"` and newlines), as the exposition format requires.
