@@ -15,7 +15,10 @@
 # HTTP layer only: bodies are read and parsed, then answered 404, nothing reaches the WAL),
 # SERVE_FLAGS (more `narad serve` flags for the attacked node), ATTACK (1; 0 skips part 1),
 # TLS_COMPARE (1; 0 skips part 2), TLS_ROUNDS (2: 4 x TLS_ROUNDS runs, P T T P ...),
-# TLS_CLIENTS (64), TLS_DURATION (10s), PORT (7970), BENCH_DIR (/var/tmp).
+# TLS_CLIENTS (64), TLS_DURATION (10s), PORT (7970), BENCH_DIR (/var/tmp), QUOTA (0: bytes/s;
+# non-zero turns access control on, gives every user that produce quota (`--produce-quota`),
+# benches as the admin and floods as a user `flood`), HONOR_RETRY_AFTER (0; 1: the flooders wait
+# out each Retry-After, as a well-behaved bulk loader does, instead of ignoring it).
 # Needs python3, curl and openssl (for a throwaway self-signed cert).
 set -euo pipefail
 
@@ -31,6 +34,8 @@ TLS_COMPARE="${TLS_COMPARE:-1}"
 TLS_ROUNDS="${TLS_ROUNDS:-2}"
 TLS_CLIENTS="${TLS_CLIENTS:-64}"
 TLS_DURATION="${TLS_DURATION:-10s}"
+QUOTA="${QUOTA:-0}"
+HONOR_RETRY_AFTER="${HONOR_RETRY_AFTER:-0}"
 PORT="${PORT:-7970}"
 BENCH_DIR="${BENCH_DIR:-/var/tmp}"
 HERE="$(cd "$(dirname "$0")" && pwd)"
@@ -84,24 +89,43 @@ rss_kib() { awk -v key="$2:" '$1 == key { print $2 }' "/proc/$1/status"; }
 
 # --- 1. Producer alone, then under attack. ---
 attack() {
+local quota_flags=() as_admin=() curl_admin=() flood_flags=()
+if [[ "$QUOTA" != 0 ]]; then
+    echo "a-long-admin-password" >"$WORK/admin-password"
+    quota_flags=(--produce-quota "$QUOTA" --admin-password-file "$WORK/admin-password")
+    as_admin=(--user "admin:a-long-admin-password")
+    curl_admin=(-u "admin:a-long-admin-password" -H "Content-Type: application/json")
+    flood_flags=(--auth "flood:a-long-flood-password")
+fi
+[[ "$HONOR_RETRY_AFTER" == 1 ]] && flood_flags+=(--honor-retry-after)
 # shellcheck disable=SC2086 # SERVE_FLAGS is a list of flags
-start attack "$PORT" $SERVE_FLAGS
+start attack "$PORT" $SERVE_FLAGS "${quota_flags[@]}"
 URL="http://127.0.0.1:$PORT"
 wait_ready "$URL"
-curl -fsS -X POST "$URL/v1/topics" -d '{"name":"flood","partitions":1}' >/dev/null
-curl -fsS -X POST "$URL/v1/topics" -d '{"name":"loris","partitions":1}' >/dev/null
-bench "$URL" "$CLIENTS" "$DURATION" --server-pid "$NODE_PID" >"$WORK/alone.json"
+for _ in $(seq 300); do # with users: until the bootstrap admin is in the node's users
+    curl -fsS "${curl_admin[@]}" "$URL/v1/topics" >/dev/null 2>&1 && break
+    sleep 0.1
+done
+curl -fsS "${curl_admin[@]}" -X POST "$URL/v1/topics" -d '{"name":"flood","partitions":1}' >/dev/null
+curl -fsS "${curl_admin[@]}" -X POST "$URL/v1/topics" -d '{"name":"loris","partitions":1}' >/dev/null
+if [[ "$QUOTA" != 0 ]]; then
+    curl -fsS "${curl_admin[@]}" -X POST "$URL/v1/users" -d '{"name":"flood",
+        "password":"a-long-flood-password","grants":[{"action":"produce","topics":"flood"}]}' \
+        >/dev/null
+    echo "produce quota: $QUOTA bytes/s per user; flooding as user flood$([[ "$HONOR_RETRY_AFTER" == 1 ]] && echo ", honouring Retry-After")"
+fi
+bench "$URL" "$CLIENTS" "$DURATION" --server-pid "$NODE_PID" "${as_admin[@]}" >"$WORK/alone.json"
 echo "rss before the attack: $(rss_kib "$NODE_PID" VmRSS) KiB"
 
 seconds=$(python3 -c "print(float('${DURATION%s}') + 12)")
 python3 "$HERE/hostile_clients.py" "127.0.0.1:$PORT" --loris "$LORIS" --flooders "$FLOODERS" \
     --seconds "$seconds" --flood-topic "$FLOOD_TOPIC" --ready-file "$WORK/loris-ready" \
-    >"$WORK/attack.json" &
+    "${flood_flags[@]}" >"$WORK/attack.json" &
 ATTACKER=$!
 PIDS+=("$ATTACKER")
 for _ in $(seq 600); do [[ -s "$WORK/loris-ready" ]] && break; sleep 0.1; done
 echo "slow-loris connections open: $(cat "$WORK/loris-ready" 2>/dev/null || echo none)"
-bench "$URL" "$CLIENTS" "$DURATION" --server-pid "$NODE_PID" >"$WORK/attacked.json"
+bench "$URL" "$CLIENTS" "$DURATION" --server-pid "$NODE_PID" "${as_admin[@]}" >"$WORK/attacked.json"
 wait "$ATTACKER" || true
 summary "producer alone       " "$WORK/alone.json"
 summary "producer under attack" "$WORK/attacked.json"

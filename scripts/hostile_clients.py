@@ -10,11 +10,14 @@ correctness.
 - loris: keeps N connections open that each sent half a request head; when the node cuts one
   (the header timeout), it is reopened. Counts the cuts.
 - flooders: each sends ~16 MiB batch produces back to back (a fresh connection per request, as the
-  node closes after a refusal), counting 202, 503 and the rest.
+  node closes after a refusal), counting 202, 429, 503 and the rest. With --auth USER:PASS they
+  send those credentials; with --honor-retry-after they wait out a 429's or 503's Retry-After
+  before the next (a well-behaved bulk loader), otherwise they ignore it (a hostile one).
 - oversize: now and then a request with a 32 KiB header, counting 431.
 """
 
 import argparse
+import base64
 import json
 import selectors
 import socket
@@ -34,6 +37,12 @@ def batch_body():
 
 def status_of(sock):
     """Reads a response head; returns its status code (0 if none arrived)."""
+    return head_of(sock)[0]
+
+
+def head_of(sock):
+    """Reads a response head; returns its status code (0 if none arrived) and its Retry-After
+    in seconds (0 if none)."""
     head = b""
     try:
         while b"\r\n\r\n" not in head:
@@ -43,10 +52,17 @@ def status_of(sock):
             head += chunk
     except OSError:
         pass
+    retry_after = 0
+    for line in head.split(b"\r\n"):
+        if line.lower().startswith(b"retry-after:"):
+            try:
+                retry_after = int(line.split(b":", 1)[1])
+            except ValueError:
+                pass
     try:
-        return int(head[9:12])
+        return int(head[9:12]), retry_after
     except ValueError:
-        return 0
+        return 0, 0
 
 
 class Counts:
@@ -94,10 +110,14 @@ def loris(addr, count, deadline, counts, ready_file):
     counts.add("loris_open_at_end", len(sel.get_map()))
 
 
-def flooder(addr, topic, body, deadline, counts):
+def flooder(addr, topic, body, deadline, counts, auth, honor):
+    credentials = ""
+    if auth:
+        credentials = "Authorization: Basic %s\r\n" % base64.b64encode(auth.encode()).decode()
     head = (
-        "POST /v1/topics/%s/produce/batch HTTP/1.1\r\nHost: x\r\n"
-        "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n" % (topic, len(body))
+        "POST /v1/topics/%s/produce/batch HTTP/1.1\r\nHost: x\r\n%s"
+        "Content-Type: application/json\r\nContent-Length: %d\r\n\r\n"
+        % (topic, credentials, len(body))
     ).encode()
     while time.monotonic() < deadline:
         try:
@@ -108,10 +128,12 @@ def flooder(addr, topic, body, deadline, counts):
             continue
         writer = threading.Thread(target=send_quietly, args=(sock, head + body))
         writer.start()
-        status = status_of(sock)
+        status, retry_after = head_of(sock)
         writer.join()
         sock.close()
         counts.add("flood_%d" % status if status else "flood_no_answer")
+        if honor and retry_after:
+            time.sleep(min(retry_after, max(0.0, deadline - time.monotonic())))
 
 
 def send_quietly(sock, data):
@@ -143,6 +165,8 @@ def main():
     parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--flood-topic", default="flood")
     parser.add_argument("--ready-file", required=True)
+    parser.add_argument("--auth", default="", help="USER:PASS the flooders send")
+    parser.add_argument("--honor-retry-after", action="store_true")
     args = parser.parse_args()
     host, port = args.addr.rsplit(":", 1)
     addr = (host, int(port))
@@ -150,7 +174,8 @@ def main():
     counts = Counts()
     body = batch_body()
     threads = [threading.Thread(target=loris, args=(addr, args.loris, deadline, counts, args.ready_file))]
-    threads += [threading.Thread(target=flooder, args=(addr, args.flood_topic, body, deadline, counts)) for _ in range(args.flooders)]
+    flood_args = (addr, args.flood_topic, body, deadline, counts, args.auth, args.honor_retry_after)
+    threads += [threading.Thread(target=flooder, args=flood_args) for _ in range(args.flooders)]
     threads.append(threading.Thread(target=oversize, args=(addr, deadline, counts)))
     for t in threads:
         t.start()

@@ -135,7 +135,7 @@ impl NodeHandle {
     }
 
     /// The gate of the produce quota, in front of request bodies (`quota_gate.rs`).
-    pub fn quota_gate(&self) -> &crate::quota_gate::QuotaGate {
+    pub fn quota_gate(&self) -> &Arc<crate::quota_gate::QuotaGate> {
         &self.parts.quota_gate
     }
 
@@ -470,7 +470,7 @@ impl Driver {
             self.observer.event(&event);
             if let NodeEvent::QuotaSpent { payer, wait_us } = &event {
                 let now_us = self.clock.wall().unix_micros();
-                self.quota_gate.refused(payer.clone(), now_us, *wait_us);
+                self.quota_gate.close(payer.clone(), now_us, *wait_us);
             }
             log_event(event);
         }

@@ -18,6 +18,7 @@ use narad_core::{ClientError, ClientOp, ClientReply};
 use super::ApiError;
 use crate::auth::SharedGate;
 use crate::driver::{NodeGone, NodeHandle};
+use crate::quota_gate::Probe;
 
 /// The header a program may send instead of a JSON or octet-stream content type.
 pub const CLIENT_HEADER: &str = "x-narad-client";
@@ -122,7 +123,7 @@ impl Caller {
             Ok(ClientReply::Error(error)) => {
                 if let ClientError::QuotaExceeded { retry_after_us, .. } = &error {
                     let (gate, now_us) = (self.node.quota_gate(), self.node.unix_micros());
-                    gate.refused(Payer::of(&self.who), now_us, *retry_after_us);
+                    gate.close(Payer::of(&self.who), now_us, *retry_after_us);
                 }
                 Err(ApiError::from(error))
             }
@@ -133,20 +134,19 @@ impl Caller {
         }
     }
 
-    /// A produce's 429 before its body is read, while the node refused this caller's quota a
-    /// moment ago and will not take more yet (`quota_gate.rs`).
-    pub fn quota_gate(&self) -> Result<(), ApiError> {
+    /// A produce's 429 before its body is read, while the node will not take more of this
+    /// caller's produces yet (`quota_gate.rs`); or the probe to hold while the produce runs.
+    pub fn quota_gate(&self) -> Result<Option<Probe>, ApiError> {
         let gate = self.node.quota_gate();
-        match gate.wait_us(&Payer::of(&self.who), self.node.unix_micros()) {
-            None => Ok(()),
-            Some(wait_us) => Err(ApiError::from(ClientError::QuotaExceeded {
+        gate.enter(&Payer::of(&self.who), self.node.unix_micros()).map_err(|wait_us| {
+            ApiError::from(ClientError::QuotaExceeded {
                 message: format!(
                     "produce quota spent; retry after {} s",
                     narad_core::quota::retry_after_secs(wait_us)
                 ),
                 retry_after_us: wait_us,
-            })),
-        }
+            })
+        })
     }
 
     pub fn node(&self) -> &NodeHandle {

@@ -19,6 +19,7 @@ use super::json::{Object, object};
 use super::query::{batch_params, produce_params};
 use super::{ApiError, Caller, json_response};
 use crate::payload_json::{key_from_json, payload_from_json};
+use crate::quota_gate::Probe;
 
 /// One message, body = payload.
 pub async fn single(
@@ -29,7 +30,7 @@ pub async fn single(
     body: Body,
 ) -> Result<StatusCode, ApiError> {
     let params = produce_params(uri.query())?;
-    let body = pass_quota_gate(&node, &headers, body).await?;
+    let (_probe, body) = pass_quota_gate(&node, &headers, body).await?;
     let payload = read_limited(&headers, body, MAX_MESSAGE_BYTES).await?;
     if payload.is_empty() {
         return Err(ApiError::bad_request("empty body: a message needs 1 byte or more"));
@@ -44,9 +45,14 @@ pub async fn single(
 
 /// The produce quota's gate (`Caller::quota_gate`), before the body is read: a refused
 /// request's body is read first only if it is small, so its keep-alive connection stays usable.
-async fn pass_quota_gate(node: &Caller, headers: &HeaderMap, body: Body) -> Result<Body, ApiError> {
+/// A probe is held until the produce is answered.
+async fn pass_quota_gate(
+    node: &Caller,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<(Option<Probe>, Body), ApiError> {
     match node.quota_gate() {
-        Ok(()) => Ok(body),
+        Ok(probe) => Ok((probe, body)),
         Err(refusal) => {
             drain_small_body(headers, body).await;
             Err(refusal)
@@ -83,7 +89,7 @@ pub async fn batch(
     body: Body,
 ) -> Result<Response, ApiError> {
     batch_params(uri.query())?;
-    let body = pass_quota_gate(&node, &headers, body).await?;
+    let (_probe, body) = pass_quota_gate(&node, &headers, body).await?;
     let body = read_limited(&headers, body, MAX_BATCH_BYTES).await?;
     let messages = if body.len() >= OFFLOAD_DECODE_BYTES {
         node.node().offload(move || decode_batch(&body)).await.ok_or_else(decode_lost)??
