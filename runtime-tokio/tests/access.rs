@@ -5,7 +5,8 @@
 //! were verified keeps producing, a changed password takes effect at once; a non-loopback
 //! address with no users refuses to start; `--admin-password-file` creates the first admin; and
 //! across a 3-node cluster a user created through node 1 produces through node 3 once node 3
-//! has applied it, and a deleted user is refused everywhere.
+//! has applied it, and a deleted user is refused everywhere. A produce quota is per user: one
+//! user past it is answered 429 while another produces on.
 
 mod cluster_support;
 mod common;
@@ -272,4 +273,42 @@ fn the_cli_manages_users_and_sends_credentials() {
     assert!(narad(&["topic", "delete", "cli.t"], cli).0, "the CLI's DELETE passes the guard");
     let (ok, _, err) = narad(&["user", "list"], "cli:wrong-password");
     assert!(!ok && err.contains("401"), "{err}");
+}
+
+/// `--produce-quota` charges each user apart: user `bulk` spends its quota with one large
+/// batch and is answered 429 (with `Retry-After`), while `admin` produces on.
+#[test]
+fn a_produce_quota_holds_back_the_user_past_it_not_the_others() {
+    let (_tmp, dir) = data_dir();
+    let password_file = dir.with_extension("admin-password");
+    std::fs::write(&password_file, "bootstrap-password\n").expect("write the password file");
+    let file = password_file.to_str().expect("UTF-8 path");
+    let node =
+        TestNode::start_with(&dir, &["--admin-password-file", file, "--produce-quota", "100000"]);
+    let admin = AuthClient::new(&node.url, Some(("admin", "bootstrap-password")));
+    let created = wait_until(CONVERGE, || admin.status("GET", "/v1/users", None) == 200);
+    assert!(created, "the first admin was created; log:\n{}", node.log());
+    let topic = json!({ "name": "bulk", "partitions": 1 });
+    assert_eq!(admin.status("POST", "/v1/topics", Some(&topic)), 201);
+    create_user(
+        &admin,
+        "bulk",
+        "bulk-password",
+        json!([{ "action": "produce", "topics": "bulk" }]),
+    );
+    let bulk = AuthClient::new(&node.url, Some(("bulk", "bulk-password")));
+    // 900 kB: 9 s of a 100 kB/s quota.
+    let messages: Vec<Value> = (0..300).map(|_| json!({ "payload": "x".repeat(3_000) })).collect();
+    let batch = json!({ "messages": messages });
+    let (status, answer, _) = bulk.send("POST", "/v1/topics/bulk/produce/batch", Some(&batch));
+    assert_eq!(status, 202, "the first batch is taken: {answer}");
+    let (status, answer, retry_after) =
+        bulk.send("POST", "/v1/topics/bulk/produce", Some(&json!("m")));
+    assert_eq!(status, 429, "{answer}");
+    let retry_after: u64 = retry_after.and_then(|v| v.parse().ok()).expect("a Retry-After");
+    assert!((1..=8).contains(&retry_after), "about 8 s owed: {retry_after}");
+    assert!(answer["error"].as_str().is_some_and(|e| e.contains("produce quota")), "{answer}");
+    for _ in 0..20 {
+        assert_eq!(admin.produce("bulk"), 202, "another user is not held back");
+    }
 }
