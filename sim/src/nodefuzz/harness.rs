@@ -55,6 +55,9 @@ impl Harness {
             config.meta_snapshot_every_entries = SMALL_SNAPSHOT_ENTRIES;
         }
         config.dispatch_linger = input.dispatch_linger();
+        if input.produce_quota {
+            config.produce_quota_bytes_per_sec = 2_048;
+        }
         if input.small_lanes {
             config.wal_small_request_bytes = 128;
             config.wal_group_bulk_bytes = if input.grouped_chunks { 2_048 } else { 1 };

@@ -24,6 +24,9 @@ pub struct FuzzInput {
     /// about, so several chunks of one request share a group commit. Bit 2 of the same byte
     /// (inputs kept from before decode as they did).
     pub grouped_chunks: bool,
+    /// A produce quota of 2 KiB/s (`core/src/quota.rs`): produces past it are refused 429 and
+    /// never staged. Bit 3 of the same byte (inputs kept from before decode as they did).
+    pub produce_quota: bool,
     /// Recovery scans partition logs in chunks of 64 × the low 15 bits bytes (0 = each file
     /// whole); the top bit turns the dispatch linger on (`FuzzInput::dispatch_linger`). One
     /// field for both, so inputs kept from before the linger existed decode as they did.
@@ -46,6 +49,7 @@ impl FuzzInput {
             small_index: limits & 1 == 1,
             small_lanes: limits & 2 != 0,
             grouped_chunks: limits & 4 != 0,
+            produce_quota: limits & 8 != 0,
             scan_chunk: u16::arbitrary(&mut u).unwrap_or_default(),
             final_power_loss: bool::arbitrary(&mut u).unwrap_or_default(),
             ops: Vec::new(),

@@ -15,6 +15,7 @@ fn input(ops: Vec<Op>) -> FuzzInput {
         small_index: true,
         small_lanes: true,
         grouped_chunks: false,
+        produce_quota: false,
         scan_chunk: 7,
         final_power_loss: true,
         ops,
@@ -229,4 +230,27 @@ fn chunks_of_one_batch_share_group_commits_and_read_back_once_after_a_power_loss
         let copies = contents.partitions.values().flatten().filter(|(_, p)| p == payload).count();
         assert_eq!(copies, 1, "payload {:?} read back once", payload[0]);
     }
+}
+
+#[test]
+fn a_produce_past_the_quota_is_refused_and_never_lands() {
+    let mut quota = input(Vec::new());
+    quota.produce_quota = true;
+    let mut h = Harness::new(&quota);
+    let big = Bytes::from(vec![b'q'; 6_000]); // three seconds of 2 KiB/s
+    let message =
+        |payload: &Bytes| ProduceMessage { key: None, partition: None, payload: payload.clone() };
+    h.client(ClientOp::Produce { topic: "t1".into(), messages: vec![message(&big)], batch: false });
+    let refused = Bytes::from_static(b"refused");
+    h.client(ClientOp::Produce {
+        topic: "t1".into(),
+        messages: vec![message(&refused)],
+        batch: false,
+    });
+    assert!(h.run_until(10_000_000, |h| !h.oracle.acked.is_empty()), "the first is taken");
+    assert_eq!(h.node().stats().produce_requests_throttled, 1, "the second is refused at once");
+    assert!(h.final_phase(true));
+    let contents = h.read_everything();
+    let landed = |p: &Bytes| contents.partitions.values().flatten().filter(|(_, q)| q == p).count();
+    assert_eq!((landed(&big), landed(&refused)), (1, 0));
 }
