@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use narad_core::access::Principal;
 use narad_core::quota::Payer;
 
 /// How much sooner than the core's word the gate opens again.
@@ -62,11 +63,15 @@ impl QuotaGate {
         self.inner.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Whether a produce of `payer` at `now_us` may go on to have its body read: freely
+    /// Whether a produce of `who` at `now_us` may go on to have its body read: freely
     /// (`Ok(None)`), as its payer's probe, or not (`Err`: how long to wait, counted).
-    pub fn enter(self: &Arc<Self>, payer: &Payer, now_us: u64) -> Result<Option<Probe>, u64> {
+    pub fn enter(self: &Arc<Self>, who: &Principal, now_us: u64) -> Result<Option<Probe>, u64> {
         let mut gates = self.gates();
-        let Some(gate) = gates.by_payer.get_mut(payer) else { return Ok(None) };
+        if gates.by_payer.is_empty() {
+            return Ok(None); // no gate closed: nothing to look up (and no name to copy)
+        }
+        let payer = Payer::of(who);
+        let Some(gate) = gates.by_payer.get_mut(&payer) else { return Ok(None) };
         let wait = if gate.open_at > now_us {
             gate.open_at - now_us
         } else if gate.probe_out {
@@ -74,7 +79,7 @@ impl QuotaGate {
         } else {
             gate.probe_out = true;
             let closings = gate.closings;
-            return Ok(Some(Probe { gate: Arc::clone(self), payer: payer.clone(), closings }));
+            return Ok(Some(Probe { gate: Arc::clone(self), payer, closings }));
         };
         self.refused.fetch_add(1, Ordering::Relaxed);
         Err(wait)
@@ -122,18 +127,25 @@ mod tests {
 
     const SECOND: u64 = 1_000_000;
 
+    fn user(name: &str) -> Principal {
+        Principal::User { name: name.into(), id: narad_core::access::UserId(1) }
+    }
+
     #[test]
     fn the_gate_closes_until_just_before_the_core_would_take_more() {
         let gate = Arc::new(QuotaGate::default());
         let flood = Payer::User("flood".into());
-        assert!(matches!(gate.enter(&flood, 0), Ok(None)), "no gate yet");
+        assert!(matches!(gate.enter(&user("flood"), 0), Ok(None)), "no gate yet");
         gate.close(flood.clone(), SECOND, 2 * SECOND);
-        assert_eq!(gate.enter(&flood, SECOND).err(), Some(2 * SECOND - MARGIN_US));
-        assert!(matches!(gate.enter(&Payer::Anonymous, SECOND), Ok(None)), "payers are apart");
-        assert!(matches!(gate.enter(&flood, 3 * SECOND - MARGIN_US), Ok(Some(_))), "a probe");
+        assert_eq!(gate.enter(&user("flood"), SECOND).err(), Some(2 * SECOND - MARGIN_US));
+        assert!(matches!(gate.enter(&Principal::Trusted, SECOND), Ok(None)), "payers are apart");
+        assert!(
+            matches!(gate.enter(&user("flood"), 3 * SECOND - MARGIN_US), Ok(Some(_))),
+            "a probe"
+        );
         assert_eq!(gate.refusals(), 1);
         gate.close(Payer::Anonymous, 0, MARGIN_US);
-        assert!(matches!(gate.enter(&Payer::Anonymous, 0), Ok(None)), "within the margin: none");
+        assert!(matches!(gate.enter(&Principal::Trusted, 0), Ok(None)), "within the margin: none");
     }
 
     #[test]
@@ -141,17 +153,21 @@ mod tests {
         let gate = Arc::new(QuotaGate::default());
         let flood = Payer::User("flood".into());
         gate.close(flood.clone(), 0, SECOND);
-        let probe = gate.enter(&flood, SECOND).expect("open").expect("the probe");
-        assert_eq!(gate.enter(&flood, SECOND).err(), Some(PROBE_RETRY_US), "the herd waits");
+        let probe = gate.enter(&user("flood"), SECOND).expect("open").expect("the probe");
+        assert_eq!(
+            gate.enter(&user("flood"), SECOND).err(),
+            Some(PROBE_RETRY_US),
+            "the herd waits"
+        );
         // The core took the probe and it spent the quota again: closed, no probe out.
         gate.close(flood.clone(), SECOND, SECOND);
         drop(probe);
-        assert_eq!(gate.enter(&flood, SECOND + 1).err(), Some(SECOND - MARGIN_US - 1));
+        assert_eq!(gate.enter(&user("flood"), SECOND + 1).err(), Some(SECOND - MARGIN_US - 1));
         // Reopened; the next probe is taken without spending it: the gate goes.
-        let probe = gate.enter(&flood, 3 * SECOND).expect("open").expect("a probe");
+        let probe = gate.enter(&user("flood"), 3 * SECOND).expect("open").expect("a probe");
         drop(probe);
-        assert!(matches!(gate.enter(&flood, 3 * SECOND), Ok(None)));
-        assert!(matches!(gate.enter(&flood, 3 * SECOND), Ok(None)), "no probe: free again");
+        assert!(matches!(gate.enter(&user("flood"), 3 * SECOND), Ok(None)));
+        assert!(matches!(gate.enter(&user("flood"), 3 * SECOND), Ok(None)), "no probe: free again");
     }
 
     #[test]

@@ -138,7 +138,7 @@ impl Caller {
     /// caller's produces yet (`quota_gate.rs`); or the probe to hold while the produce runs.
     pub fn quota_gate(&self) -> Result<Option<Probe>, ApiError> {
         let gate = self.node.quota_gate();
-        gate.enter(&Payer::of(&self.who), self.node.unix_micros()).map_err(|wait_us| {
+        gate.enter(&self.who, self.node.unix_micros()).map_err(|wait_us| {
             ApiError::from(ClientError::QuotaExceeded {
                 message: format!(
                     "produce quota spent; retry after {} s",
