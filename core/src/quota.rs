@@ -129,8 +129,9 @@ impl ProduceQuota {
         self.sweep_at = (2 * self.paid_until.len()).max(FIRST_SWEEP_AT);
     }
 
-    /// Payers the ledger holds (for tests and the simulator's checks).
-    pub fn payers(&self) -> usize {
+    /// Payers the ledger holds.
+    #[cfg(test)]
+    fn payers(&self) -> usize {
         self.paid_until.len()
     }
 }

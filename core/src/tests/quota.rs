@@ -4,6 +4,7 @@
 
 use bytes::Bytes;
 
+use super::cluster_harness::create_op;
 use super::harness::Harness;
 use crate::api::{ClientError, ClientOp, ClientReply, ProduceMessage};
 use crate::io::NodeEvent;
@@ -20,14 +21,7 @@ fn node_with_quota(bytes_per_sec: u64) -> Harness {
     config.produce_quota_bytes_per_sec = bytes_per_sec;
     let mut h = Harness::with_config(Default::default(), config);
     h.run();
-    let create = ClientOp::CreateTopic {
-        name: "t".into(),
-        partitions: Some(1),
-        retention_ms: None,
-        retention_bytes: None,
-        queue: Default::default(),
-    };
-    assert!(matches!(h.call(create), ClientReply::TopicCreated(_)));
+    assert!(matches!(h.call(create_op("t", 1)), ClientReply::TopicCreated(_)));
     h
 }
 
