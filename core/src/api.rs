@@ -12,6 +12,7 @@ pub use queue_settings::{
 };
 
 use crate::access::{Grant, PasswordHash, UserInfo};
+use crate::constants::TOPIC_PAGE_MAX;
 use crate::ids::TopicId;
 
 /// A request from a client.
@@ -31,10 +32,11 @@ pub enum ClientOp {
     UpdateTopic { name: String, change: TopicChange },
     /// Delete a topic (records still in the WAL for it are discarded later).
     DeleteTopic { name: String },
-    /// List every topic.
-    ListTopics,
-    /// One topic with its partition statistics.
-    GetTopic { name: String },
+    /// One page of the topic list: the next `limit` names after `after` (from the first without
+    /// it), in name order, less those the caller may not see.
+    ListTopics { after: Option<String>, limit: u32 },
+    /// One topic with its partition statistics (of one `partition` if given).
+    GetTopic { name: String, partition: Option<u32> },
     /// Produce messages. `batch` selects the batch form (errors name the message index).
     Produce { topic: String, messages: Vec<ProduceMessage>, batch: bool },
     /// Read committed records of one partition from `offset`, at most `max` of them. With
@@ -64,6 +66,13 @@ pub enum ClientOp {
     SetGrants { name: String, grants: Vec<Grant> },
     /// Replace a user's password hash (an admin, or the user itself).
     SetPassword { name: String, hash: PasswordHash },
+}
+
+impl ClientOp {
+    /// The first page of the topic list, as large as a page may be.
+    pub fn list_topics() -> Self {
+        ClientOp::ListTopics { after: None, limit: TOPIC_PAGE_MAX }
+    }
 }
 
 /// What a settle does to a lease.
@@ -107,8 +116,9 @@ pub enum ClientReply {
     TopicDeleted,
     /// 200: the topic's retention was changed; the topic as it is now.
     TopicUpdated(TopicInfo),
-    /// 200: every topic.
-    Topics(Vec<TopicInfo>),
+    /// 200: one page of topics, in name order. `next`: the last name the page covered, to ask
+    /// for the page after it; `None` when no topic follows.
+    Topics { topics: Vec<TopicInfo>, next: Option<String> },
     /// 200: one topic with its partitions.
     Topic(TopicInfo, Vec<PartitionStats>),
     /// 202: every message is durable in the ingress WAL.

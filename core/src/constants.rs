@@ -138,6 +138,10 @@ pub const QUEUE_WINDOW_RECORDS: u64 = 4_096;
 pub const DEFAULT_VISIBILITY_TIMEOUT_MS: u64 = 30_000;
 /// Messages a queue receive may ask for at once (`max`).
 pub const MAX_RECEIVE_MESSAGES: u32 = 100;
+/// Topics a page of `GET /v1/topics` covers when the client gives no `limit`.
+pub const TOPIC_PAGE_DEFAULT: u32 = 100;
+/// The most topics one page covers; a larger `limit` is taken as this.
+pub const TOPIC_PAGE_MAX: u32 = 1_000;
 /// Receipt handles one batch ack may settle.
 pub const MAX_SETTLE_HANDLES: usize = 100;
 /// Size past which the consumer journal is compacted into a new file.

@@ -13,4 +13,5 @@ mod queue_lag;
 mod quota;
 mod retention;
 mod seal_flow;
+mod topic_list;
 mod topic_update;

@@ -217,12 +217,15 @@ pub enum TopicAction {
         #[arg(long, group = "change")]
         no_retention_bytes: bool,
     },
-    /// List every topic as JSON.
+    /// List every topic as JSON (the node answers a page at a time; this follows every page).
     List,
     /// Show one topic with per-partition statistics (owner, high watermark, size).
     Get {
         /// Topic name.
         name: String,
+        /// Show this partition's statistics only.
+        #[arg(long, value_name = "P")]
+        partition: Option<u32>,
     },
     /// Delete a topic (records still waiting in the WAL for it are discarded).
     Delete {

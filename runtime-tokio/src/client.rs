@@ -1,11 +1,13 @@
-//! The client commands (`topic`, `produce`, `consume`): one blocking HTTP request each against a
-//! running node. The server's JSON is printed as it came; any non-2xx answer becomes an error
-//! (message on stderr, exit code 1).
+//! The client commands (`topic`, `produce`, `consume`): one blocking HTTP request each against
+//! a running node (a topic list: one per page). The server's JSON is printed as it came (a
+//! topic list: every page's topics in one object); any non-2xx answer becomes an error (message
+//! on stderr, exit code 1).
 
 use std::io::{Read, Write};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
+use narad_core::constants::TOPIC_PAGE_MAX;
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 
 use crate::cli::{ConsumeArgs, ProduceArgs, TopicAction, TopicArgs};
@@ -39,15 +41,40 @@ pub fn topic(args: TopicArgs) -> anyhow::Result<()> {
                 .header("content-type", "application/json")
                 .send(body.to_string())
         }
-        TopicAction::List => agent.get(format!("{base}/v1/topics")).call(),
-        TopicAction::Get { name } => {
-            agent.get(format!("{base}/v1/topics/{}", segment(&name))).call()
+        TopicAction::List => return list_all_topics(&agent, base),
+        TopicAction::Get { name, partition } => {
+            let mut url = format!("{base}/v1/topics/{}", segment(&name));
+            if let Some(partition) = partition {
+                url.push_str(&format!("?partition={partition}"));
+            }
+            agent.get(url).call()
         }
         TopicAction::Delete { name } => {
             agent.delete(format!("{base}/v1/topics/{}", segment(&name))).call()
         }
     };
     print_answer(response.with_context(|| format!("requesting {base}"))?)
+}
+
+/// `narad topic list`: every page of `GET /v1/topics`, printed as one `{"topics": [...]}`.
+fn list_all_topics(agent: &ureq::Agent, base: &str) -> anyhow::Result<()> {
+    let mut topics = Vec::new();
+    let mut token = String::new();
+    loop {
+        let url = format!("{base}/v1/topics?limit={TOPIC_PAGE_MAX}&page_token={}", segment(&token));
+        let response = agent.get(url).call().with_context(|| format!("requesting {base}"))?;
+        let page: serde_json::Value =
+            serde_json::from_slice(&answer_body(response)?).context("reading a topic page")?;
+        let listed =
+            page.get("topics").and_then(|t| t.as_array()).context("a page without topics")?;
+        topics.extend(listed.iter().cloned());
+        match page.get("next_page_token").and_then(|t| t.as_str()) {
+            Some(next) if !next.is_empty() && next > token.as_str() => token = next.to_string(),
+            _ => break,
+        }
+    }
+    println!("{}", serde_json::json!({ "topics": topics }));
+    Ok(())
 }
 
 /// The `PATCH` body of `narad topic update`: only the settings given (`null` removes the size
@@ -133,6 +160,17 @@ pub(crate) fn agent(target: &crate::cli::Target) -> anyhow::Result<ureq::Agent> 
 
 /// Prints a 2xx body to stdout; anything else is an error carrying the server's message.
 pub(crate) fn print_answer(response: ureq::http::Response<ureq::Body>) -> anyhow::Result<()> {
+    let body = answer_body(response)?;
+    if !body.is_empty() {
+        let mut stdout = std::io::stdout().lock();
+        stdout.write_all(&body)?;
+        stdout.write_all(b"\n")?;
+    }
+    Ok(())
+}
+
+/// A 2xx answer's body; any other answer is an error naming its status and message.
+fn answer_body(response: ureq::http::Response<ureq::Body>) -> anyhow::Result<Vec<u8>> {
     let status = response.status();
     let body = response
         .into_body()
@@ -147,12 +185,7 @@ pub(crate) fn print_answer(response: ureq::http::Response<ureq::Body>) -> anyhow
             .unwrap_or_else(|| String::from_utf8_lossy(&body).into_owned());
         bail!("{status}: {message}");
     }
-    if !body.is_empty() {
-        let mut stdout = std::io::stdout().lock();
-        stdout.write_all(&body)?;
-        stdout.write_all(b"\n")?;
-    }
-    Ok(())
+    Ok(body)
 }
 
 /// Percent-encodes a path segment.

@@ -45,6 +45,7 @@ fn the_v1_shapes_the_go_client_decodes() {
     check_array_bodies(&client);
     check_batch_round_trip(&client, &node);
     check_batch_query(&client);
+    check_topic_pages(&client);
 }
 
 fn check_probes(client: &Client) {
@@ -158,4 +159,51 @@ fn check_batch_query(client: &Client) {
     }
     // Counted when answered: only the 4 messages of the earlier batch were ever accepted.
     assert_eq!(client.metric("narad_records_accepted_total"), 4.0, "nothing was stored");
+}
+
+/// The list pages as the original's: `limit` topics in name order, `next_page_token` the last
+/// name of a page while more follow and empty on the last; `?partition=` on one topic.
+fn check_topic_pages(client: &Client) {
+    let mut expected: Vec<String> = vec![TOPIC.to_string()];
+    for name in ["page.c", "page.a", "page.b"] {
+        let body = format!(r#"{{"name": "{name}", "partitions": 1}}"#);
+        let created = client.post("/v1/topics", body.as_bytes());
+        assert_eq!(created.0, 201, "{}", String::from_utf8_lossy(&created.1));
+        expected.push(name.to_string());
+    }
+    expected.sort();
+    let (mut seen, mut token, mut pages) = (Vec::new(), String::new(), 0);
+    loop {
+        let page = client.get(&format!("/v1/topics?limit=2&page_token={token}"));
+        assert_eq!(page.0, 200, "{}", String::from_utf8_lossy(&page.1));
+        let page = json_of(&page);
+        let names: Vec<String> = page["topics"]
+            .as_array()
+            .unwrap_or_else(|| panic!("topics: {page}"))
+            .iter()
+            .map(|t| t["name"].as_str().expect("name").to_string())
+            .collect();
+        assert!(names.len() <= 2, "{page}");
+        seen.extend(names.iter().cloned());
+        pages += 1;
+        let next = page["next_page_token"].as_str().unwrap_or_else(|| panic!("token: {page}"));
+        if next.is_empty() {
+            break;
+        }
+        assert_eq!(Some(next), names.last().map(String::as_str), "the page's last name: {page}");
+        token = next.to_string();
+    }
+    assert_eq!(seen, expected, "every topic once, in name order");
+    assert_eq!(pages, expected.len().div_ceil(2));
+    let everything = json_of(&client.get("/v1/topics"));
+    assert_eq!(everything["topics"].as_array().map(Vec::len), Some(expected.len()));
+    assert_eq!(everything["next_page_token"], json!(""), "one default page holds them all");
+    for bad in ["limit=0", "limit=x", "limit=1&limit=2"] {
+        assert_eq!(client.get(&format!("/v1/topics?{bad}")).0, 400, "{bad}");
+    }
+    let one = json_of(&client.get(&format!("/v1/topics/{TOPIC}?partition=1")));
+    let stats = one["partition_stats"].as_array().unwrap_or_else(|| panic!("{one}"));
+    assert_eq!((stats.len(), &stats[0]["index"]), (1, &json!(1)), "{one}");
+    let wrong = client.get(&format!("/v1/topics/{TOPIC}?partition=99"));
+    assert_eq!(wrong.0, 400, "{}", String::from_utf8_lossy(&wrong.1));
 }

@@ -235,6 +235,7 @@ fn run_sweep(seeds: &str, options: &RunOptions, jobs: Option<usize>, json: bool)
             "  produce quotas: {} refusals (429) judged, in {} seeds",
             report.quota_refusals, report.seeds_with_quota_refusals
         );
+        println!("  topic list: {} pages judged", report.topic_pages);
         for failure in &report.failures {
             println!("failing: {}", failure.replay_command());
         }

@@ -126,6 +126,7 @@ impl RunOutcome {
             "access_probes_judged": self.counters.access_probes_judged,
             "access_admin_judged": self.counters.access_admin_judged,
             "quota_refusals": self.counters.quota_refusals,
+            "topic_pages": self.counters.topic_pages,
             "rerouted": self.totals.rerouted,
             "remote_commits": self.totals.remote_commits,
             "restarts": self.counters.restarts,

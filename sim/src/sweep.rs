@@ -70,6 +70,8 @@ pub struct SweepReport {
     /// Produce quotas: the seeds whose nodes refused produces for it (429), and how many.
     pub seeds_with_quota_refusals: u64,
     pub quota_refusals: u64,
+    /// Pages of the topic list judged.
+    pub topic_pages: u64,
 }
 
 /// Access-control figures of a sweep.
@@ -129,6 +131,7 @@ impl SweepReport {
         self.access.add(&outcome.counters);
         self.seeds_with_quota_refusals += u64::from(outcome.counters.quota_refusals > 0);
         self.quota_refusals += outcome.counters.quota_refusals;
+        self.topic_pages += outcome.counters.topic_pages;
         let tally = self.by_nodes.entry(outcome.nodes).or_default();
         tally.seeds += 1;
         tally.failed += u64::from(!outcome.passed);
@@ -208,6 +211,7 @@ impl SweepReport {
             "access": self.access.to_json(),
             "seeds_with_quota_refusals": self.seeds_with_quota_refusals,
             "quota_refusals": self.quota_refusals,
+            "topic_pages": self.topic_pages,
         })
     }
 }

@@ -159,13 +159,15 @@ impl TopicTag {
     pub fn of(op: &narad_core::ClientOp) -> TopicTag {
         use narad_core::ClientOp as Op;
         let name = match op {
-            Op::CreateTopic { name, .. } | Op::DeleteTopic { name } | Op::GetTopic { name } => name,
+            Op::CreateTopic { name, .. } | Op::DeleteTopic { name } | Op::GetTopic { name, .. } => {
+                name
+            }
             Op::UpdateTopic { name, .. } => name,
             Op::Produce { topic, .. } | Op::Consume { topic, .. } => topic,
             Op::Receive { topic, .. } | Op::Settle { topic, .. } => topic,
             Op::CreateUser { name, .. } | Op::GetUser { name } | Op::DeleteUser { name } => name,
             Op::SetGrants { name, .. } | Op::SetPassword { name, .. } => name,
-            Op::ListTopics | Op::Members | Op::ListUsers => return TopicTag::default(),
+            Op::ListTopics { .. } | Op::Members | Op::ListUsers => return TopicTag::default(),
         };
         let mut tag = TopicTag::default();
         let n = name.len().min(tag.bytes.len());

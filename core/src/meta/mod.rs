@@ -365,6 +365,11 @@ impl<W> Metastore<W> {
         self.state.topics()
     }
 
+    /// Topics whose names sort after `after` (every topic without it), in name order.
+    pub fn topics_after(&self, after: Option<&str>) -> impl Iterator<Item = &TopicInfo> {
+        self.state.topics_after(after)
+    }
+
     /// The user `name` as this replica knows it.
     pub fn user(&self, name: &str) -> Option<&users::UserInfo> {
         self.state.users().get(name).map(|(info, _)| info)

@@ -8,6 +8,7 @@
 //! lives here too, next to the fields it encodes.
 
 use std::collections::BTreeMap;
+use std::ops::Bound;
 
 use super::names::validate_name;
 use super::retention::{validate_bytes, validate_change, validate_retention};
@@ -94,6 +95,12 @@ impl MetaState {
 
     pub fn topics(&self) -> impl Iterator<Item = &TopicInfo> {
         self.topics.values().map(|t| &t.info)
+    }
+
+    /// Topics whose names sort after `after` (every topic without it), in name order.
+    pub fn topics_after(&self, after: Option<&str>) -> impl Iterator<Item = &TopicInfo> {
+        let start = after.map_or(Bound::Unbounded, Bound::Excluded);
+        self.topics.range::<str, _>((start, Bound::Unbounded)).map(|(_, t)| &t.info)
     }
 
     pub fn owner(&self, key: PartitionKey) -> Option<NodeId> {

@@ -165,8 +165,8 @@ fn needs_of_op<'a>(op: &'a ClientOp, who: &Principal) -> Needs<'a> {
         ClientOp::UpdateTopic { name, .. } | ClientOp::DeleteTopic { name } => {
             Needs::Topic(Action::Admin, name)
         }
-        ClientOp::GetTopic { name } => Needs::AnyOn(name),
-        ClientOp::ListTopics => Needs::Authenticated,
+        ClientOp::GetTopic { name, .. } => Needs::AnyOn(name),
+        ClientOp::ListTopics { .. } => Needs::Authenticated,
         ClientOp::Produce { topic, .. } => Needs::Topic(Action::Produce, topic),
         ClientOp::Consume { topic, .. }
         | ClientOp::Receive { topic, .. }

@@ -8,8 +8,11 @@ use super::{ConsumeAsker, IoPurpose, Node, PRODUCE_WAITERS_MAX, ProduceWaiter, S
 use crate::access::Principal;
 use crate::api::{
     ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, PartitionStats, ProduceMessage,
+    TopicInfo,
 };
-use crate::constants::{MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS, MAX_CONSUME_WAIT_MS};
+use crate::constants::{
+    MAX_CONSUME_BYTES, MAX_CONSUME_RECORDS, MAX_CONSUME_WAIT_MS, TOPIC_PAGE_MAX,
+};
 use crate::ids::{PartitionKey, RequestId};
 use crate::io::{DiskDone, DiskError, DiskOp, NodeEvent};
 use crate::meta::{MetaCommand, validate_change, validate_requested};
@@ -55,12 +58,11 @@ impl Node {
                 };
                 self.propose_admin(request, MetaCommand::DeleteTopic { name, id }, who);
             }
-            ClientOp::ListTopics => {
-                let topics = self.meta.topics().filter(|t| self.may_see(who, &t.name)).cloned();
-                let topics = topics.collect();
-                self.reply(request, ClientReply::Topics(topics));
+            ClientOp::ListTopics { after, limit } => {
+                let reply = self.topic_page(after.as_deref(), limit, who);
+                self.reply(request, reply);
             }
-            ClientOp::GetTopic { name } => match self.topic_detail(&name) {
+            ClientOp::GetTopic { name, partition } => match self.topic_detail(&name, partition) {
                 ClientReply::Topic(topic, stats) => self.gather_topic_stats(request, topic, stats),
                 reply => self.reply(request, reply),
             },
@@ -107,11 +109,38 @@ impl Node {
         self.propose_admin(request, MetaCommand::UpdateTopic { name, id, change }, who);
     }
 
-    fn topic_detail(&self, name: &str) -> ClientReply {
+    /// A page of the topic list: the next `limit` names after `after` (at most `TOPIC_PAGE_MAX`),
+    /// then those `who` may not see are left out. Cutting before filtering bounds a page's work
+    /// by its limit, so a page may hold fewer topics than `limit`, even none, with more to come.
+    fn topic_page(&self, after: Option<&str>, limit: u32, who: &Principal) -> ClientReply {
+        let limit = limit.clamp(1, TOPIC_PAGE_MAX) as usize;
+        let mut names = self.meta.topics_after(after);
+        let page: Vec<&TopicInfo> = names.by_ref().take(limit).collect();
+        let next = match (page.last(), names.next()) {
+            (Some(last), Some(_)) => Some(last.name.clone()),
+            _ => None,
+        };
+        let topics = page.into_iter().filter(|t| self.may_see(who, &t.name)).cloned().collect();
+        ClientReply::Topics { topics, next }
+    }
+
+    fn topic_detail(&self, name: &str, partition: Option<u32>) -> ClientReply {
         let Some(topic) = self.meta.topic(name) else {
             return ClientReply::Error(self.unknown_topic(name));
         };
-        let stats = (0..topic.partitions)
+        let indexes = match partition {
+            Some(p) if p >= topic.partitions => {
+                let message = format!(
+                    "partition {p} out of range: topic `{name}` has {} partitions (0-{})",
+                    topic.partitions,
+                    topic.partitions - 1
+                );
+                return ClientReply::Error(ClientError::BadRequest(message));
+            }
+            Some(p) => p..p + 1,
+            None => 0..topic.partitions,
+        };
+        let stats = indexes
             .map(|index| {
                 let key = PartitionKey { topic: topic.id, partition: index };
                 let owner = self.meta.owner(key).map_or(0, |n| n.0);

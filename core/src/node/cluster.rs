@@ -558,7 +558,9 @@ impl Node {
             return;
         }
         for &(partition, numbers) in partitions {
-            let known = pending.stats.get_mut(partition as usize);
+            // In index order; all of the topic's partitions, or the one asked for.
+            let at = pending.stats.binary_search_by_key(&partition, |p| p.index);
+            let known = at.ok().and_then(|at| pending.stats.get_mut(at));
             if let Some(entry) = known.filter(|p| p.owner_node == from.0) {
                 entry.numbers = Some(numbers);
             }

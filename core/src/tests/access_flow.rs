@@ -78,8 +78,8 @@ fn a_produce_grant_allows_producing_to_its_topics_and_nothing_else_on_every_node
         let delete = ClientOp::DeleteTopic { name: "orders.eu".into() };
         assert_eq!(status(c.call_as(via, delete, &ann, WAIT_MS)), 403);
         assert_eq!(status(c.call_as(via, ClientOp::ListUsers, &ann, WAIT_MS)), 403);
-        let listed = c.call_as(via, ClientOp::ListTopics, &ann, WAIT_MS);
-        let Some(ClientReply::Topics(topics)) = listed else { panic!("{listed:?}") };
+        let listed = c.call_as(via, ClientOp::list_topics(), &ann, WAIT_MS);
+        let Some(ClientReply::Topics { topics, .. }) = listed else { panic!("{listed:?}") };
         let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
         assert_eq!(names, ["orders.eu"], "a listing shows only what the user has a grant on");
     }
@@ -187,7 +187,7 @@ fn the_leader_checks_a_forwarded_command_again() {
 
 /// Partition 0 of topic `name` and the index of its owner.
 fn topic_key(c: &mut Cluster, name: &str) -> (PartitionKey, Ix) {
-    let reply = c.call(0, ClientOp::GetTopic { name: name.into() }, WAIT_MS);
+    let reply = c.call(0, ClientOp::GetTopic { name: name.into(), partition: None }, WAIT_MS);
     let Some(ClientReply::Topic(info, stats)) = reply else { panic!("{reply:?}") };
     (PartitionKey { topic: info.id, partition: 0 }, stats[0].owner_node as usize - 1)
 }

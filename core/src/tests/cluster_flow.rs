@@ -72,10 +72,11 @@ fn any_node_administers_accepts_and_serves() {
     let topic = create(&mut c, 2, "t", 6);
     assert_eq!(topic.partitions, 6);
     c.run_for(500);
-    let owners: Vec<u32> = match c.call(0, ClientOp::GetTopic { name: "t".into() }, 1_000) {
-        Some(ClientReply::Topic(_, stats)) => stats.iter().map(|p| p.owner_node).collect(),
-        other => panic!("{other:?}"),
-    };
+    let owners: Vec<u32> =
+        match c.call(0, ClientOp::GetTopic { name: "t".into(), partition: None }, 1_000) {
+            Some(ClientReply::Topic(_, stats)) => stats.iter().map(|p| p.owner_node).collect(),
+            other => panic!("{other:?}"),
+        };
     for node in 1..=3 {
         assert_eq!(owners.iter().filter(|&&o| o == node).count(), 2, "owners {owners:?}");
     }
@@ -94,7 +95,7 @@ fn any_node_administers_accepts_and_serves() {
     let remote: u64 = c.nodes.iter().flatten().map(|n| n.stats().remote_commits_ok).sum();
     assert!(remote > 0, "records accepted on one node were committed on others");
     let Some(ClientReply::Topic(_, stats)) =
-        c.call(1, ClientOp::GetTopic { name: "t".into() }, 5_000)
+        c.call(1, ClientOp::GetTopic { name: "t".into(), partition: None }, 5_000)
     else {
         panic!("topic stats");
     };
@@ -233,7 +234,7 @@ fn a_late_forwarded_delete_leaves_a_later_incarnation_alone() {
     let stalled = (leader + 1) % 3;
     let first = create(&mut c, leader, "t", 2);
     c.run_for(500);
-    let known = c.call(stalled, ClientOp::GetTopic { name: "t".into() }, 5_000);
+    let known = c.call(stalled, ClientOp::GetTopic { name: "t".into(), partition: None }, 5_000);
     assert!(matches!(known, Some(ClientReply::Topic(t, _)) if t.id == first.id));
     c.clogged.insert((stalled, leader));
     let late = c.submit(stalled, ClientOp::DeleteTopic { name: "t".into() });
@@ -254,7 +255,7 @@ fn a_late_forwarded_delete_leaves_a_later_incarnation_alone() {
     c.run_until(10_000, |c| backlog(c) == 0);
     c.run_for(2_000);
     for ix in 0..3 {
-        let reply = c.call(ix, ClientOp::GetTopic { name: "t".into() }, 5_000);
+        let reply = c.call(ix, ClientOp::GetTopic { name: "t".into(), partition: None }, 5_000);
         let Some(ClientReply::Topic(topic, _)) = reply else { panic!("node {ix}: {reply:?}") };
         assert_eq!(topic.id, second.id, "node {ix} still has the new incarnation");
     }
@@ -292,7 +293,7 @@ fn a_late_forwarded_create_does_not_bring_back_a_deleted_name() {
     c.release();
     c.run_for(3_000);
     for ix in 0..3 {
-        let reply = c.call(ix, ClientOp::GetTopic { name: "t".into() }, 5_000);
+        let reply = c.call(ix, ClientOp::GetTopic { name: "t".into(), partition: None }, 5_000);
         assert!(
             matches!(reply, Some(ClientReply::Error(ClientError::NotFound(_)))),
             "node {ix}: the deleted name came back: {reply:?}"
@@ -311,7 +312,7 @@ fn an_oversized_record_in_a_peer_commit_batch_is_refused_cleanly() {
     let mut c = Cluster::new(3);
     let topic = create(&mut c, 0, "t", 3);
     let Some(ClientReply::Topic(_, partitions)) =
-        c.call(0, ClientOp::GetTopic { name: "t".into() }, 10_000)
+        c.call(0, ClientOp::GetTopic { name: "t".into(), partition: None }, 10_000)
     else {
         panic!("get topic");
     };

@@ -158,7 +158,7 @@ fn a_long_poll_through_a_non_owner_is_woken_on_the_owner() {
     let Some(ClientReply::TopicCreated(_)) = c.call(0, op, 10_000) else { panic!() };
     c.run_for(2_000);
     let Some(ClientReply::Topic(_, stats)) =
-        c.call(0, ClientOp::GetTopic { name: "t".into() }, 5_000)
+        c.call(0, ClientOp::GetTopic { name: "t".into(), partition: None }, 5_000)
     else {
         panic!("topic stats");
     };

@@ -497,7 +497,8 @@ fn a_create_with_retention_past_the_bound_is_refused_before_it_is_proposed() {
             "{reply:?}"
         );
     }
-    assert_eq!(h.call(ClientOp::ListTopics), ClientReply::Topics(Vec::new()));
+    let empty = ClientReply::Topics { topics: Vec::new(), next: None };
+    assert_eq!(h.call(ClientOp::list_topics()), empty);
     let reply = h.call(ClientOp::CreateTopic {
         name: "r".into(),
         partitions: Some(1),
@@ -509,7 +510,9 @@ fn a_create_with_retention_past_the_bound_is_refused_before_it_is_proposed() {
     assert_eq!(topic.retention_ms, Some(MAX_RETENTION_MS));
     let mut h = h.restart();
     h.run();
-    let ClientReply::Topics(topics) = h.call(ClientOp::ListTopics) else { panic!("list") };
+    let ClientReply::Topics { topics, .. } = h.call(ClientOp::list_topics()) else {
+        panic!("list")
+    };
     assert_eq!(topics[0].retention_ms, Some(MAX_RETENTION_MS), "the bound survives a restart");
 }
 

@@ -440,7 +440,7 @@ fn leased_of(reply: Option<ClientReply>) -> Vec<LeasedRecord> {
 
 /// The owners of `topic`'s partitions, as cluster indexes (node ids are 1-based).
 fn owner_indexes(c: &mut Cluster, topic: &str) -> Vec<usize> {
-    match c.call(0, ClientOp::GetTopic { name: topic.into() }, 5_000) {
+    match c.call(0, ClientOp::GetTopic { name: topic.into(), partition: None }, 5_000) {
         Some(ClientReply::Topic(_, stats)) => {
             stats.iter().map(|p| p.owner_node as usize - 1).collect()
         }

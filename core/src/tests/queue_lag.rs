@@ -30,7 +30,7 @@ fn timestamps(h: &mut Harness, name: &str) -> Vec<u64> {
 }
 
 fn oldest(h: &mut Harness, name: &str) -> Option<u64> {
-    match h.call(ClientOp::GetTopic { name: name.into() }) {
+    match h.call(ClientOp::GetTopic { name: name.into(), partition: None }) {
         ClientReply::Topic(_, stats) => {
             stats[0].numbers.expect("our own partition").oldest_unsettled_ms
         }
@@ -75,7 +75,7 @@ fn the_oldest_unacked_timestamp_follows_the_acks() {
     assert_eq!(first[0].record.offset, 0);
     ack(&mut h, "q", &first);
     // Told by the read-ahead of the receive (no pass needed: `run_io_only`).
-    let request = h.submit(ClientOp::GetTopic { name: "q".into() });
+    let request = h.submit(ClientOp::GetTopic { name: "q".into(), partition: None });
     h.run_io_only();
     match h.replies.remove(&request) {
         Some(ClientReply::Topic(_, stats)) => {
@@ -102,7 +102,7 @@ fn a_restart_reads_the_oldest_unacked_record_again() {
     ack(&mut h, "q", &first);
     let mut h = h.restart();
     // Before any retention pass nothing says when the oldest unacked message was produced.
-    let request = h.submit(ClientOp::GetTopic { name: "q".into() });
+    let request = h.submit(ClientOp::GetTopic { name: "q".into(), partition: None });
     h.run_io_only();
     match h.replies.remove(&request) {
         Some(ClientReply::Topic(_, stats)) => {

@@ -45,7 +45,7 @@ fn numbers(reply: ClientReply) -> PartitionNumbers {
 }
 
 fn get(name: &str) -> ClientOp {
-    ClientOp::GetTopic { name: name.into() }
+    ClientOp::GetTopic { name: name.into(), partition: None }
 }
 
 fn deletions(h: &mut Harness) -> Vec<u64> {

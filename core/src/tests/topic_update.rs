@@ -58,7 +58,7 @@ fn an_update_changes_what_it_names_and_survives_a_restart() {
     assert_eq!(forever.retention_ms_in_force(), 0);
     let mut h = h.restart();
     h.run();
-    let after = shown(h.call(ClientOp::GetTopic { name: "t".into() }));
+    let after = shown(h.call(ClientOp::GetTopic { name: "t".into(), partition: None }));
     assert_eq!(after, forever, "the update is in the metastore's log and survives a restart");
 }
 
@@ -66,7 +66,7 @@ fn an_update_changes_what_it_names_and_survives_a_restart() {
 fn bad_updates_are_refused_before_they_are_proposed_and_unknown_names_are_404() {
     let mut h = Harness::new();
     h.call(create_op("t"));
-    let before = shown(h.call(ClientOp::GetTopic { name: "t".into() }));
+    let before = shown(h.call(ClientOp::GetTopic { name: "t".into(), partition: None }));
     for (bad, what) in [
         (update_op("t", None, None), "nothing to change"),
         (update_op("t", Some(999), None), "retention_ms"),
@@ -79,7 +79,11 @@ fn bad_updates_are_refused_before_they_are_proposed_and_unknown_names_are_404() 
             "{reply:?}"
         );
     }
-    assert_eq!(shown(h.call(ClientOp::GetTopic { name: "t".into() })), before, "unchanged");
+    assert_eq!(
+        shown(h.call(ClientOp::GetTopic { name: "t".into(), partition: None })),
+        before,
+        "unchanged"
+    );
     let unknown = h.call(update_op("nope", Some(1_000), None));
     assert!(matches!(unknown, ClientReply::Error(ClientError::NotFound(_))), "{unknown:?}");
     h.call(ClientOp::DeleteTopic { name: "t".into() });
@@ -110,7 +114,7 @@ fn a_create_takes_retention_bytes_and_refuses_bad_retention() {
     );
     let mut h = h.restart();
     h.run();
-    assert_eq!(shown(h.call(ClientOp::GetTopic { name: "r".into() })), topic);
+    assert_eq!(shown(h.call(ClientOp::GetTopic { name: "r".into(), partition: None })), topic);
 }
 
 /// Through a follower: forwarded to the leader, answered once the follower's own replica shows
@@ -127,7 +131,7 @@ fn an_update_through_a_follower_reaches_every_replica() {
     let Some(ClientReply::TopicUpdated(updated)) = reply else { panic!("{reply:?}") };
     assert_eq!(updated.id, created.id);
     let on = |c: &mut Cluster, ix| {
-        shown(c.call(ix, ClientOp::GetTopic { name: "t".into() }, 5_000).unwrap())
+        shown(c.call(ix, ClientOp::GetTopic { name: "t".into(), partition: None }, 5_000).unwrap())
     };
     assert_eq!(on(&mut c, follower), updated, "read-your-writes on the node that took it");
     c.run_for(1_000);

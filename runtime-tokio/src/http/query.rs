@@ -1,4 +1,4 @@
-//! Query-string parsing for produce and consume. We parse by hand instead of through serde so
+//! Query-string parsing for produce, consume, ack and the topic reads. We parse by hand instead of through serde so
 //! that a parameter given twice is an error (serde would keep one silently), keys may be any
 //! bytes (percent-encoded), unknown parameters are ignored (docs/design.md §2), and the common
 //! case allocates nothing.
@@ -6,6 +6,7 @@
 use std::borrow::Cow;
 
 use bytes::Bytes;
+use narad_core::constants::{TOPIC_PAGE_DEFAULT, TOPIC_PAGE_MAX};
 use percent_encoding::percent_decode;
 
 use super::ApiError;
@@ -38,6 +39,60 @@ pub struct SettleParams {
     /// The one handle to settle; `None`: the handles are in the body.
     pub receipt_handle: Option<String>,
     pub action: narad_core::api::SettleAction,
+}
+
+/// Parameters of `GET /v1/topics`.
+#[derive(Debug, PartialEq, Eq)]
+pub struct TopicListParams {
+    /// Topics the page covers: `TOPIC_PAGE_DEFAULT` unless given; larger than
+    /// `TOPIC_PAGE_MAX` is taken as it (as the original Narad does).
+    pub limit: u32,
+    /// The `next_page_token` of the page before: this page starts after that name.
+    pub page_token: Option<String>,
+}
+
+/// Parses the topic list query string: `limit` (a positive integer) and `page_token`.
+pub fn topic_list_params(query: Option<&str>) -> Result<TopicListParams, ApiError> {
+    let (mut limit, mut page_token) = (None, None);
+    for (name, value) in pairs(query) {
+        match &*name {
+            b"limit" => set_once(&mut limit, "limit", page_limit(&value)?)?,
+            b"page_token" => {
+                let text = String::from_utf8(value.into_owned())
+                    .map_err(|_| ApiError::bad_request("`page_token` is not UTF-8"))?;
+                set_once(&mut page_token, "page_token", text)?;
+            }
+            _ => {}
+        }
+    }
+    let page_token = page_token.filter(|token| !token.is_empty());
+    Ok(TopicListParams { limit: limit.unwrap_or(TOPIC_PAGE_DEFAULT), page_token })
+}
+
+/// A page's `limit`: a positive decimal integer, any number of digits; past the maximum, the
+/// maximum.
+fn page_limit(value: &[u8]) -> Result<u32, ApiError> {
+    let digits = !value.is_empty() && value.iter().all(u8::is_ascii_digit);
+    if !digits || value.iter().all(|&d| d == b'0') {
+        let shown = String::from_utf8_lossy(value);
+        return Err(ApiError::bad_request(format!(
+            "query parameter `limit` must be a positive integer, got {shown:?}"
+        )));
+    }
+    let asked: u64 =
+        std::str::from_utf8(value).ok().and_then(|s| s.parse().ok()).unwrap_or(u64::MAX);
+    Ok(asked.min(u64::from(TOPIC_PAGE_MAX)) as u32)
+}
+
+/// Parses the query string of `GET /v1/topics/{t}`: the one `partition` to show, if any.
+pub fn topic_params(query: Option<&str>) -> Result<Option<u32>, ApiError> {
+    let mut partition = None;
+    for (name, value) in pairs(query) {
+        if &*name == b"partition" {
+            set_once(&mut partition, "partition", number("partition", &value)?)?;
+        }
+    }
+    Ok(partition)
 }
 
 /// Parses the produce query string.
@@ -227,6 +282,31 @@ fn decode(raw: &str) -> Cow<'_, [u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn topic_list_limits_and_tokens() {
+        let p = topic_list_params(None).expect("empty");
+        assert_eq!(p, TopicListParams { limit: TOPIC_PAGE_DEFAULT, page_token: None });
+        let p = topic_list_params(Some("limit=2&page_token=orders.eu&x=1")).expect("valid");
+        assert_eq!((p.limit, p.page_token.as_deref()), (2, Some("orders.eu")));
+        let p = topic_list_params(Some("limit=5000&page_token=")).expect("large");
+        assert_eq!((p.limit, p.page_token), (TOPIC_PAGE_MAX, None), "clamped; empty token");
+        let p = topic_list_params(Some("limit=99999999999999999999999")).expect("past u64");
+        assert_eq!(p.limit, TOPIC_PAGE_MAX);
+        for query in ["limit=0", "limit=00", "limit=-1", "limit=x", "limit=", "limit=1&limit=2"] {
+            assert!(topic_list_params(Some(query)).is_err(), "{query} must be rejected");
+        }
+        assert!(topic_list_params(Some("page_token=%ff")).is_err(), "not UTF-8");
+    }
+
+    #[test]
+    fn topic_partition_filter() {
+        assert_eq!(topic_params(None).expect("none"), None);
+        assert_eq!(topic_params(Some("partition=2&other")).expect("valid"), Some(2));
+        for query in ["partition=x", "partition=-1", "partition=1&partition=1"] {
+            assert!(topic_params(Some(query)).is_err(), "{query} must be rejected");
+        }
+    }
 
     #[test]
     fn produce_keys_and_partitions() {

@@ -1,11 +1,11 @@
-//! Topic routes: create, list, get (with partition statistics), update (retention), delete. Not
+//! Topic routes: create, list (a page at a time), get (with partition statistics), update (retention), delete. Not
 //! on the hot path, so plain serde structs do the JSON. The shapes follow the original v1 API
 //! where it defines a field: `created_at` in Unix seconds (`created_at_ms` beside it) and
 //! `owner_node` as a string.
 
 use axum::body::Body;
 use axum::extract::Path;
-use axum::http::{HeaderMap, StatusCode};
+use axum::http::{HeaderMap, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use narad_core::api::{PartitionStats, QueueSettings, TopicInfo};
 use narad_core::{ClientOp, ClientReply, TopicChange};
@@ -13,6 +13,7 @@ use serde::{Deserialize, Deserializer, Serialize};
 
 use super::body::read_limited;
 use super::json::object;
+use super::query::{topic_list_params, topic_params};
 use super::{ApiError, Caller, json_response};
 
 /// Largest create-topic body we read (the real content is well under 1 KiB).
@@ -187,20 +188,26 @@ pub async fn create(node: Caller, headers: HeaderMap, body: Body) -> Result<Resp
     }
 }
 
-/// `GET /v1/topics` → 200 `{"topics": [...]}`.
-pub async fn list(node: Caller) -> Result<Response, ApiError> {
-    match node.call(ClientOp::ListTopics).await? {
-        ClientReply::Topics(topics) => {
+/// `GET /v1/topics[?limit=&page_token=]` → 200 `{"topics": [...], "next_page_token": "..."}`:
+/// one page in name order, `next_page_token` empty on the last.
+pub async fn list(node: Caller, uri: Uri) -> Result<Response, ApiError> {
+    let params = topic_list_params(uri.query())?;
+    let op = ClientOp::ListTopics { after: params.page_token, limit: params.limit };
+    match node.call(op).await? {
+        ClientReply::Topics { topics, next } => {
             let topics: Vec<TopicJson<'_>> = topics.iter().map(TopicJson::new).collect();
-            Ok(to_json(StatusCode::OK, &serde_json::json!({ "topics": topics })))
+            let next = next.unwrap_or_default();
+            let page = serde_json::json!({ "topics": topics, "next_page_token": next });
+            Ok(to_json(StatusCode::OK, &page))
         }
         other => Err(ApiError::unexpected(&other)),
     }
 }
 
-/// `GET /v1/topics/{t}` → 200 with `partition_stats`.
-pub async fn get(node: Caller, Path(name): Path<String>) -> Result<Response, ApiError> {
-    match node.call(ClientOp::GetTopic { name }).await? {
+/// `GET /v1/topics/{t}[?partition=p]` → 200 with `partition_stats` (of partition `p` only).
+pub async fn get(node: Caller, Path(name): Path<String>, uri: Uri) -> Result<Response, ApiError> {
+    let partition = topic_params(uri.query())?;
+    match node.call(ClientOp::GetTopic { name, partition }).await? {
         ClientReply::Topic(info, stats) => {
             let json = TopicJson::with_stats(&info, &stats, node.unix_millis());
             Ok(to_json(StatusCode::OK, &json))

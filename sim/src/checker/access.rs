@@ -152,7 +152,7 @@ impl Checker {
     pub fn access_answered(&mut self, request: RequestId, reply: Option<&ClientReply>) {
         let Some(asked) = self.access.asked.remove(&request) else { return };
         let verdict = match reply {
-            Some(ClientReply::Topics(topics)) => {
+            Some(ClientReply::Topics { topics, .. }) => {
                 Verdict::Listed(topics.iter().map(|t| t.name.clone()).collect())
             }
             Some(ClientReply::Error(error)) => match error.http_status() {
@@ -433,7 +433,8 @@ mod tests {
         checker.access_answered(RequestId(2), Some(&unknown));
         checker.on_event(0, &NodeEvent::UsersReplaced { index: 2 });
         checker.access_asked(RequestId(3), 0, admin());
-        checker.access_answered(RequestId(3), Some(&ClientReply::Topics(vec![])));
+        let empty = ClientReply::Topics { topics: vec![], next: None };
+        checker.access_answered(RequestId(3), Some(&empty));
         checker.check_access();
         assert_eq!(checker.violations().1, 0, "{:?}", checker.violations().0);
         for (request, reply) in

@@ -25,6 +25,7 @@ mod queue_wait;
 mod quota;
 mod reads;
 mod retention;
+mod topic_pages;
 mod verdict;
 mod whole_requests;
 
@@ -38,6 +39,7 @@ pub use admin::AdminAsk;
 pub use long_poll::LongPollSent;
 pub use queue::{QueueVerdict, SettleSeen};
 pub use reads::ReadKind;
+pub use topic_pages::{PageAsked, page_fault};
 pub use verdict::Verdict;
 
 /// Invariant names used in violations.
@@ -58,6 +60,9 @@ pub mod inv {
     pub const PEER_MESSAGE_LOST: &str = "peer-message-lost";
     pub const HALF_APPLIED: &str = "half-applied";
     pub const PROTOCOL: &str = "protocol";
+    /// A page of the topic list out of order, past its limit, or with a token that does not
+    /// move on (see `topic_pages.rs`).
+    pub const TOPIC_PAGE: &str = "topic-page";
     /// Tier 2: a node's driver task panicked (the production process would exit 1).
     pub const NODE_PANICKED: &str = "node-panicked";
     pub const RECOVERY: &str = "recovery-refused";
@@ -220,6 +225,8 @@ struct NodeCheck {
 pub struct Counters {
     /// Produces refused 429 for their payer's quota.
     pub quota_refusals: u64,
+    /// Pages of the topic list judged (`topic_pages.rs`).
+    pub topic_pages: u64,
     /// Answers to the access client's requests judged against the users' history.
     pub access_probes_judged: u64,
     /// Answers to requests made with the bootstrap admin's credentials (tier 2 with access

@@ -174,7 +174,10 @@ pub enum ClientCmd {
     Delete {
         topic: TopicSel,
     },
-    List,
+    /// A page of the topic list, 0..12: see `values.rs`.
+    List {
+        page: u8,
+    },
     Get {
         topic: TopicSel,
     },
@@ -199,7 +202,8 @@ pub enum ClientCmd {
 
 impl<'a> Arbitrary<'a> for ClientCmd {
     fn arbitrary(u: &mut Unstructured<'a>) -> arbitrary::Result<Self> {
-        Ok(match u8::arbitrary(u)? {
+        let selector = u8::arbitrary(u)?;
+        Ok(match selector {
             0..=99 => ClientCmd::Produce {
                 topic: TopicSel::arbitrary(u)?,
                 messages: Vec::arbitrary(u)?,
@@ -220,7 +224,7 @@ impl<'a> Arbitrary<'a> for ClientCmd {
                 offset: Offset::arbitrary(u)?,
                 max: u16::arbitrary(u)?,
             },
-            210..=221 => ClientCmd::List,
+            210..=221 => ClientCmd::List { page: selector - 210 },
             222..=239 => ClientCmd::Get { topic: TopicSel::arbitrary(u)? },
             // 240..=249 chose a stats request until the core dropped it (runtimes read
             // `Node::stats` directly); it consumed no further bytes, like `Members`, so saved

@@ -8,6 +8,8 @@ use std::collections::{BTreeMap, HashSet};
 use bytes::Bytes;
 use narad_core::{ClientOp, ClientReply, ConsumedRecord, RequestId, TopicId};
 
+use crate::checker::{PageAsked, page_fault};
+
 /// A record a client was told is durable.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub struct Acked {
@@ -26,6 +28,8 @@ enum Waiting {
     Produce { probe: RequestId, messages: Vec<(Option<Bytes>, Bytes)> },
     /// A consume from `offset`.
     Consume { offset: u64 },
+    /// A page of the topic list (the harness is trusted: it sees every topic).
+    Page(PageAsked),
     /// A request the harness itself reads the answer of (final reads).
     Harness,
     /// Any other request: only answered-exactly-once is checked.
@@ -63,6 +67,9 @@ impl Oracle {
                 Waiting::Produce { probe, messages: messages.collect() }
             }
             ClientOp::Consume { offset, .. } => Waiting::Consume { offset: *offset },
+            ClientOp::ListTopics { after, limit } => {
+                Waiting::Page(PageAsked { after: after.clone(), limit: *limit, sees_all: true })
+            }
             _ => Waiting::Other,
         };
         self.insert(request, waiting);
@@ -116,7 +123,7 @@ impl Oracle {
         match waiting {
             Waiting::Probe { topic } => {
                 let id = match &reply {
-                    ClientReply::Topics(topics) => {
+                    ClientReply::Topics { topics, .. } => {
                         topics.iter().find(|t| t.name == topic).map(|t| t.id)
                     }
                     other => panic!("INVARIANT reply-shape: ListTopics answered {other:?}"),
@@ -127,6 +134,14 @@ impl Oracle {
                 self.produce_answered(request, probe, messages, &reply)
             }
             Waiting::Consume { offset } => self.consume_answered(request, offset, &reply),
+            Waiting::Page(asked) => match &reply {
+                ClientReply::Topics { topics, next } => {
+                    if let Some(fault) = page_fault(&asked, topics, next.as_deref()) {
+                        panic!("INVARIANT topic-page: {fault}");
+                    }
+                }
+                other => panic!("INVARIANT reply-shape: ListTopics answered {other:?}"),
+            },
             Waiting::Harness => {
                 self.answers.insert(request, reply);
             }
@@ -137,7 +152,7 @@ impl Oracle {
     fn note_topics(&mut self, reply: &ClientReply) {
         let ids: Vec<TopicId> = match reply {
             ClientReply::TopicCreated(t) | ClientReply::Topic(t, _) => vec![t.id],
-            ClientReply::Topics(topics) => topics.iter().map(|t| t.id).collect(),
+            ClientReply::Topics { topics, .. } => topics.iter().map(|t| t.id).collect(),
             _ => return,
         };
         for id in ids {

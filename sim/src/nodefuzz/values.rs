@@ -106,8 +106,14 @@ impl Values {
                 queue: Default::default(),
             },
             ClientCmd::Delete { topic } => ClientOp::DeleteTopic { name: topic_name(*topic) },
-            ClientCmd::List => ClientOp::ListTopics,
-            ClientCmd::Get { topic } => ClientOp::GetTopic { name: topic_name(*topic) },
+            ClientCmd::List { page } => ClientOp::ListTopics {
+                // 0 asks for the first page of the most; otherwise a small page after a name.
+                after: (*page % 4 != 0).then(|| topic_name(TopicSel(*page / 4))),
+                limit: if *page % 4 == 0 { u32::MAX } else { u32::from(*page % 4) },
+            },
+            ClientCmd::Get { topic } => {
+                ClientOp::GetTopic { name: topic_name(*topic), partition: None }
+            }
             ClientCmd::Produce { topic, messages, batch } => {
                 let messages = messages.iter().take(MAX_MESSAGES).map(|m| self.message(m));
                 let messages = messages.collect();

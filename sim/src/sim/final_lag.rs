@@ -26,7 +26,7 @@ impl Simulation {
         for (t, (name, inc, _)) in self.world.workload.topics.all_live().into_iter().enumerate() {
             let Some(&via) = up.get(t % up.len().max(1)) else { return };
             let Some(ClientReply::Topic(info, partitions)) =
-                self.call(via, ClientOp::GetTopic { name })
+                self.call(via, ClientOp::GetTopic { name, partition: None })
             else {
                 continue; // the final read already judged a topic that cannot be looked up
             };

@@ -167,7 +167,9 @@ impl Simulation {
         }
         drain.restarts += 1;
         let Some(via) = self.drain_via(drain) else { return };
-        let owner = match self.call(via, ClientOp::GetTopic { name: drain.name.clone() }) {
+        let owner = match self
+            .call(via, ClientOp::GetTopic { name: drain.name.clone(), partition: None })
+        {
             Some(ClientReply::Topic(_, parts)) => parts
                 .iter()
                 .find(|p| p.index == drain.partition)

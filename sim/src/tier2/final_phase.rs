@@ -7,12 +7,14 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use narad_core::api::TopicInfo;
+use narad_core::constants::TOPIC_PAGE_DEFAULT;
 use narad_core::{ClientError, ClientOp, ClientReply, PartitionKey, TopicId};
 
 use super::clients::node_addr;
 use super::http;
 use super::world::{Shared, lock, now};
-use crate::checker::{ReadKind, inv};
+use crate::checker::{PageAsked, ReadKind, inv};
 
 /// Simulated time the backlogs get to drain once faults are healed (one node / a cluster: a
 /// commit lost in a healed partition is retried only after its 30 s timeout).
@@ -120,14 +122,12 @@ async fn final_read(world: &Shared, up: &[u32]) {
     let live = lock(world).workload.topics.all_live();
     let protocols = [http::Protocol::Http1, http::Protocol::Http2];
     for (&node, protocol) in up.iter().flat_map(|n| protocols.iter().map(move |p| (n, *p))) {
-        let listed = match call_over(world, node, ClientOp::ListTopics, protocol).await {
-            Some(ClientReply::Topics(listed)) => listed,
-            other => {
-                let detail = format!("final list on n{node} over {protocol:?}: {other:?}");
-                violation(world, inv::PROTOCOL, detail);
-                continue;
-            }
+        // HTTP/1.1 pages two topics at a time; HTTP/2 asks with the default page size.
+        let limit = match protocol {
+            http::Protocol::Http1 => 2,
+            http::Protocol::Http2 => TOPIC_PAGE_DEFAULT,
         };
+        let Some(listed) = list_pages(world, node, protocol, limit).await else { continue };
         for (name, inc, _) in &live {
             if !listed.iter().any(|t| &t.name == name && t.id == *inc) {
                 let detail =
@@ -147,11 +147,43 @@ async fn final_read(world: &Shared, up: &[u32]) {
     }
 }
 
+/// Node `node`'s whole topic list, `limit` topics a page, each page judged; `None` (and a
+/// violation) when a page was not answered.
+async fn list_pages(
+    world: &Shared,
+    node: u32,
+    protocol: http::Protocol,
+    limit: u32,
+) -> Option<Vec<TopicInfo>> {
+    let mut listed = Vec::new();
+    let mut after = None;
+    loop {
+        let asked = PageAsked { after, limit, sees_all: true };
+        let op = ClientOp::ListTopics { after: asked.after.clone(), limit };
+        let (topics, next) = match call_over(world, node, op, protocol).await {
+            Some(ClientReply::Topics { topics, next }) => (topics, next),
+            other => {
+                let detail = format!("final list on n{node} over {protocol:?}: {other:?}");
+                violation(world, inv::PROTOCOL, detail);
+                return None;
+            }
+        };
+        lock(world).checker_at(now()).topic_page(&asked, &topics, next.as_deref());
+        listed.extend(topics);
+        // A token that does not move on was just reported; stop rather than loop.
+        match next.filter(|next| asked.after.as_ref().is_none_or(|after| next > after)) {
+            Some(next) => after = Some(next),
+            None => return Some(listed),
+        }
+    }
+}
+
 /// Each partition's watermark, from its owner's own answer.
 async fn watermarks(world: &Shared, name: &str, inc: TopicId, up: &[u32]) -> BTreeMap<u32, u64> {
     let mut watermarks = BTreeMap::new();
     for &node in up {
-        let reply = call(world, node, ClientOp::GetTopic { name: name.to_string() }).await;
+        let reply =
+            call(world, node, ClientOp::GetTopic { name: name.to_string(), partition: None }).await;
         let Some(ClientReply::Topic(info, partitions)) = reply else {
             violation(
                 world,

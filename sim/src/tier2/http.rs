@@ -14,6 +14,7 @@ use http_body_util::{BodyExt, Full};
 use hyper::{Method, Request};
 use hyper_util::rt::TokioIo;
 use narad_core::api::{PartitionNumbers, PartitionStats, QueueSettings, TopicInfo};
+use narad_core::constants::TOPIC_PAGE_DEFAULT;
 use narad_core::{ClientError, ClientOp, ClientReply, ConsumedRecord, TopicId};
 use percent_encoding::{NON_ALPHANUMERIC, utf8_percent_encode};
 use serde_json::Value;
@@ -198,9 +199,22 @@ pub fn request_of(op: &ClientOp) -> HttpRequest {
             }
             request(Method::PATCH, format!("/v1/topics/{}", encoded(name)), json_body(&body))
         }
-        ClientOp::ListTopics => request(Method::GET, "/v1/topics".to_string(), Bytes::new()),
-        ClientOp::GetTopic { name } => {
-            request(Method::GET, format!("/v1/topics/{}", encoded(name)), Bytes::new())
+        ClientOp::ListTopics { after, limit } => {
+            // The default page size goes without `limit`, so that default is exercised too.
+            let mut query = Vec::new();
+            if *limit != TOPIC_PAGE_DEFAULT {
+                query.push(format!("limit={limit}"));
+            }
+            if let Some(after) = after {
+                query.push(format!("page_token={}", encoded(after)));
+            }
+            let query =
+                if query.is_empty() { String::new() } else { format!("?{}", query.join("&")) };
+            request(Method::GET, format!("/v1/topics{query}"), Bytes::new())
+        }
+        ClientOp::GetTopic { name, partition } => {
+            let query = partition.map_or_else(String::new, |p| format!("?partition={p}"));
+            request(Method::GET, format!("/v1/topics/{}{query}", encoded(name)), Bytes::new())
         }
         ClientOp::Produce { .. } => produce_request(op),
         ClientOp::Consume { topic, partition, offset, max, wait_ms } => {
@@ -304,10 +318,15 @@ pub fn reply_of(op: &ClientOp, status: u16, body: &[u8]) -> ClientReply {
         ClientOp::CreateTopic { .. } => topic_of(&json()).map(ClientReply::TopicCreated),
         ClientOp::DeleteTopic { .. } => Some(ClientReply::TopicDeleted),
         ClientOp::UpdateTopic { .. } => topic_of(&json()).map(ClientReply::TopicUpdated),
-        ClientOp::ListTopics => json()["topics"]
-            .as_array()
-            .map(|topics| topics.iter().filter_map(topic_of).collect())
-            .map(ClientReply::Topics),
+        ClientOp::ListTopics { .. } => {
+            let json = json();
+            let topics = json["topics"].as_array().map(|t| t.iter().filter_map(topic_of).collect());
+            let next = json["next_page_token"].as_str().map(str::to_string);
+            topics.zip(next).map(|(topics, next)| ClientReply::Topics {
+                topics,
+                next: Some(next).filter(|next| !next.is_empty()),
+            })
+        }
         ClientOp::GetTopic { .. } => {
             let json = json();
             topic_of(&json).map(|info| ClientReply::Topic(info, partitions_of(&json)))

@@ -130,6 +130,6 @@ mod tests {
             assert_eq!(request.method, method);
             assert_eq!(request.path, format!("/v1/users/a%2Eb%40c{tail}"));
         }
-        assert!(request_of(&ClientOp::ListTopics).is_none());
+        assert!(request_of(&ClientOp::list_topics()).is_none());
     }
 }

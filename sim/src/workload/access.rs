@@ -20,6 +20,7 @@ use std::collections::BTreeMap;
 
 use bytes::Bytes;
 use narad_core::access::{Action, Grant, PasswordHash, Principal, TopicPattern, UserId};
+use narad_core::constants::TOPIC_PAGE_DEFAULT;
 use narad_core::{ClientError, ClientOp, ClientReply, ProduceMessage};
 use rand::RngExt;
 use rand_chacha::ChaCha8Rng;
@@ -194,13 +195,26 @@ impl AccessClient {
                 ClientOp::DeleteTopic { name: topic.clone() },
                 AccessNeed::Topic(Action::Admin, topic),
             ),
-            3 => (ClientOp::GetTopic { name: topic.clone() }, AccessNeed::AnyOn(topic)),
-            4 => (ClientOp::ListTopics, AccessNeed::List),
+            3 => (
+                ClientOp::GetTopic { name: topic.clone(), partition: None },
+                AccessNeed::AnyOn(topic),
+            ),
+            4 => (self.page(&topic), AccessNeed::List),
             _ => (ClientOp::ListUsers, AccessNeed::ClusterAdmin),
         };
         let (who, as_user) = self.asker(&name, known);
         let ask = AccessAsk { name, who: as_user, need };
         AccessRequest { op, who, ask: Some(ask), create: None }
+    }
+}
+
+impl AccessClient {
+    /// A page of the topic list: from the start or after `name` (a token need not name a
+    /// topic), one, two or the default number of topics.
+    fn page(&mut self, name: &str) -> ClientOp {
+        let after = self.rng.random_bool(0.5).then(|| name.to_string());
+        let limit = [1, 2, TOPIC_PAGE_DEFAULT][self.rng.random_range(0..3)];
+        ClientOp::ListTopics { after, limit }
     }
 }
 

@@ -139,7 +139,7 @@ impl Pending {
                 retention_bytes: cfg.create_retention_bytes,
                 queue: cfg.queue_settings(),
             },
-            Pending::Lookup { name } => ClientOp::GetTopic { name: name.clone() },
+            Pending::Lookup { name } => ClientOp::GetTopic { name: name.clone(), partition: None },
             Pending::Delete { name, .. } => ClientOp::DeleteTopic { name: name.clone() },
             Pending::Update { name, change, .. } => {
                 ClientOp::UpdateTopic { name: name.clone(), change: *change }

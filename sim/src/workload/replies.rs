@@ -2,11 +2,11 @@
 //! decide whether to retry. A 5xx or a timeout on a produce is ambiguous: the retry is a new
 //! attempt with the same ids. A clean rejection (4xx, 503) changed nothing.
 
-use narad_core::{ClientError, ClientReply, RequestId, TopicId};
+use narad_core::{ClientError, ClientOp, ClientReply, RequestId, TopicId};
 use rand::RngExt;
 
 use super::{MAX_TRIES, Pending, Role, TopicState, Workload};
-use crate::checker::{Checker, ReadKind, inv};
+use crate::checker::{Checker, PageAsked, ReadKind, inv};
 
 /// What to do after an answer.
 pub(super) enum Next {
@@ -36,6 +36,13 @@ impl Workload {
             self.clients[client].waiting.take().expect("invariant: found waiting");
         checker.admin_answered(node, request, Some(reply));
         checker.access_answered(request, Some(reply));
+        if let (Pending::Access(access), ClientReply::Topics { topics, next }) = (&pending, reply)
+            && let ClientOp::ListTopics { after, limit } = &access.op
+        {
+            // The access client's users may not see every topic.
+            let asked = PageAsked { after: after.clone(), limit: *limit, sees_all: false };
+            checker.topic_page(&asked, topics, next.as_deref());
+        }
         let next = self.handle(node, &pending, Some(reply), checker);
         Some((client, self.after(client, pending, next)))
     }
