@@ -33,6 +33,8 @@ impl ClusterTotals {
 pub struct RunOutcome {
     pub seed: u64,
     pub scenario: Option<String>,
+    /// Which tier ran it (a replay must name the same).
+    pub tier: crate::swarm::Tier,
     /// Nodes in the run.
     pub nodes: u32,
     /// Whether owners deduplicated commits (`Config::idempotent_commits`).
@@ -64,6 +66,7 @@ impl RunOutcome {
         RunOutcome {
             seed,
             scenario: None,
+            tier: options.tier,
             nodes: cfg.nodes,
             idempotent_commits: cfg.idempotent_commits,
             passed: false,
@@ -91,7 +94,7 @@ impl RunOutcome {
     /// The one-line JSON summary (`run --json`).
     pub fn to_json(&self) -> Value {
         let v = &self.verdict;
-        json!({
+        let mut json = json!({
             "seed": self.seed,
             "seed_hex": format!("{:#x}", self.seed),
             "scenario": self.scenario,
@@ -126,14 +129,17 @@ impl RunOutcome {
             "access_probes_judged": self.counters.access_probes_judged,
             "access_admin_judged": self.counters.access_admin_judged,
             "quota_refusals": self.counters.quota_refusals,
-            "topic_pages": self.counters.topic_pages,
             "rerouted": self.totals.rerouted,
             "remote_commits": self.totals.remote_commits,
             "restarts": self.counters.restarts,
             "recovery_refused": self.recovery_refused,
             "violation_count": self.violation_count,
             "violations": self.violations,
-        })
+        });
+        // Added apart: one `json!` of every field passes the macro's recursion limit.
+        json["tier"] = self.tier.name().into();
+        json["topic_pages"] = self.counters.topic_pages.into();
+        json
     }
 
     /// The exact command that replays this run.
@@ -142,7 +148,12 @@ impl RunOutcome {
             Some(name) => format!("cargo test -p narad-sim --test scenarios -- {name}"),
             None => {
                 let dedupe = if self.idempotent_commits { "" } else { " --no-idempotent-commits" };
-                format!("narad-sim replay --seed {:#x} --nodes {}{dedupe}", self.seed, self.nodes)
+                let tier = match self.tier {
+                    crate::swarm::Tier::Core => String::new(),
+                    other => format!(" --tier {}", other.name()),
+                };
+                let (seed, nodes) = (self.seed, self.nodes);
+                format!("narad-sim replay --seed {seed:#x} --nodes {nodes}{tier}{dedupe}")
             }
         }
     }
@@ -191,5 +202,25 @@ impl RunOutcome {
             v.duplicates,
             self.trace_hash
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::swarm::{RunOptions, Tier};
+
+    /// A failing tier-2 seed printed a replay of a scenario named `tier-2`, which does not exist.
+    #[test]
+    fn a_replay_command_names_the_tier_that_ran_the_seed() {
+        let core = RunOutcome::panicked(0x2a, &RunOptions::nodes(3), "boom");
+        assert_eq!(core.replay_command(), "narad-sim replay --seed 0x2a --nodes 3");
+        let options = RunOptions { tier: Tier::Runtime, ..RunOptions::nodes(3) };
+        let runtime = RunOutcome::panicked(0x2a, &options, "boom");
+        assert_eq!(
+            runtime.replay_command(),
+            "narad-sim replay --seed 0x2a --nodes 3 --tier runtime"
+        );
+        assert_eq!(runtime.to_json()["tier"], "runtime");
     }
 }

@@ -16,6 +16,7 @@ impl Simulation {
         RunOutcome {
             seed: self.seed,
             scenario: self.scenario.clone(),
+            tier: crate::swarm::Tier::Core,
             nodes: self.cfg.nodes,
             idempotent_commits: self.cfg.idempotent_commits,
             passed: violation_count == 0,

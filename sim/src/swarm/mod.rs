@@ -75,6 +75,14 @@ pub enum Tier {
 }
 
 impl Tier {
+    /// The name `parse` takes.
+    pub fn name(self) -> &'static str {
+        match self {
+            Tier::Core => "core",
+            Tier::Runtime => "runtime",
+        }
+    }
+
     /// Parses `core` or `runtime`.
     pub fn parse(text: &str) -> Result<Tier, String> {
         match text {

@@ -255,7 +255,8 @@ fn outcome(seed: u64, cfg: &SwarmConfig, world: &world::Shared) -> RunOutcome {
     faults_on.extend(cfg.net.names());
     RunOutcome {
         seed,
-        scenario: Some("tier-2".to_string()),
+        scenario: None,
+        tier: crate::swarm::Tier::Runtime,
         nodes: cfg.nodes.max(1),
         idempotent_commits: cfg.idempotent_commits,
         passed: violation_count == 0,
