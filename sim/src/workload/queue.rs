@@ -161,8 +161,19 @@ impl Workload {
     ) -> Next {
         let sent = self.workers[w].sent;
         match op {
-            QueueOp::Receive { inc, partition, wait_ms, .. } => match reply {
+            QueueOp::Receive { inc, partition, max, wait_ms, .. } => match reply {
                 Some(ClientReply::Leased(records)) => {
+                    let outside =
+                        records.iter().find(|r| partition.is_some_and(|p| r.record.partition != p));
+                    if records.len() > *max as usize || outside.is_some() {
+                        let detail = format!(
+                            "a receive of at most {max} from partition {partition:?} answered {} \
+                             messages (one from partition {:?})",
+                            records.len(),
+                            outside.map(|r| r.record.partition)
+                        );
+                        checker.violation(inv::PROTOCOL, detail);
+                    }
                     checker.queue_delivered(*inc, sent, records);
                     if records.is_empty()
                         && *wait_ms > 0
