@@ -11,10 +11,11 @@
 //!   between `d_i` and the latest of their answers; less the largest of them, they hold at most
 //!   `rate × (that span + burst)` bytes (the rule admits a produce only while its payer is at
 //!   most `burst` ahead, and the last one admitted may be any of them).
-//! - **quota-refused-early**: a 429 at `r` needs the payer to have been more than `burst`
-//!   ahead at `r`, counting every produce delivered before `r` that may have been charged (any
-//!   not refused before the quota: 202, 5xx, unanswered) as charged as late as it can have
-//!   been. If even that upper bound leaves the payer within its burst, the refusal was wrong.
+//! - **quota-refused-early**: a 429 decided at `t` needs the payer to have been more than
+//!   `burst` ahead at `t`, counting every produce delivered before `t` that may have been charged
+//!   (any not refused before the quota: 202, 5xx, unanswered) as charged as late as it can have
+//!   been. If even that upper bound leaves the payer within its burst at every `t` from the
+//!   429's delivery to its answer, the refusal was wrong.
 //!
 //! Node clocks may drift (2 % at most): rates and the burst are given 3 % either way.
 
@@ -166,31 +167,47 @@ fn overrun(rate: i128, sends: &[&Sent]) -> Option<String> {
     None
 }
 
-/// The first 429 that even the most the payer can have been charged does not explain.
+/// The first 429 that even the most the payer can have been charged does not explain. The node
+/// decided it at some time between its delivery and its answer (a node paused or starting up
+/// answers late), so it is early only if the payer was within its burst at every such time: at
+/// the delivery, and at each later point where the most it can have been charged grows (between
+/// two such points the debt only shrinks).
 fn refused_early(rate: i128, sends: &[&Sent]) -> Option<String> {
     let burst_low_us = i128::from(QUOTA_BURST_MS) * 1_000 * (100 - DRIFT_PERCENT) / 100;
     for refused in sends.iter().filter(|s| matches!(s.answer, Some((Answer::Refused, _)))) {
-        let (_, at_us) = refused.answer.expect("filtered: answered");
-        let at = i128::from(at_us);
-        let mut charges: Vec<(i128, u64)> = sends
-            .iter()
-            .filter(|s| s.delivered_us < at_us && may_be_charged(s))
-            .map(|s| (s.answer.map_or(at, |(_, r)| i128::from(r).min(at)), s.bytes))
-            .collect();
-        charges.sort_unstable();
-        let mut paid: Option<i128> = None;
-        for (t, bytes) in charges {
-            let cost = (i128::from(bytes) * 1_000_000 * (100 + DRIFT_PERCENT)) / (rate * 100) + 1;
-            paid = Some(paid.map_or(t, |paid| paid.max(t)) + cost);
-        }
-        let ahead = paid.map_or(0, |paid| (paid - at).max(0));
+        let (_, answered_us) = refused.answer.expect("filtered: answered");
+        let delivered_us = refused.delivered_us;
+        let changes = sends.iter().flat_map(|s| [Some(s.delivered_us), s.answer.map(|(_, r)| r)]);
+        let mut times: Vec<u64> =
+            changes.flatten().filter(|&t| t > delivered_us && t <= answered_us).collect();
+        times.push(delivered_us);
+        let ahead = times.into_iter().map(|t| most_ahead_at(rate, sends, t)).max().unwrap_or(0);
         if ahead <= burst_low_us {
             return Some(format!(
-                "refused at {at_us} µs, when the payer was at most {ahead} µs ahead (burst {QUOTA_BURST_MS} ms)"
+                "refused (delivered at {delivered_us} µs, answered at {answered_us} µs) when the \
+                 payer was at most {ahead} µs ahead (burst {QUOTA_BURST_MS} ms)"
             ));
         }
     }
     None
+}
+
+/// How far ahead of `at_us` the payer can be at most: every produce delivered before it that
+/// may have been charged, charged as late as it can have been (by `at_us`).
+fn most_ahead_at(rate: i128, sends: &[&Sent], at_us: u64) -> i128 {
+    let at = i128::from(at_us);
+    let mut charges: Vec<(i128, u64)> = sends
+        .iter()
+        .filter(|s| s.delivered_us < at_us && may_be_charged(s))
+        .map(|s| (s.answer.map_or(at, |(_, r)| i128::from(r).min(at)), s.bytes))
+        .collect();
+    charges.sort_unstable();
+    let mut paid: Option<i128> = None;
+    for (t, bytes) in charges {
+        let cost = (i128::from(bytes) * 1_000_000 * (100 + DRIFT_PERCENT)) / (rate * 100) + 1;
+        paid = Some(paid.map_or(t, |paid| paid.max(t)) + cost);
+    }
+    paid.map_or(0, |paid| (paid - at).max(0))
 }
 
 fn may_be_charged(sent: &Sent) -> bool {
@@ -278,6 +295,25 @@ mod tests {
         answer(&mut c, 2, 3, &throttled());
         send(&mut c, 3, 4, 10);
         answer(&mut c, 3, 4, &throttled());
+        assert_eq!(found(c), [inv::QUOTA_REFUSED_EARLY]);
+    }
+
+    /// Cluster seed 0x13f6: a node paused 1.5 s between deciding a 429 and sending it; judged at
+    /// the answer, the payer's debt had run down to within the burst.
+    #[test]
+    fn a_refusal_answered_late_is_judged_when_it_may_have_been_decided() {
+        let mut c = checker();
+        send(&mut c, 1, 0, 1_500); // 1.5 s of debt at 1,000 B/s: 0.5 s past the burst
+        answer(&mut c, 1, 1, &OK);
+        send(&mut c, 2, 2, 10);
+        answer(&mut c, 2, 1_000, &throttled()); // answered after a pause: 0.5 s of debt left
+        assert_eq!(found(c), Vec::<&str>::new());
+        // Delivered once the debt was back within the burst, the same refusal is early.
+        let mut c = checker();
+        send(&mut c, 1, 0, 1_500);
+        answer(&mut c, 1, 1, &OK);
+        send(&mut c, 2, 700, 10);
+        answer(&mut c, 2, 1_000, &throttled());
         assert_eq!(found(c), [inv::QUOTA_REFUSED_EARLY]);
     }
 
