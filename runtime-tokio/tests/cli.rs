@@ -56,6 +56,9 @@ fn client_commands_round_trip() {
     assert_eq!(many["messages"][1]["payload"], json!({ "from": "stdin" }));
     let topic = json_out(&narad(url, &["topic", "get", "cli"], None));
     assert_eq!(topic["partition_stats"][1]["high_watermark"], json!(2));
+    let one = json_out(&narad(url, &["topic", "get", "cli", "--partition", "1"], None));
+    let stats = one["partition_stats"].as_array().expect("stats");
+    assert_eq!((stats.len(), &stats[0]["index"]), (1, &json!(1)), "{one}");
     let update = ["topic", "update", "cli", "--retention-ms", "60000", "--retention-bytes"];
     let updated = json_out(&narad(url, &[&update[..], &["8388608"]].concat(), None));
     assert_eq!(
@@ -119,4 +122,29 @@ fn sub_works_a_topic_as_a_queue() {
     assert!(String::from_utf8_lossy(&out.stderr).contains("3 messages acked"));
     let after = narad(url, &["sub", "jobs", "--idle", "1s"], None);
     assert!(after.stdout.is_empty(), "everything was acked");
+}
+
+/// The node answers the topic list a page at a time (at most 1,000 topics); `narad topic list`
+/// follows every page and prints them all, in name order.
+#[test]
+fn topic_list_follows_every_page() {
+    let (_tmp, dir) = data_dir();
+    let node = TestNode::start(&dir);
+    let client = node.client();
+    let names: Vec<String> = (0..1_001).map(|i| format!("page-{i:04}")).collect();
+    for name in &names {
+        let created = client.post_json("/v1/topics", &json!({ "name": name, "partitions": 1 }));
+        assert_eq!(created.0, 201, "{}", String::from_utf8_lossy(&created.1));
+    }
+    let first = serde_json::from_slice::<Value>(&client.get("/v1/topics?limit=5000").1).unwrap();
+    assert_eq!(first["topics"].as_array().map(Vec::len), Some(1_000), "one page holds 1,000");
+    assert_eq!(first["next_page_token"], json!("page-0999"));
+    let listed = json_out(&narad(node.url.as_str(), &["topic", "list"], None));
+    let listed: Vec<&str> = listed["topics"]
+        .as_array()
+        .expect("topics")
+        .iter()
+        .map(|t| t["name"].as_str().expect("name"))
+        .collect();
+    assert_eq!(listed, names, "every topic once, in name order");
 }
