@@ -91,6 +91,9 @@ struct ClientReceive {
     /// partition failed answers it, not "nothing available".
     failed: usize,
     failure: Option<ClientError>,
+    /// Leased this round from the partitions asked before: a receive of several partitions
+    /// fills up to `max` from consecutive partitions this node owns.
+    leased: Vec<LeasedRecord>,
 }
 
 /// Who waits for a settle's results.
@@ -338,16 +341,27 @@ impl Node {
             until,
             failed: 0,
             failure: None,
+            leased: Vec::new(),
         };
         self.consumers.client_receives.insert(id, pending);
         self.next_partition(id);
     }
 
-    /// Asks the next partition of a client receive, or answers it (nothing available).
+    /// Asks the next partition of a client receive, or answers it (with what earlier
+    /// partitions leased, or nothing available).
     fn next_partition(&mut self, id: u64) {
         loop {
             let Some(pending) = self.consumers.client_receives.get_mut(&id) else { return };
-            let Some(&partition) = pending.partitions.get(pending.next) else {
+            let next = pending.partitions.get(pending.next).copied();
+            let filling = !pending.leased.is_empty();
+            let me = self.config.node_id;
+            let local = |p| self.meta.owner(PartitionKey { topic: pending.topic_id, partition: p });
+            if filling && next.is_none_or(|p| local(p) != Some(me)) {
+                // Only partitions this node owns fill a receive that has leased something: a
+                // hop to another owner would hold those leases for its round trip, or timeout.
+                return self.answer_receive_leased(id);
+            }
+            let Some(partition) = next else {
                 if pending.failed == pending.partitions.len()
                     && let Some(error) = pending.failure.take()
                 {
@@ -361,7 +375,8 @@ impl Node {
                 };
             };
             pending.next += 1;
-            let (key, max) = (PartitionKey { topic: pending.topic_id, partition }, pending.max);
+            let key = PartitionKey { topic: pending.topic_id, partition };
+            let max = pending.max - pending.leased.len() as u32;
             let single = pending.partitions.len() == 1;
             match self.meta.owner(key) {
                 Some(owner) if owner == self.config.node_id => {
@@ -407,6 +422,17 @@ impl Node {
         let single = pending.partitions.len() == 1;
         match result {
             Ok(leased) if leased.is_empty() => self.next_partition(id),
+            Ok(leased) if !single => {
+                let pending = self.consumers.client_receives.get_mut(&id).expect("present above");
+                pending.leased.extend(leased);
+                if pending.leased.len() < pending.max as usize {
+                    self.next_partition(id);
+                } else {
+                    self.answer_receive_leased(id);
+                }
+            }
+            // A later partition refused (its topic just deleted, say): answer what was leased.
+            Err(_) if !pending.leased.is_empty() => self.answer_receive_leased(id),
             Err(error) if !single && error.http_status() >= 500 => {
                 tracing::debug!(%error, "a partition of a queue receive failed; trying the next");
                 if let Some(pending) = self.consumers.client_receives.get_mut(&id) {
@@ -842,6 +868,14 @@ impl Node {
             return self.answer_waiter(Waiter::PeerReceive { from, id, key, max, until }, Ok(()));
         }
         self.lease_local(ReceiveAsker::Peer { from, id, max, until: Some(until) }, key, max);
+    }
+
+    /// Answers a client receive with what its round leased.
+    fn answer_receive_leased(&mut self, id: u64) {
+        if let Some(done) = self.consumers.client_receives.remove(&id) {
+            self.consumers.watches.forget(id);
+            self.reply(done.request, ClientReply::Leased(done.leased));
+        }
     }
 
     /// Answers a client receive with nothing (`Ok`: 204) or its error.

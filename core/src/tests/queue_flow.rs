@@ -484,3 +484,57 @@ fn a_topic_wide_waiting_receive_is_woken_by_a_message_on_another_owner() {
         assert!(waited < 2_000_000, "{name}: answered {waited} µs after the produce's 202");
     }
 }
+
+fn produce_one_each(partitions: u32) -> ClientOp {
+    let message = |p| ProduceMessage { key: None, partition: Some(p), payload: Bytes::from("x") };
+    ClientOp::Produce {
+        topic: "f".into(),
+        messages: (0..partitions).map(message).collect(),
+        batch: true,
+    }
+}
+
+/// A receive of several partitions fills up to `max` from the partitions this node owns, in
+/// turn, instead of answering with the first one that has something.
+#[test]
+fn a_receive_fills_up_to_max_from_the_partitions_this_node_owns() {
+    let mut h = Harness::new();
+    assert!(matches!(h.call(create("f", 3)), ClientReply::TopicCreated(_)));
+    assert!(matches!(h.call(produce_one_each(3)), ClientReply::Produced { .. }));
+    h.run();
+    let two = leased(h.call(receive("f", 2)));
+    assert_eq!(two.len(), 2, "max bounds the fill: {two:?}");
+    let rest = leased(h.call(receive("f", 10)));
+    assert_eq!(rest.len(), 1, "the one message left");
+    let mut partitions: Vec<u32> = two.iter().chain(&rest).map(|l| l.record.partition).collect();
+    partitions.sort_unstable();
+    assert_eq!(partitions, [0, 1, 2], "each message leased once");
+    assert!(leased(h.call(receive("f", 10))).is_empty(), "all leased");
+}
+
+/// In a cluster the fill goes on only through partitions the node that took the receive owns:
+/// the leases already granted are answered rather than held for a hop to another owner.
+#[test]
+fn a_receive_in_a_cluster_fills_only_from_its_own_partitions() {
+    let mut c = Cluster::new(3);
+    c.run_until(20_000, Cluster::all_ready);
+    let created = c.call(0, create("f", 6), 10_000).expect("answered");
+    assert!(matches!(created, ClientReply::TopicCreated(_)), "{created:?}");
+    assert!(matches!(c.call(0, produce_one_each(6), 10_000), Some(ClientReply::Produced { .. })));
+    c.run_for(3_000);
+    let op = ClientOp::GetTopic { name: "f".into(), partition: None };
+    let Some(ClientReply::Topic(_, stats)) = c.call(0, op, 10_000) else { panic!("stats") };
+    let owner = |p: u32| stats[p as usize].owner_node;
+    let mut seen = Vec::new();
+    for round in 0..6 {
+        let via = round % 3;
+        let got = leased(c.call(via, receive("f", 10), 10_000).expect("answered"));
+        let me = via as u32 + 1; // the harness numbers node `ix` as id `ix + 1`
+        for filled in got.iter().skip(1) {
+            assert_eq!(owner(filled.record.partition), me, "filled from its own: {got:?}");
+        }
+        seen.extend(got.iter().map(|l| l.record.partition));
+    }
+    seen.sort_unstable();
+    assert_eq!(seen, [0, 1, 2, 3, 4, 5], "each message leased once");
+}
