@@ -26,7 +26,7 @@ fn health_readiness_and_metrics() {
     }
     let (status, body) = client.get("/v1/topics");
     assert_eq!(status, 200);
-    assert_eq!(body, br#"{"topics":[]}"#);
+    assert_eq!(body, br#"{"next_page_token":"","topics":[]}"#, "an empty first and last page");
     assert_eq!(client.get("/no/such/route").0, 404);
 }
 
