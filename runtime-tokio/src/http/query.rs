@@ -1,7 +1,7 @@
-//! Query-string parsing for produce, consume, ack and the topic reads. We parse by hand instead of through serde so
-//! that a parameter given twice is an error (serde would keep one silently), keys may be any
-//! bytes (percent-encoded), unknown parameters are ignored (docs/design.md §2), and the common
-//! case allocates nothing.
+//! Query-string parsing for produce, consume, ack and the topic reads. We parse by hand instead of
+//! through serde so that a parameter given twice is an error (serde would keep one silently), keys
+//! may be any bytes (percent-encoded), unknown parameters are ignored (docs/design.md §2), and the
+//! common case allocates nothing.
 
 use std::borrow::Cow;
 
