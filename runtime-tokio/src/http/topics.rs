@@ -1,7 +1,7 @@
 //! Topic routes: create, list (a page at a time), get (with partition statistics), update
-//! (retention), delete. Not on the hot path, so plain serde structs do the JSON. The shapes follow the original v1 API
-//! where it defines a field: `created_at` in Unix seconds (`created_at_ms` beside it) and
-//! `owner_node` as a string.
+//! (retention), delete. Not on the hot path, so plain serde structs do the JSON. The shapes follow
+//! the original v1 API where it defines a field: `created_at` in Unix seconds (`created_at_ms`
+//! beside it) and `owner_node` as a string.
 
 use axum::body::Body;
 use axum::extract::Path;

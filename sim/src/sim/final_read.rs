@@ -1,7 +1,7 @@
-//! The final read, as a harness client: every node must list every live topic under the
-//! incarnation the workload knows (paging through its list); each partition's watermark is taken from its owner's own
-//! answer; every partition is read in full from offset 0, through a node chosen per partition
-//! (in a cluster usually not the owner, so forwarded reads are checked too).
+//! The final read, as a harness client: every node must list every live topic under the incarnation
+//! the workload knows (paging through its list); each partition's watermark is taken from its
+//! owner's own answer; every partition is read in full from offset 0, through a node chosen per
+//! partition (in a cluster usually not the owner, so forwarded reads are checked too).
 
 use std::collections::BTreeMap;
 
