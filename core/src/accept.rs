@@ -116,14 +116,19 @@ fn check_message(topic: &TopicInfo, message: &ProduceMessage) -> Result<(), Clie
     if let Some(partition) = message.partition
         && partition >= topic.partitions
     {
-        return Err(ClientError::BadRequest(format!(
-            "partition {partition} out of range: topic `{}` has {} partitions (0-{})",
-            topic.name,
-            topic.partitions,
-            topic.partitions - 1
-        )));
+        return Err(partition_out_of_range(topic, partition));
     }
     Ok(())
+}
+
+/// The 400 for a partition the topic does not have.
+pub fn partition_out_of_range(topic: &TopicInfo, partition: u32) -> ClientError {
+    ClientError::BadRequest(format!(
+        "partition {partition} out of range: topic `{}` has {} partitions (0-{})",
+        topic.name,
+        topic.partitions,
+        topic.partitions - 1
+    ))
 }
 
 fn prefix(error: ClientError, batch: bool, index: usize) -> ClientError {

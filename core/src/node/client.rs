@@ -5,6 +5,7 @@
 use super::cluster::{FORWARD_TIMEOUT_MS, Forwarded};
 use super::parked::Waiter;
 use super::{ConsumeAsker, IoPurpose, Node, PRODUCE_WAITERS_MAX, ProduceWaiter, STAGED_BYTES_MAX};
+use crate::accept::partition_out_of_range;
 use crate::access::Principal;
 use crate::api::{
     ClientError, ClientOp, ClientReply, ConsumedRecord, MemberView, PartitionStats, ProduceMessage,
@@ -130,12 +131,7 @@ impl Node {
         };
         let indexes = match partition {
             Some(p) if p >= topic.partitions => {
-                let message = format!(
-                    "partition {p} out of range: topic `{name}` has {} partitions (0-{})",
-                    topic.partitions,
-                    topic.partitions - 1
-                );
-                return ClientReply::Error(ClientError::BadRequest(message));
+                return ClientReply::Error(partition_out_of_range(topic, p));
             }
             Some(p) => p..p + 1,
             None => 0..topic.partitions,

@@ -9,6 +9,7 @@
 //! listed; and a caller who sees every topic gets a next token only on a full page, naming the
 //! page's last topic.
 
+use narad_core::ClientOp;
 use narad_core::api::TopicInfo;
 use narad_core::constants::TOPIC_PAGE_MAX;
 
@@ -21,6 +22,25 @@ pub struct PageAsked {
     pub limit: u32,
     /// The caller may see every topic (trusted, an admin, or access control off).
     pub sees_all: bool,
+}
+
+impl PageAsked {
+    /// The first page of `limit` topics, as a caller who sees every topic asks for it.
+    pub fn first(limit: u32) -> PageAsked {
+        PageAsked { after: None, limit, sees_all: true }
+    }
+
+    /// The page after this one, given the `next` token its answer carried: `None` at the end,
+    /// or when the token does not move on (`topic_page` reports that; going on would loop).
+    pub fn following(&self, next: Option<String>) -> Option<PageAsked> {
+        let next = next.filter(|next| self.after.as_ref().is_none_or(|after| next > after))?;
+        Some(PageAsked { after: Some(next), ..self.clone() })
+    }
+
+    /// The request for this page.
+    pub fn op(&self) -> ClientOp {
+        ClientOp::ListTopics { after: self.after.clone(), limit: self.limit }
+    }
 }
 
 /// What is wrong with a page, if anything.
@@ -89,6 +109,15 @@ mod tests {
         // Filtered by grants: fewer names, the token past them.
         assert_eq!(page_fault(&asked(None, 3, false), &topics(&["b"]), Some("d")), None);
         assert_eq!(page_fault(&asked(None, 3, false), &[], Some("d")), None, "empty, more to come");
+    }
+
+    #[test]
+    fn the_following_page_starts_at_a_token_that_moves_on() {
+        let first = PageAsked::first(2);
+        let second = first.following(Some("b".into())).expect("a token");
+        assert_eq!((second.after.as_deref(), second.limit), (Some("b"), 2));
+        assert!(second.following(Some("b".into())).is_none(), "a token that stays put ends it");
+        assert!(second.following(None).is_none(), "the last page");
     }
 
     #[test]

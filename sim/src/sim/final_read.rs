@@ -186,22 +186,16 @@ impl Simulation {
     /// page; every acknowledged live topic must be on one.
     fn check_topic_list(&mut self, node: usize) {
         let mut listed = Vec::new();
-        let mut after = None;
-        loop {
-            let asked = PageAsked { after, limit: FINAL_PAGE_TOPICS, sees_all: true };
-            let op = ClientOp::ListTopics { after: asked.after.clone(), limit: asked.limit };
-            let Some(ClientReply::Topics { topics, next }) = self.call(node, op) else {
+        let mut page = Some(PageAsked::first(FINAL_PAGE_TOPICS));
+        while let Some(asked) = page {
+            let Some(ClientReply::Topics { topics, next }) = self.call(node, asked.op()) else {
                 let detail = format!("final ListTopics on n{node} failed");
                 self.world.checker.violation(inv::PROTOCOL, detail);
                 return;
             };
             self.world.checker.topic_page(&asked, &topics, next.as_deref());
             listed.extend(topics);
-            // A token that does not move on was just reported; stop rather than loop.
-            match next.filter(|next| asked.after.as_ref().is_none_or(|after| next > after)) {
-                Some(next) => after = Some(next),
-                None => break,
-            }
+            page = asked.following(next);
         }
         for (name, inc, _) in self.world.workload.topics.all_live() {
             if !listed.iter().any(|t| t.name == name && t.id == inc) {

@@ -156,11 +156,9 @@ async fn list_pages(
     limit: u32,
 ) -> Option<Vec<TopicInfo>> {
     let mut listed = Vec::new();
-    let mut after = None;
-    loop {
-        let asked = PageAsked { after, limit, sees_all: true };
-        let op = ClientOp::ListTopics { after: asked.after.clone(), limit };
-        let (topics, next) = match call_over(world, node, op, protocol).await {
+    let mut page = Some(PageAsked::first(limit));
+    while let Some(asked) = page {
+        let (topics, next) = match call_over(world, node, asked.op(), protocol).await {
             Some(ClientReply::Topics { topics, next }) => (topics, next),
             other => {
                 let detail = format!("final list on n{node} over {protocol:?}: {other:?}");
@@ -170,12 +168,9 @@ async fn list_pages(
         };
         lock(world).checker_at(now()).topic_page(&asked, &topics, next.as_deref());
         listed.extend(topics);
-        // A token that does not move on was just reported; stop rather than loop.
-        match next.filter(|next| asked.after.as_ref().is_none_or(|after| next > after)) {
-            Some(next) => after = Some(next),
-            None => return Some(listed),
-        }
+        page = asked.following(next);
     }
+    Some(listed)
 }
 
 /// Each partition's watermark, from its owner's own answer.
